@@ -1,0 +1,6 @@
+#pragma once
+// The umbrella header: everything in kompress that needs no MPI.
+// The compressed collectives live in kompress/comm.hpp (they need MPI).
+
+#include <kompress/version.hpp>
+#include <kompress/error.hpp>
