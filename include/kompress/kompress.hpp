@@ -4,3 +4,6 @@
 
 #include <kompress/version.hpp>
 #include <kompress/error.hpp>
+#include <kompress/bound.hpp>
+#include <kompress/format.hpp>
+#include <kompress/compress.hpp>

@@ -1,0 +1,39 @@
+#pragma once
+// Error bounds and compression options.
+
+#include <cstdint>
+#include <optional>
+
+namespace kompress {
+inline namespace v0 {
+
+enum class bound_mode : std::uint8_t {
+  absolute = 0,  ///< |x - x'| <= value
+  relative = 1,  ///< |x - x'| <= value * (max - min), over the finite, non-fill values
+};
+
+/// A pointwise error bound: every decompressed value x' satisfies |x - x'| <= the absolute
+/// bound it resolves to. A bound of 0 is lossless.
+struct error_bound {
+  bound_mode mode = bound_mode::absolute;
+  double value = 0.0;
+};
+
+/// |x - x'| <= bound.
+constexpr error_bound absolute(double bound) { return {bound_mode::absolute, bound}; }
+/// |x - x'| <= fraction * (max - min) of the array's finite, non-fill values.
+constexpr error_bound relative(double fraction) { return {bound_mode::relative, fraction}; }
+/// Bit-exact.
+constexpr error_bound lossless() { return {bound_mode::absolute, 0.0}; }
+
+struct compress_options {
+  error_bound bound = lossless();
+  /// Values bit-identical to this one (converted to the element type) come back bit-exact and
+  /// are left out of the relative bound's value range: netCDF's _FillValue, land masks.
+  std::optional<double> fill_value = std::nullopt;
+  /// Values per block: 32, 64 or 128. Recorded in the stream.
+  int block_size = 32;
+};
+
+}  // namespace v0
+}  // namespace kompress

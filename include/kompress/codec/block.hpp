@@ -1,0 +1,252 @@
+#pragma once
+// The per-block codec: one block of up to BlockSize values in, a descriptor byte and a
+// payload out, and back. Pure functions for host and device: no allocation, no dispatch.
+//
+// Descriptor byte: bits 0-4 width w, bit 5 mode (0 plain, 1 delta), bits 6-7 base length code.
+//   w = 31 marks the two exact kinds: 0x1F raw (m values verbatim), 0x3F constant (one value,
+//   bit pattern repeated). Every other w is a quantized block:
+//   [base: zigzag(base - previous base), base_length bytes][BlockSize codes of w bits]
+//   plain: code_i = q_i - base;  delta: base = q_0, code_i = zigzag(q_i - q_{i-1}) (code_0 = 0).
+//   In streams with a fill value, a plain block with w >= 1 reads code 2^w - 1 as the fill.
+
+#include <kompress/codec/bitpack.hpp>
+#include <kompress/codec/quantizer.hpp>
+#include <kompress/detail/bytes.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace kompress::detail {
+
+inline constexpr std::uint8_t descriptor_raw = 0x1F;
+inline constexpr std::uint8_t descriptor_constant = 0x3F;
+inline constexpr int escape_width = 31;
+
+/// Bytes of the zigzagged base difference for each base length code.
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr int base_length(int code) {
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr int lengths[4] = {0, 1, 2, 4};
+    return lengths[code];
+  } else {
+    constexpr int lengths[4] = {0, 1, 3, 8};
+    return lengths[code];
+  }
+}
+
+/// Smallest base length code that holds `zigzagged`, or -1.
+template <class T>
+KOKKOS_INLINE_FUNCTION int base_length_code(std::uint64_t zigzagged) {
+  for (int code = 0; code < 4; ++code) {
+    const int bytes = base_length<T>(code);
+    if (bytes == 8 || zigzagged < (std::uint64_t(1) << (8 * bytes))) return code;
+  }
+  return -1;
+}
+
+KOKKOS_INLINE_FUNCTION constexpr std::uint8_t make_descriptor(int length_code, int delta,
+                                                              int width) {
+  return static_cast<std::uint8_t>((length_code << 6) | (delta << 5) | width);
+}
+
+template <class T>
+struct float_traits;
+template <>
+struct float_traits<float> {
+  static constexpr std::uint32_t exponent_mask = 0x7F800000u;
+  static constexpr std::uint32_t sign_mask = 0x80000000u;
+};
+template <>
+struct float_traits<double> {
+  static constexpr std::uint64_t exponent_mask = 0x7FF0000000000000ull;
+  static constexpr std::uint64_t sign_mask = 0x8000000000000000ull;
+};
+
+/// Encodes the m (1..BlockSize) values at `in`. Writes the descriptor to `descriptor` and the
+/// payload to `out` (room for m * sizeof(T) bytes), returns the payload length. `base` is the
+/// previous quantized block's base in this chunk, updated when this block is quantized.
+template <class T, int BlockSize>
+KOKKOS_INLINE_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& codec,
+                                        std::int64_t& base, std::uint8_t& descriptor,
+                                        std::byte* out) {
+  using bits = bits_t<T>;
+  using traits = float_traits<T>;
+  // Pad a short block with its last value: no new range, zero deltas.
+  T values[BlockSize];
+  for (int i = 0; i < BlockSize; ++i) values[i] = in[i < m ? i : m - 1];
+
+  const bits first = to_bits(values[0]);
+  int all_same = 1, any_fill = 0, unquantizable = 0;
+  for (int i = 0; i < BlockSize; ++i) {
+    const bits b = to_bits(values[i]);
+    const int fill = codec.has_fill & (b == codec.fill_bits);
+    all_same &= (b == first);
+    any_fill |= fill;
+    // NaN, +-Inf and -0.0 only come back bit-exact from an exact block.
+    unquantizable |= ~fill & (((b & traits::exponent_mask) == traits::exponent_mask) |
+                              (b == traits::sign_mask));
+  }
+  const int raw_bytes = m * int(sizeof(T));
+  int best_bytes = raw_bytes;
+  std::uint8_t best = descriptor_raw;
+  if (all_same && int(sizeof(T)) <= best_bytes) {
+    best_bytes = int(sizeof(T));
+    best = descriptor_constant;
+  }
+
+  std::int64_t new_base = 0;
+  int width = 0, delta = 0, length_code = 0;
+  std::uint32_t codes[BlockSize];
+  if (codec.step > 0.0 && !unquantizable) {
+    // Quantize, and verify each value against exactly what the decoder will compute.
+    double q[BlockSize];
+    int rejected = 0;
+    const double step = codec.step;
+    for (int i = 0; i < BlockSize; ++i) {
+      const double x = static_cast<double>(values[i]);
+      const double code = codec.quantize(x);
+      const double y = static_cast<double>(value_codec<T>::reconstruct(code, step));
+      const double error = x - y;
+      const int keep = !(codec.has_fill && to_bits(values[i]) == codec.fill_bits);
+      rejected |= keep & ((error > codec.accept_threshold) | (-error > codec.accept_threshold) |
+                          !(code <= max_code_magnitude && code >= -max_code_magnitude));
+      q[i] = code;
+    }
+    // Codes relative to the first non-fill value; fills take 0, inside the range.
+    int reference_index = 0;
+    if (any_fill)
+      while (to_bits(values[reference_index]) == codec.fill_bits) ++reference_index;
+    const double reference = q[reference_index];
+    std::int32_t relative[BlockSize];
+    std::int32_t low = 0, high = 0;
+    for (int i = 0; i < BlockSize; ++i) {
+      const int keep = !(any_fill && to_bits(values[i]) == codec.fill_bits);
+      const double r = keep ? q[i] - reference : 0.0;
+      rejected |= !(r < 0x1p30 && r > -0x1p30);
+      relative[i] = static_cast<std::int32_t>(r);
+      low = relative[i] < low ? relative[i] : low;
+      high = relative[i] > high ? relative[i] : high;
+    }
+    if (!rejected) {
+      const std::uint32_t range = std::uint32_t(high - low);
+      // With a fill value in the stream, code 2^w - 1 must stay free for it.
+      const int plain_width = codec.has_fill && (any_fill || range > 0)
+                                  ? bit_width(std::uint64_t(range) + 1)
+                                  : bit_width(range);
+      std::uint32_t max_step = 0;
+      if (!any_fill) {
+        for (int i = 1; i < BlockSize; ++i) {
+          const std::int32_t d = relative[i] - relative[i - 1];
+          const std::uint32_t z = (std::uint32_t(d) << 1) ^ std::uint32_t(d >> 31);
+          max_step = z > max_step ? z : max_step;
+        }
+      }
+      const int delta_width = any_fill ? 64 : bit_width(max_step);
+      delta = delta_width < plain_width;
+      width = delta ? delta_width : plain_width;
+      new_base = static_cast<std::int64_t>(reference) + (delta ? 0 : low);
+      length_code = base_length_code<T>(zigzag(new_base - base));
+      if (width <= max_width && length_code >= 0) {
+        const int bytes = base_length<T>(length_code) + packed_bytes<BlockSize>(width);
+        if (bytes < best_bytes) {
+          best_bytes = bytes;
+          best = make_descriptor(length_code, delta, width);
+          if (delta) {
+            codes[0] = 0;
+            for (int i = 1; i < BlockSize; ++i) {
+              const std::int32_t d = relative[i] - relative[i - 1];
+              codes[i] = (std::uint32_t(d) << 1) ^ std::uint32_t(d >> 31);
+            }
+          } else {
+            const std::uint32_t fill_code = (std::uint32_t(1) << width) - 1;
+            for (int i = 0; i < BlockSize; ++i)
+              codes[i] = (any_fill && to_bits(values[i]) == codec.fill_bits)
+                             ? fill_code
+                             : std::uint32_t(relative[i] - low);
+          }
+        }
+      }
+    }
+  }
+
+  descriptor = best;
+  if (best == descriptor_raw) {
+    std::memcpy(out, in, raw_bytes);
+  } else if (best == descriptor_constant) {
+    store<T>(out, values[0]);
+  } else {
+    const int length = base_length<T>(length_code);
+    store_bytes(out, zigzag(new_base - base), length);
+    pack<BlockSize>(width, codes, out + length);
+    base = new_base;
+  }
+  return best_bytes;
+}
+
+/// Decodes one block of m values from at most `available` payload bytes. Returns the bytes
+/// consumed, or -1 if the payload is malformed (never reads past `available`).
+template <class T, int BlockSize>
+KOKKOS_INLINE_FUNCTION int decode_block(const std::byte* in, std::size_t available,
+                                        std::uint8_t descriptor, int m,
+                                        const value_codec<T>& codec, std::int64_t& base,
+                                        T* out) {
+  const int width = descriptor & 0x1F;
+  if (width == escape_width) {
+    if (descriptor == descriptor_raw) {
+      const std::size_t bytes = std::size_t(m) * sizeof(T);
+      if (bytes > available) return -1;
+      std::memcpy(out, in, bytes);
+      return int(bytes);
+    }
+    if (descriptor == descriptor_constant) {
+      if (sizeof(T) > available) return -1;
+      const T value = load<T>(in);
+      for (int i = 0; i < m; ++i) out[i] = value;
+      return int(sizeof(T));
+    }
+    return -1;
+  }
+  const int delta = (descriptor >> 5) & 1;
+  const int length = base_length<T>(descriptor >> 6);
+  const int bytes = length + packed_bytes<BlockSize>(width);
+  if (!(codec.step > 0.0) || width > max_width || (delta && width == 0) ||
+      std::size_t(bytes) > available)
+    return -1;
+  // Unsigned arithmetic: a corrupted base wraps instead of overflowing.
+  const std::int64_t block_base = static_cast<std::int64_t>(
+      static_cast<std::uint64_t>(base) +
+      static_cast<std::uint64_t>(unzigzag(load_bytes(in, length))));
+  if (block_base > std::int64_t(max_code_magnitude) ||
+      block_base < -std::int64_t(max_code_magnitude))
+    return -1;
+  base = block_base;
+  std::uint32_t codes[BlockSize];
+  unpack<BlockSize>(width, in + length, codes);
+  const double step = codec.step;
+  if (delta) {
+    std::int64_t code = block_base;
+    out[0] = value_codec<T>::reconstruct(double(code), step);
+    for (int i = 1; i < m; ++i) {
+      code += unzigzag(codes[i]);
+      out[i] = value_codec<T>::reconstruct(double(code), step);
+    }
+  } else {
+    const double base_value = double(block_base);
+    if (codec.has_fill && width > 0) {
+      const std::uint32_t fill_code = (std::uint32_t(1) << width) - 1;
+      const T fill = from_bits<T>(codec.fill_bits);
+      for (int i = 0; i < m; ++i)
+        out[i] = codes[i] == fill_code
+                     ? fill
+                     : value_codec<T>::reconstruct(base_value + double(std::int32_t(codes[i])),
+                                                   step);
+    } else {
+      for (int i = 0; i < m; ++i)
+        out[i] = value_codec<T>::reconstruct(base_value + double(std::int32_t(codes[i])), step);
+    }
+  }
+  return bytes;
+}
+
+}  // namespace kompress::detail

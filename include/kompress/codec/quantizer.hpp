@@ -1,0 +1,77 @@
+#pragma once
+// Quantization against an absolute bound, and the numbers that make the bound unconditional.
+// docs/error-bound.md gives the argument; the comments here name its steps.
+
+#include <kompress/detail/bytes.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#ifdef __FAST_MATH__
+#error "kompress: -ffast-math breaks the rounding the error bound relies on; compile without it"
+#endif
+
+namespace kompress::detail {
+
+/// Codes stay below 2^50 in magnitude: rounding with the 1.5 * 2^52 constant is exact there,
+/// and a code converts to double and back without loss.
+inline constexpr double max_code_magnitude = 0x1p50;
+inline constexpr double rounding_constant = 0x1.8p52;
+
+/// Everything a block encoder and decoder need to agree on about values.
+template <class T>
+struct value_codec {
+  using bits = bits_t<T>;
+  /// Quantization step 2 * e_q, or 0: no block is quantized (lossless streams).
+  double step = 0.0;
+  /// A value passes verification when the computed |x - x'| is <= this.
+  double accept_threshold = 0.0;
+  bool has_fill = false;
+  bits fill_bits = 0;
+
+  /// The integer nearest to x / step (ties to even), as a double. Division and an addition
+  /// only: no operation a compiler could fuse into an FMA, so every backend picks the same
+  /// code and the streams are byte-identical.
+  KOKKOS_INLINE_FUNCTION double quantize(double x) const {
+    const double t = x / step;
+    return (t + rounding_constant) - rounding_constant;
+  }
+
+  /// The decoder's value for a code; the encoder verifies against exactly this.
+  KOKKOS_INLINE_FUNCTION static T reconstruct(double code, double step) {
+    return static_cast<T>(code * step);
+  }
+};
+
+/// Chooses the step and verification threshold for an absolute bound `bound`, given the
+/// largest magnitude `max_abs` among the values that will be quantized.
+template <class T>
+value_codec<T> make_value_codec(double bound, double max_abs) {
+  value_codec<T> codec;
+  // Keep the arithmetic below finite; a smaller bound than asked is still a valid one.
+  const double e = bound < 0x1p1000 ? bound : 0x1p1000;
+  const double m = max_abs < 0x1p1000 ? max_abs : 0x1p1000;
+  if (!(e > 0.0)) return codec;  // lossless
+  if constexpr (std::is_same_v<T, float>) {
+    // Reconstruction rounds q * step to float: up to 2^-24 |x'| more error. The margin
+    // (4x that, plus the double-precision terms) keeps honest codes well inside the bound.
+    const double margin = (m + e) * 0x1p-22;
+    codec.step = 2.0 * (e - margin);
+    // d = x - x' is computed in double from two floats; rounding is monotone, so a computed
+    // |d| below e proves the exact |d| <= e.
+    codec.accept_threshold = std::nextafter(e, 0.0);
+  } else {
+    // x - q * step may be fused into one FMA by the compiler or not; the threshold holds in
+    // both cases (error-bound.md, "double data").
+    const double margin = (m + e) * 0x1p-48;
+    codec.step = 2.0 * (e - margin);
+    codec.accept_threshold = e - (m + e) * 0x1p-49;
+  }
+  if (!(codec.step > 0.0) || !std::isfinite(codec.step)) codec.step = 0.0;
+  return codec;
+}
+
+}  // namespace kompress::detail

@@ -1,0 +1,267 @@
+#pragma once
+// kompress::compress, decompress, max_compressed_size and inspect: error-bounded compression
+// of contiguous Kokkos Views of float or double, of any rank.
+//
+// Sync points: compress returns the stream length, so it waits for its work on `exec`;
+// decompress checks the stream before and after decoding, so it waits too. Both read the
+// input and write the output only through `exec`: fence other instances that produced the
+// input first.
+
+#include <kompress/bound.hpp>
+#include <kompress/error.hpp>
+#include <kompress/format.hpp>
+#include <kompress/kernels/compress_kernels.hpp>
+#include <kompress/kernels/value_range.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <Kokkos_Profiling_ScopedRegion.hpp>
+
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+namespace kompress {
+inline namespace v0 {
+
+namespace detail_concepts {
+template <class V>
+concept view = Kokkos::is_view_v<V>;
+}
+
+template <class E>
+concept execution_space = Kokkos::is_execution_space_v<E>;
+
+/// A Kokkos::View of float or double (const or not), any rank.
+template <class V>
+concept float_view = detail_concepts::view<V> &&
+                     (std::is_same_v<typename V::non_const_value_type, float> ||
+                      std::is_same_v<typename V::non_const_value_type, double>);
+
+/// A rank-1 Kokkos::View of std::byte (const or not): a compressed stream.
+template <class V>
+concept byte_view = detail_concepts::view<V> && V::rank == 1 &&
+                    std::is_same_v<typename V::non_const_value_type, std::byte>;
+
+/// The largest stream `compress` can write for `count` elements of T; compress never exceeds
+/// it, incompressible data included.
+template <class T>
+std::size_t max_compressed_size(std::size_t count, int block_size = 32) {
+  if (!detail::supported_block_size(block_size))
+    throw invalid_argument("kompress::max_compressed_size: block size must be 32, 64 or 128 (got " +
+                           std::to_string(block_size) + ")");
+  return detail::stream_layout{count, sizeof(T), block_size, detail::default_blocks_per_chunk}
+      .max_stream_bytes();
+}
+
+template <float_view InView>
+std::size_t max_compressed_size(const InView& in, const compress_options& options = {}) {
+  return max_compressed_size<typename InView::non_const_value_type>(in.size(),
+                                                                    options.block_size);
+}
+
+}  // namespace v0
+
+namespace detail {
+
+template <class V>
+void require_contiguous(const V& view, const char* who, const char* what) {
+  if (view.size() != 0 && (!view.span_is_contiguous() || view.span() != view.size()))
+    throw invalid_argument(std::string(who) + ": " + what +
+                           " must be contiguous (a LayoutLeft or LayoutRight View, or a "
+                           "contiguous subview); got a strided View");
+}
+
+inline void validate_bound(const error_bound& bound, const char* who) {
+  if (!std::isfinite(bound.value) || bound.value < 0.0)
+    throw invalid_argument(std::string(who) + ": the error bound must be finite and >= 0 (got " +
+                           std::to_string(bound.value) + ")");
+  if (bound.mode != bound_mode::absolute && bound.mode != bound_mode::relative)
+    throw invalid_argument(std::string(who) + ": unknown bound mode");
+}
+
+
+template <class F>
+decltype(auto) dispatch_block_size(int block_size, F&& f) {
+  switch (block_size) {
+    case 32: return f(std::integral_constant<int, 32>{});
+    case 64: return f(std::integral_constant<int, 64>{});
+    default: return f(std::integral_constant<int, 128>{});
+  }
+}
+
+/// A host-readable copy of a stream's first `bytes` bytes (no copy for host memory).
+template <byte_view InView>
+auto host_prefix(const InView& in, std::size_t bytes) {
+  auto prefix = Kokkos::subview(in, std::pair<std::size_t, std::size_t>(0, bytes));
+  return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, prefix);
+}
+
+/// Parses and fully checks a stream's header and chunk tables.
+template <byte_view InView>
+stream_header read_header(const InView& in, const char* who) {
+  if (in.size() < header_bytes) parse_header(nullptr, 0, in.size(), who);  // throws
+  auto head = host_prefix(in, header_bytes);
+  const stream_header partial = parse_header(head.data(), header_bytes, in.size(), who);
+  auto prefix = host_prefix(in, partial.layout().data_offset());
+  return parse_header(prefix.data(), prefix.size(), in.size(), who);
+}
+
+}  // namespace detail
+
+inline namespace v0 {
+
+/// Compresses `in` into `out`, which must hold max_compressed_size(in) bytes; returns the
+/// stream's length. Values are taken in memory order.
+template <execution_space ExecutionSpace, float_view InView, byte_view OutView>
+std::size_t compress(const ExecutionSpace& exec, const InView& in, const OutView& out,
+                     const compress_options& options) {
+  using T = typename InView::non_const_value_type;
+  constexpr const char* who = "kompress::compress";
+  static_assert(!std::is_const_v<typename OutView::value_type>,
+                "kompress::compress: the output View must not be const");
+  static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, typename InView::memory_space>::accessible,
+                "kompress::compress: the input View must be accessible from the execution space");
+  static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, typename OutView::memory_space>::accessible,
+                "kompress::compress: the output View must be accessible from the execution space");
+  Kokkos::Profiling::ScopedRegion region(who);
+  detail::validate_bound(options.bound, who);
+  if (!detail::supported_block_size(options.block_size))
+    throw invalid_argument(std::string(who) + ": block size must be 32, 64 or 128 (got " +
+                           std::to_string(options.block_size) + ")");
+  detail::require_contiguous(in, who, "the input View");
+  detail::require_contiguous(out, who, "the output View");
+  const std::size_t needed = max_compressed_size<T>(in.size(), options.block_size);
+  if (out.size() < needed)
+    throw invalid_argument(std::string(who) + ": output too small (got " +
+                           std::to_string(out.size()) + " bytes, need " + std::to_string(needed) +
+                           "; see kompress::max_compressed_size)");
+
+  detail::stream_header header;
+  header.type = detail::element_type_of<T>();
+  header.mode = options.bound.mode;
+  header.count = in.size();
+  header.user_bound = options.bound.value;
+  header.block_size = options.block_size;
+  const bool has_fill = options.fill_value.has_value();
+  const detail::bits_t<T> fill_bits =
+      has_fill ? detail::to_bits(static_cast<T>(*options.fill_value)) : 0;
+  header.flags = has_fill ? detail::flag_fill_value : 0;
+  header.fill_bits = fill_bits;
+
+  const detail::value_range range =
+      detail::compute_value_range(exec, in.data(), in.size(), has_fill, fill_bits);
+  header.value_min = range.empty() ? NAN : range.min;
+  header.value_max = range.empty() ? NAN : range.max;
+  const double abs_bound = options.bound.mode == bound_mode::absolute
+                               ? options.bound.value
+                               : (range.empty() ? 0.0 : options.bound.value * (range.max - range.min));
+  detail::value_codec<T> codec = detail::make_value_codec<T>(abs_bound, range.max_abs());
+  codec.has_fill = has_fill;
+  codec.fill_bits = fill_bits;
+  header.abs_bound = codec.step > 0.0 ? abs_bound : 0.0;
+  header.quant_step = codec.step;
+
+  return detail::dispatch_block_size(options.block_size, [&](auto block_size) {
+    return detail::compress_chunks<T, decltype(block_size)::value>(exec, in.data(), out.data(),
+                                                                   header, codec);
+  });
+}
+
+template <execution_space ExecutionSpace, float_view InView, byte_view OutView>
+std::size_t compress(const ExecutionSpace& exec, const InView& in, const OutView& out,
+                     const error_bound& bound) {
+  return compress(exec, in, out, compress_options{.bound = bound});
+}
+
+template <float_view InView, byte_view OutView, class Options>
+  requires(std::is_same_v<Options, compress_options> || std::is_same_v<Options, error_bound>)
+std::size_t compress(const InView& in, const OutView& out, const Options& options) {
+  return compress(typename InView::execution_space{}, in, out, options);
+}
+
+/// Compresses into a new View of exactly the stream's length, in the input's memory space.
+template <execution_space ExecutionSpace, float_view InView>
+Kokkos::View<std::byte*, typename InView::memory_space> compress(const ExecutionSpace& exec,
+                                                                 const InView& in,
+                                                                 const compress_options& options) {
+  using bytes_view = Kokkos::View<std::byte*, typename InView::memory_space>;
+  bytes_view scratch(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::scratch"),
+                     max_compressed_size(in, options));
+  const std::size_t length = compress(exec, in, scratch, options);
+  bytes_view stream(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::stream"),
+                    length);
+  Kokkos::deep_copy(exec, stream, Kokkos::subview(scratch, std::pair<std::size_t, std::size_t>(0, length)));
+  exec.fence("kompress::compress: stream copied");
+  return stream;
+}
+
+template <execution_space ExecutionSpace, float_view InView>
+Kokkos::View<std::byte*, typename InView::memory_space> compress(const ExecutionSpace& exec,
+                                                                 const InView& in,
+                                                                 const error_bound& bound) {
+  return compress(exec, in, compress_options{.bound = bound});
+}
+
+/// The header of a stream, checked (checksums of the header and chunk tables included).
+template <byte_view InView>
+stream_info inspect(const InView& stream) {
+  return detail::to_info(detail::read_header(stream, "kompress::inspect"));
+}
+
+/// Decompresses `in` into `out`, which must be a contiguous View of the stream's element type
+/// with exactly the stream's element count. Throws format_error for a malformed stream, and
+/// then leaves `out` untouched unless the damage hides behind matching checksums.
+template <execution_space ExecutionSpace, byte_view InView, float_view OutView>
+void decompress(const ExecutionSpace& exec, const InView& in, const OutView& out) {
+  using T = typename OutView::non_const_value_type;
+  constexpr const char* who = "kompress::decompress";
+  static_assert(!std::is_const_v<typename OutView::value_type>,
+                "kompress::decompress: the output View must not be const");
+  static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, typename InView::memory_space>::accessible,
+                "kompress::decompress: the input View must be accessible from the execution space");
+  static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, typename OutView::memory_space>::accessible,
+                "kompress::decompress: the output View must be accessible from the execution space");
+  Kokkos::Profiling::ScopedRegion region(who);
+  detail::require_contiguous(in, who, "the input View");
+  detail::require_contiguous(out, who, "the output View");
+  const detail::stream_header header = detail::read_header(in, who);
+  if (header.type != detail::element_type_of<T>())
+    throw invalid_argument(std::string(who) + ": the stream holds " +
+                           (header.type == element_type::float32 ? "float" : "double") +
+                           " values but the output View is of " +
+                           (std::is_same_v<T, float> ? "float" : "double"));
+  if (header.count != out.size())
+    throw invalid_argument(std::string(who) + ": the stream holds " + std::to_string(header.count) +
+                           " values but the output View has " + std::to_string(out.size()));
+  detail::value_codec<T> codec;
+  codec.step = header.quant_step;
+  codec.has_fill = (header.flags & detail::flag_fill_value) != 0;
+  codec.fill_bits = static_cast<detail::bits_t<T>>(header.fill_bits);
+  detail::dispatch_block_size(header.block_size, [&](auto block_size) {
+    detail::decompress_chunks<T, decltype(block_size)::value>(exec, in.data(), header, codec,
+                                                              out.data(), who);
+  });
+}
+
+template <byte_view InView, float_view OutView>
+void decompress(const InView& in, const OutView& out) {
+  decompress(typename OutView::execution_space{}, in, out);
+}
+
+/// Decompresses into a new rank-1 View in the stream's memory space.
+template <class T, execution_space ExecutionSpace, byte_view InView>
+Kokkos::View<T*, typename InView::memory_space> decompress(const ExecutionSpace& exec,
+                                                           const InView& in) {
+  const stream_info info = inspect(in);
+  Kokkos::View<T*, typename InView::memory_space> out(
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::decompressed"),
+      info.count);
+  decompress(exec, in, out);
+  return out;
+}
+
+}  // namespace v0
+}  // namespace kompress

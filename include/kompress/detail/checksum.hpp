@@ -1,0 +1,61 @@
+#pragma once
+// The stream checksum: a 64-bit multiply-rotate hash over 8-byte little-endian words.
+// Each step h -> rotl(h ^ (w * P1), 31) * P2 is a bijection of h for a fixed word and of w for
+// a fixed h, so a change confined to one word (every single-byte corruption) always changes
+// the result; other corruptions go unnoticed with probability about 2^-64. Table-free, so the
+// same function runs on host and device.
+
+#include <kompress/detail/bytes.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kompress::detail {
+
+inline constexpr std::uint64_t checksum_p1 = 0x9E3779B185EBCA87ull;
+inline constexpr std::uint64_t checksum_p2 = 0xC2B2AE3D27D4EB4Full;
+inline constexpr std::uint64_t checksum_p3 = 0x165667B19E3779F9ull;
+
+KOKKOS_INLINE_FUNCTION std::uint64_t rotl64(std::uint64_t x, int r) {
+  return (x << r) | (x >> (64 - r));
+}
+
+class checksum {
+ public:
+  KOKKOS_INLINE_FUNCTION explicit checksum(std::uint64_t seed = 0) : state_(seed) {}
+
+  /// Mixes `length` bytes. Callers feed whole spans; the span length is mixed in too, so
+  /// moving a boundary between two spans changes the result.
+  KOKKOS_INLINE_FUNCTION void update(const std::byte* data, std::size_t length) {
+    std::uint64_t h = state_ ^ (static_cast<std::uint64_t>(length) * checksum_p3);
+    std::size_t i = 0;
+    for (; i + 8 <= length; i += 8) h = mix(h, load<std::uint64_t>(data + i));
+    if (i < length) h = mix(h, load_bytes(data + i, static_cast<int>(length - i)));
+    state_ = h;
+  }
+
+  KOKKOS_INLINE_FUNCTION std::uint64_t value() const {
+    std::uint64_t h = state_;
+    h ^= h >> 33;
+    h *= checksum_p2;
+    h ^= h >> 29;
+    h *= checksum_p3;
+    h ^= h >> 32;
+    return h;
+  }
+
+ private:
+  KOKKOS_INLINE_FUNCTION static std::uint64_t mix(std::uint64_t h, std::uint64_t word) {
+    return rotl64(h ^ (word * checksum_p1), 31) * checksum_p2;
+  }
+
+  std::uint64_t state_;
+};
+
+KOKKOS_INLINE_FUNCTION std::uint64_t checksum_of(const std::byte* data, std::size_t length) {
+  checksum c;
+  c.update(data, length);
+  return c.value();
+}
+
+}  // namespace kompress::detail
