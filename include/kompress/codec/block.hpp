@@ -74,19 +74,39 @@ KOKKOS_INLINE_FUNCTION int encode_block(const T* in, int m, const value_codec<T>
   using traits = float_traits<T>;
   // Pad a short block with its last value: no new range, zero deltas.
   T values[BlockSize];
-  for (int i = 0; i < BlockSize; ++i) values[i] = in[i < m ? i : m - 1];
+  if (m == BlockSize) {
+    for (int i = 0; i < BlockSize; ++i) values[i] = in[i];
+  } else {
+    for (int i = 0; i < BlockSize; ++i) values[i] = in[i < m ? i : m - 1];
+  }
 
+  // One pass: classify, quantize, and verify each value against exactly what the decoder
+  // will compute. Fixed trip count and no early exit, so it vectorizes.
   const bits first = to_bits(values[0]);
-  int all_same = 1, any_fill = 0, unquantizable = 0;
+  const bits fill_bits = codec.fill_bits;
+  const bits fill_enabled = codec.has_fill ? ~bits(0) : bits(0);
+  const double step = codec.step, threshold = codec.accept_threshold;
+  int all_same = 1, any_fill = 0, rejected = 0;
+  double biased[BlockSize];
   for (int i = 0; i < BlockSize; ++i) {
     const bits b = to_bits(values[i]);
-    const int fill = codec.has_fill & (b == codec.fill_bits);
+    const int fill = ((b ^ fill_bits) | ~fill_enabled) == 0;
     all_same &= (b == first);
     any_fill |= fill;
-    // NaN, +-Inf and -0.0 only come back bit-exact from an exact block.
-    unquantizable |= ~fill & (((b & traits::exponent_mask) == traits::exponent_mask) |
-                              (b == traits::sign_mask));
+    const double x = static_cast<double>(values[i]);
+    biased[i] = codec.biased_code(x);
+    const double code = biased[i] - rounding_constant;
+    const double error = x - static_cast<double>(value_codec<T>::reconstruct(code, step));
+    // NaN, +-Inf and -0.0 only come back bit-exact from an exact block; NaN errors compare
+    // false and are rejected too.
+    const int special = ((b & traits::exponent_mask) == traits::exponent_mask) |
+                        (b == traits::sign_mask);
+    // Bitwise operators, not && and ||: branch-free, so the loop vectorizes.
+    const int bad = special | !((error <= threshold) & (-error <= threshold)) |
+                    !((code <= max_code_magnitude) & (code >= -max_code_magnitude));
+    rejected |= bad & !fill;
   }
+
   const int raw_bytes = m * int(sizeof(T));
   int best_bytes = raw_bytes;
   std::uint8_t best = descriptor_raw;
@@ -98,54 +118,47 @@ KOKKOS_INLINE_FUNCTION int encode_block(const T* in, int m, const value_codec<T>
   std::int64_t new_base = 0;
   int width = 0, delta = 0, length_code = 0;
   std::uint32_t codes[BlockSize];
-  if (codec.step > 0.0 && !unquantizable) {
-    // Quantize, and verify each value against exactly what the decoder will compute.
-    double q[BlockSize];
-    int rejected = 0;
-    const double step = codec.step;
-    for (int i = 0; i < BlockSize; ++i) {
-      const double x = static_cast<double>(values[i]);
-      const double code = codec.quantize(x);
-      const double y = static_cast<double>(value_codec<T>::reconstruct(code, step));
-      const double error = x - y;
-      const int keep = !(codec.has_fill && to_bits(values[i]) == codec.fill_bits);
-      rejected |= keep & ((error > codec.accept_threshold) | (-error > codec.accept_threshold) |
-                          !(code <= max_code_magnitude && code >= -max_code_magnitude));
-      q[i] = code;
-    }
+  if (step > 0.0 && !rejected) {
     // Codes relative to the first non-fill value; fills take 0, inside the range.
     int reference_index = 0;
     if (any_fill)
-      while (to_bits(values[reference_index]) == codec.fill_bits) ++reference_index;
-    const double reference = q[reference_index];
+      while (to_bits(values[reference_index]) == fill_bits) ++reference_index;
+    // Codes below 2^51 share the biased doubles' exponent: their difference is exact, and
+    // the low 32 bits of the patterns differ by the code difference modulo 2^32.
+    const double reference = biased[reference_index];
+    const std::uint32_t reference_low = static_cast<std::uint32_t>(to_bits(reference));
     std::int32_t relative[BlockSize];
     std::int32_t low = 0, high = 0;
+    int out_of_range = 0;
     for (int i = 0; i < BlockSize; ++i) {
-      const int keep = !(any_fill && to_bits(values[i]) == codec.fill_bits);
-      const double r = keep ? q[i] - reference : 0.0;
-      rejected |= !(r < 0x1p30 && r > -0x1p30);
-      relative[i] = static_cast<std::int32_t>(r);
+      const std::int32_t keep = !(any_fill & (to_bits(values[i]) == fill_bits));
+      const double r = biased[i] - reference;
+      out_of_range |= keep & !((r < 0x1p30) & (r > -0x1p30));
+      const auto difference =
+          static_cast<std::int32_t>(static_cast<std::uint32_t>(to_bits(biased[i])) - reference_low);
+      relative[i] = difference & -keep;
       low = relative[i] < low ? relative[i] : low;
       high = relative[i] > high ? relative[i] : high;
     }
-    if (!rejected) {
+    if (!out_of_range) {
       const std::uint32_t range = std::uint32_t(high - low);
       // With a fill value in the stream, code 2^w - 1 must stay free for it.
       const int plain_width = codec.has_fill && (any_fill || range > 0)
                                   ? bit_width(std::uint64_t(range) + 1)
                                   : bit_width(range);
-      std::uint32_t max_step = 0;
-      if (!any_fill) {
-        for (int i = 1; i < BlockSize; ++i) {
-          const std::int32_t d = relative[i] - relative[i - 1];
-          const std::uint32_t z = (std::uint32_t(d) << 1) ^ std::uint32_t(d >> 31);
-          max_step = z > max_step ? z : max_step;
-        }
+      std::uint32_t zigzag_steps[BlockSize];
+      std::uint32_t any_step = 0;
+      zigzag_steps[0] = 0;
+      for (int i = 1; i < BlockSize; ++i) {
+        const std::int32_t d = relative[i] - relative[i - 1];
+        zigzag_steps[i] = (std::uint32_t(d) << 1) ^ std::uint32_t(d >> 31);
+        any_step |= zigzag_steps[i];
       }
-      const int delta_width = any_fill ? 64 : bit_width(max_step);
+      // OR of the steps has the width of the largest one.
+      const int delta_width = any_fill ? 64 : bit_width(any_step);
       delta = delta_width < plain_width;
       width = delta ? delta_width : plain_width;
-      new_base = static_cast<std::int64_t>(reference) + (delta ? 0 : low);
+      new_base = static_cast<std::int64_t>(reference - rounding_constant) + (delta ? 0 : low);
       length_code = base_length_code<T>(zigzag(new_base - base));
       if (width <= max_width && length_code >= 0) {
         const int bytes = base_length<T>(length_code) + packed_bytes<BlockSize>(width);
@@ -153,17 +166,14 @@ KOKKOS_INLINE_FUNCTION int encode_block(const T* in, int m, const value_codec<T>
           best_bytes = bytes;
           best = make_descriptor(length_code, delta, width);
           if (delta) {
-            codes[0] = 0;
-            for (int i = 1; i < BlockSize; ++i) {
-              const std::int32_t d = relative[i] - relative[i - 1];
-              codes[i] = (std::uint32_t(d) << 1) ^ std::uint32_t(d >> 31);
-            }
-          } else {
+            for (int i = 0; i < BlockSize; ++i) codes[i] = zigzag_steps[i];
+          } else if (any_fill) {
             const std::uint32_t fill_code = (std::uint32_t(1) << width) - 1;
             for (int i = 0; i < BlockSize; ++i)
-              codes[i] = (any_fill && to_bits(values[i]) == codec.fill_bits)
-                             ? fill_code
-                             : std::uint32_t(relative[i] - low);
+              codes[i] = to_bits(values[i]) == fill_bits ? fill_code
+                                                         : std::uint32_t(relative[i] - low);
+          } else {
+            for (int i = 0; i < BlockSize; ++i) codes[i] = std::uint32_t(relative[i] - low);
           }
         }
       }

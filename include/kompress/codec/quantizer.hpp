@@ -32,12 +32,24 @@ struct value_codec {
   bool has_fill = false;
   bits fill_bits = 0;
 
-  /// The integer nearest to x / step (ties to even), as a double. Division and an addition
-  /// only: no operation a compiler could fuse into an FMA, so every backend picks the same
-  /// code and the streams are byte-identical.
+  /// 1 / step, or 0.
+  double inverse_step = 0.0;
+
+  /// The integer nearest to x / step (ties to even), as a double. Exact for |x / step| below
+  /// 2^51; larger codes fail verification. The product is rounded on its own before the
+  /// rounding constant is added: a compiler that fuses `x * inverse + 0.0` into an FMA still
+  /// rounds the product once (adding zero is exact), and `+ 0.0` cannot be folded away while
+  /// signed zeros are honoured. So every backend picks the same code and streams are
+  /// byte-identical with or without FMA contraction.
   KOKKOS_INLINE_FUNCTION double quantize(double x) const {
-    const double t = x / step;
-    return (t + rounding_constant) - rounding_constant;
+    return biased_code(x) - rounding_constant;
+  }
+
+  /// code + 1.5 * 2^52: for |code| < 2^51 the code is the low bits of this double's bit
+  /// pattern, so codes can be compared and subtracted as integers without a conversion.
+  KOKKOS_INLINE_FUNCTION double biased_code(double x) const {
+    const double t = x * inverse_step + 0.0;
+    return t + rounding_constant;
   }
 
   /// The decoder's value for a code; the encoder verifies against exactly this.
@@ -70,7 +82,9 @@ value_codec<T> make_value_codec(double bound, double max_abs) {
     codec.step = 2.0 * (e - margin);
     codec.accept_threshold = e - (m + e) * 0x1p-49;
   }
-  if (!(codec.step > 0.0) || !std::isfinite(codec.step)) codec.step = 0.0;
+  if (!(codec.step > 0.0) || !std::isfinite(codec.step) || !std::isfinite(1.0 / codec.step))
+    codec.step = 0.0;
+  codec.inverse_step = codec.step > 0.0 ? 1.0 / codec.step : 0.0;
   return codec;
 }
 
