@@ -1,0 +1,120 @@
+#pragma once
+// Round trips through kompress::compress/decompress on host Views, and the exact bound check
+// every codec test uses: |x - x'| <= e for every element, no slack; NaN, Inf, -0.0 and fill
+// values bit-exact.
+
+#include <kompress/kompress.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace kompress::test {
+
+template <class T>
+struct round_trip_result {
+  std::vector<T> decoded;
+  std::vector<std::byte> stream;
+  kompress::stream_info info;
+  double ratio() const { return double(decoded.size() * sizeof(T)) / double(stream.size()); }
+};
+
+template <class T>
+round_trip_result<T> round_trip(std::span<const T> values, const kompress::compress_options& options) {
+  using host = Kokkos::DefaultHostExecutionSpace;
+  Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
+  Kokkos::View<std::byte*, Kokkos::HostSpace> buffer("stream", kompress::max_compressed_size(in, options));
+  const std::size_t length = kompress::compress(host{}, in, buffer, options);
+  REQUIRE(length <= buffer.size());
+  round_trip_result<T> result;
+  result.stream.assign(buffer.data(), buffer.data() + length);
+  Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> stream(
+      result.stream.data(), length);
+  result.info = kompress::inspect(stream);
+  result.decoded.assign(values.size(), T(0));
+  Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> out(result.decoded.data(), values.size());
+  kompress::decompress(host{}, stream, out);
+  return result;
+}
+
+template <class T>
+std::uint64_t bits(T x) {
+  if constexpr (sizeof(T) == 4) {
+    std::uint32_t b;
+    std::memcpy(&b, &x, 4);
+    return b;
+  } else {
+    std::uint64_t b;
+    std::memcpy(&b, &x, 8);
+    return b;
+  }
+}
+
+/// The absolute bound a bound resolves to, computed here independently of the library:
+/// relative bounds over the finite values that are not the fill value.
+template <class T>
+double expected_abs_bound(std::span<const T> values, const kompress::error_bound& bound,
+                          std::optional<double> fill = std::nullopt) {
+  if (bound.mode == kompress::bound_mode::absolute) return bound.value;
+  double low = INFINITY, high = -INFINITY;
+  for (T x : values) {
+    if (!std::isfinite(x)) continue;
+    if (fill && bits(x) == bits(static_cast<T>(*fill))) continue;
+    low = std::min(low, double(x));
+    high = std::max(high, double(x));
+  }
+  return low <= high ? bound.value * (high - low) : 0.0;
+}
+
+struct bound_check {
+  std::size_t violations = 0;
+  std::size_t first_violation = 0;
+  double max_error = 0.0;
+};
+
+/// Every element within `abs_bound`; non-finite, -0.0 and fill values bit-exact.
+template <class T>
+bound_check check_bound(std::span<const T> original, std::span<const T> decoded, double abs_bound,
+                        std::optional<double> fill = std::nullopt) {
+  bound_check check;
+  REQUIRE(original.size() == decoded.size());
+  for (std::size_t i = 0; i < original.size(); ++i) {
+    const T x = original[i], y = decoded[i];
+    const bool exact_required = !std::isfinite(x) || (x == T(0) && std::signbit(x)) ||
+                                (fill && bits(x) == bits(static_cast<T>(*fill)));
+    bool ok;
+    if (exact_required) {
+      ok = bits(x) == bits(y);
+    } else {
+      const double error = std::fabs(double(x) - double(y));
+      ok = error <= abs_bound;
+      if (error > check.max_error) check.max_error = error;
+    }
+    if (!ok && check.violations++ == 0) check.first_violation = i;
+  }
+  return check;
+}
+
+/// Round trip plus the bound check; returns the result for further checks.
+template <class T>
+round_trip_result<T> require_round_trip(std::span<const T> values, const kompress::compress_options& options) {
+  auto result = round_trip(values, options);
+  const double abs_bound = expected_abs_bound(values, options.bound, options.fill_value);
+  // The stream's bound is the one asked for (or 0: lossless, tighter still).
+  if (result.info.absolute_bound != 0.0) CHECK(result.info.absolute_bound == abs_bound);
+  const bound_check check = check_bound<T>(values, result.decoded, abs_bound, options.fill_value);
+  if (check.violations) {
+    const std::size_t i = check.first_violation;
+    FAIL_CHECK(check.violations << " values out of bound " << abs_bound << "; first at " << i
+                                << ": " << double(values[i]) << " -> " << double(result.decoded[i]));
+  }
+  return result;
+}
+
+}  // namespace kompress::test

@@ -1,0 +1,221 @@
+// The error bound on inputs built to break it: special values, extreme magnitudes, constant
+// arrays, awkward lengths, random bit patterns, and bounds at their limits.
+
+#include "support/codec_checks.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <span>
+#include <vector>
+
+using kompress::test::require_round_trip;
+
+namespace {
+
+template <class T>
+std::vector<T> smooth(std::size_t n, double scale = 1.0) {
+  std::vector<T> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = T(scale * std::sin(0.01 * double(i)) + 0.3 * scale * std::cos(0.37 * double(i)));
+  return v;
+}
+
+template <class T>
+void require_bounds(const std::vector<T>& values, std::optional<double> fill = std::nullopt) {
+  for (const double bound : {1e-1, 1e-3, 1e-6}) {
+    for (const auto mode : {kompress::bound_mode::absolute, kompress::bound_mode::relative}) {
+      for (const int block_size : {32, 64, 128}) {
+        CAPTURE(bound);
+        CAPTURE(block_size);
+        require_round_trip<T>(std::span<const T>(values),
+                              {.bound = {mode, bound}, .fill_value = fill, .block_size = block_size});
+      }
+    }
+  }
+}
+
+template <class T>
+bool bit_identical(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("codec: NaN, infinities and signed zeros come back bit-exact", T, float, double) {
+  using limits = std::numeric_limits<T>;
+  auto values = smooth<T>(1000);
+  values[3] = limits::quiet_NaN();
+  values[40] = -limits::quiet_NaN();
+  values[41] = limits::signaling_NaN();
+  values[100] = limits::infinity();
+  values[101] = -limits::infinity();
+  values[200] = T(-0.0);
+  values[201] = T(0.0);
+  for (std::size_t i = 500; i < 532; ++i) values[i] = limits::quiet_NaN();  // a whole NaN block
+  require_bounds(values);
+  // A NaN does not poison the relative range: the bound is that of the finite values.
+  auto result = require_round_trip<T>(std::span<const T>(values), {.bound = kompress::relative(1e-2)});
+  CHECK(std::isfinite(result.info.absolute_bound));
+  CHECK(result.info.absolute_bound > 0.0);
+}
+
+TEST_CASE_TEMPLATE("codec: denormals, zeros and the largest finite values", T, float, double) {
+  using limits = std::numeric_limits<T>;
+  std::vector<T> values;
+  for (int i = 0; i < 300; ++i) {
+    values.push_back(limits::denorm_min() * T(i));
+    values.push_back(-limits::denorm_min() * T(i % 7));
+    values.push_back(i % 3 ? T(0) : limits::min());
+  }
+  require_bounds(values);
+  std::vector<T> extremes = {limits::max(), -limits::max(), T(0), T(1), limits::lowest(),
+                             limits::max() / 2, limits::denorm_min()};
+  for (int i = 0; i < 100; ++i) extremes.push_back(T(i) * limits::max() / T(128));
+  require_bounds(extremes);
+  // ABS bounds beyond the data's own magnitude still hold.
+  require_round_trip<T>(std::span<const T>(extremes), {.bound = kompress::absolute(1e300)});
+}
+
+TEST_CASE_TEMPLATE("codec: values spanning 1e-30 to 1e30", T, float, double) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> exponent(-30.0, 30.0);
+  std::vector<T> values(5000);
+  for (auto& v : values) v = T((rng() & 1 ? 1.0 : -1.0) * std::pow(10.0, exponent(rng)));
+  require_bounds(values);
+}
+
+TEST_CASE_TEMPLATE("codec: constant arrays", T, float, double) {
+  for (const T c : {T(0), T(-0.0), T(1.5), T(-3e7), std::numeric_limits<T>::quiet_NaN()}) {
+    for (const std::size_t n : {std::size_t(1), std::size_t(31), std::size_t(4096), std::size_t(100000)}) {
+      const std::vector<T> values(n, c);
+      require_bounds(values);
+      // A REL bound of a constant array is 0: lossless, and still small.
+      auto result = require_round_trip<T>(std::span<const T>(values), {.bound = kompress::relative(1e-3)});
+      CHECK(kompress::test::bits(result.decoded[0]) == kompress::test::bits(c));
+      if (n == 100000) CHECK(result.ratio() > 20.0);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("codec: lengths 0, 1 and around block and chunk boundaries", T, float, double) {
+  for (const int block_size : {32, 64, 128}) {
+    const std::size_t chunk = std::size_t(block_size) * 64;
+    for (const std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(2), std::size_t(block_size - 1),
+                                std::size_t(block_size), std::size_t(block_size + 1),
+                                std::size_t(3 * block_size - 1), std::size_t(3 * block_size + 1),
+                                chunk - 1, chunk, chunk + 1, 2 * chunk + 7}) {
+      CAPTURE(n);
+      const auto values = smooth<T>(n, 100.0);
+      for (const double bound : {1e-1, 1e-4}) {
+        auto result = require_round_trip<T>(std::span<const T>(values),
+                                            {.bound = kompress::relative(bound), .block_size = block_size});
+        CHECK(result.info.count == n);
+        CHECK(result.stream.size() <= kompress::max_compressed_size<T>(n, block_size));
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("codec: random bit patterns over the whole range", T, float, double) {
+  using bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  std::mt19937_64 rng(42);
+  std::vector<T> values(20000);
+  for (auto& v : values) {
+    const bits b = static_cast<bits>(rng());
+    std::memcpy(&v, &b, sizeof(T));
+  }
+  require_bounds(values);
+  // Incompressible data stays within max_compressed_size.
+  auto result = require_round_trip<T>(std::span<const T>(values), {.bound = kompress::lossless()});
+  CHECK(result.stream.size() <= kompress::max_compressed_size<T>(values.size()));
+}
+
+TEST_CASE_TEMPLATE("codec: a bound of 0 is lossless", T, float, double) {
+  auto values = smooth<T>(10000, 1e3);
+  values[17] = std::numeric_limits<T>::quiet_NaN();
+  for (const auto bound : {kompress::lossless(), kompress::relative(0.0)}) {
+    auto result = require_round_trip<T>(std::span<const T>(values), {.bound = bound});
+    CHECK(bit_identical(result.decoded, values));
+    CHECK(result.info.absolute_bound == 0.0);
+  }
+}
+
+TEST_CASE_TEMPLATE("codec: fill values come back bit-exact and stay out of the REL range", T, float, double) {
+  const double fill = 9.96921e36;
+  auto values = smooth<T>(20000, 10.0);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if ((i / 50) % 3 == 0 || i % 97 == 0) values[i] = T(fill);
+  require_bounds(values, fill);
+  auto result = require_round_trip<T>(std::span<const T>(values),
+                                      {.bound = kompress::relative(1e-3), .fill_value = fill});
+  CHECK(result.info.absolute_bound < 1.0);  // 1e-3 of the valid range (about 26), not of 1e37
+  CHECK(result.info.has_fill_value);
+  CHECK(result.ratio() > 3.0);
+}
+
+TEST_CASE_TEMPLATE("codec: invalid bounds are rejected with a clear error", T, float, double) {
+  const auto values = smooth<T>(100);
+  Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
+  Kokkos::View<std::byte*, Kokkos::HostSpace> out("out", kompress::max_compressed_size(in));
+  for (const double bad : {-1e-3, std::numeric_limits<double>::quiet_NaN(),
+                           std::numeric_limits<double>::infinity()}) {
+    CHECK_THROWS_AS(kompress::compress(in, out, kompress::absolute(bad)), kompress::invalid_argument);
+    CHECK_THROWS_AS(kompress::compress(in, out, kompress::relative(bad)), kompress::invalid_argument);
+  }
+  CHECK_THROWS_WITH_AS(kompress::compress(in, out, kompress::compress_options{.bound = kompress::absolute(1e-3), .block_size = 48}),
+                       doctest::Contains("block size"), kompress::invalid_argument);
+  Kokkos::View<std::byte*, Kokkos::HostSpace> small("small", 64);
+  CHECK_THROWS_WITH_AS(kompress::compress(in, small, kompress::absolute(1e-3)),
+                       doctest::Contains("output too small"), kompress::invalid_argument);
+}
+
+TEST_CASE("codec: Views of any rank and both contiguous layouts; strided Views are rejected") {
+  using host = Kokkos::DefaultHostExecutionSpace;
+  Kokkos::View<double**, Kokkos::LayoutLeft, Kokkos::HostSpace> left("left", 33, 70);
+  Kokkos::View<float***, Kokkos::LayoutRight, Kokkos::HostSpace> right("right", 5, 7, 61);
+  for (std::size_t i = 0; i < left.extent(0); ++i)
+    for (std::size_t j = 0; j < left.extent(1); ++j) left(i, j) = std::sin(0.1 * double(i)) * double(j);
+  for (std::size_t i = 0; i < right.size(); ++i) right.data()[i] = float(std::cos(0.01 * double(i)));
+
+  auto stream = kompress::compress(host{}, left, kompress::absolute(1e-4));
+  Kokkos::View<double**, Kokkos::LayoutLeft, Kokkos::HostSpace> left_back("left_back", 33, 70);
+  kompress::decompress(host{}, stream, left_back);
+  for (std::size_t i = 0; i < left.extent(0); ++i)
+    for (std::size_t j = 0; j < left.extent(1); ++j) REQUIRE(std::fabs(left(i, j) - left_back(i, j)) <= 1e-4);
+
+  auto right_stream = kompress::compress(host{}, right, kompress::absolute(1e-3));
+  auto flat = kompress::decompress<float>(host{}, right_stream);
+  REQUIRE(flat.size() == right.size());
+  for (std::size_t i = 0; i < right.size(); ++i) REQUIRE(std::fabs(double(right.data()[i]) - double(flat(i))) <= 1e-3);
+
+  auto strided = Kokkos::subview(left, 3, Kokkos::ALL);  // a row of a LayoutLeft matrix
+  Kokkos::View<std::byte*, Kokkos::HostSpace> out("out", kompress::max_compressed_size(strided));
+  CHECK_THROWS_WITH_AS(kompress::compress(host{}, strided, out, kompress::absolute(1e-3)),
+                       doctest::Contains("contiguous"), kompress::invalid_argument);
+
+  Kokkos::View<float*, Kokkos::HostSpace> wrong_type("wrong", left.size());
+  CHECK_THROWS_WITH_AS(kompress::decompress(host{}, stream, wrong_type), doctest::Contains("double"),
+                       kompress::invalid_argument);
+  Kokkos::View<double*, Kokkos::HostSpace> wrong_count("wrong", left.size() + 1);
+  CHECK_THROWS_WITH_AS(kompress::decompress(host{}, stream, wrong_count), doctest::Contains("values"),
+                       kompress::invalid_argument);
+}
+
+TEST_CASE("codec: the stream does not depend on the thread count") {
+  const auto values = smooth<float>(300000, 50.0);
+  Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
+  const auto options = kompress::compress_options{.bound = kompress::relative(1e-4)};
+  Kokkos::DefaultHostExecutionSpace all;
+  auto reference = kompress::compress(all, in, options);
+  const int threads = all.concurrency();
+  if (threads > 1) {
+    auto parts = Kokkos::Experimental::partition_space(all, 1, threads - 1);
+    for (auto& part : parts) {
+      auto stream = kompress::compress(part, in, options);
+      REQUIRE(stream.size() == reference.size());
+      CHECK(std::memcmp(stream.data(), reference.data(), stream.size()) == 0);
+    }
+  }
+}

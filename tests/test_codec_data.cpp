@@ -1,0 +1,48 @@
+// The error bound on every real array in the data folder, at every bound the codec promises
+// to honour, in both bound modes: |x - x'| <= e element by element, no slack.
+
+#include "support/codec_checks.hpp"
+#include "support/test_data.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <span>
+
+namespace {
+
+template <class T>
+void check_file(const kompress::test::data_file_info& file) {
+  const std::vector<T> values = kompress::test::read_raw<T>(file.name);
+  std::vector<double> bounds = {1e-1, 1e-2, 1e-3, 1e-4, 1e-6};
+  if constexpr (std::is_same_v<T, double>) bounds.push_back(1e-9);
+  for (const auto mode : {kompress::bound_mode::absolute, kompress::bound_mode::relative}) {
+    for (const double bound : bounds) {
+      kompress::compress_options options{.bound = {mode, bound}, .fill_value = file.fill_value};
+      CAPTURE(file.name);
+      CAPTURE(bound);
+      CAPTURE(mode == kompress::bound_mode::relative ? "rel" : "abs");
+      const auto result = kompress::test::require_round_trip<T>(std::span<const T>(values), options);
+      std::printf("%-44s %s %-6g ratio %8.2f\n", file.name.c_str(),
+                  mode == kompress::bound_mode::relative ? "rel" : "abs", bound, result.ratio());
+    }
+  }
+  // Fill files also without naming the fill: the bound still holds, over the raw range.
+  if (file.fill_value) {
+    kompress::compress_options options{.bound = kompress::relative(1e-3)};
+    kompress::test::require_round_trip<T>(std::span<const T>(values), options);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("codec: the bound holds on every real array in the data folder") {
+  const auto files = kompress::test::float_data_files();
+  REQUIRE(files.size() >= 30);
+  for (const auto& file : files) {
+    if (file.dtype == "f32")
+      check_file<float>(file);
+    else
+      check_file<double>(file);
+  }
+}
