@@ -81,31 +81,31 @@ KOKKOS_INLINE_FUNCTION int encode_block(const T* in, int m, const value_codec<T>
   }
 
   // One pass: classify, quantize, and verify each value against exactly what the decoder
-  // will compute. Fixed trip count and no early exit, so it vectorizes.
+  // will compute. Fixed trip count, no branches, and flags kept in lanes as wide as the
+  // values they come from (bits for the element, 64 for doubles), so it vectorizes well.
   const bits first = to_bits(values[0]);
   const bits fill_bits = codec.fill_bits;
   const bits fill_enabled = codec.has_fill ? ~bits(0) : bits(0);
   const double step = codec.step, threshold = codec.accept_threshold;
-  int all_same = 1, any_fill = 0, rejected = 0;
+  bits differs = 0, fills = 0, specials = 0;
+  std::int64_t rejected = 0;
   double biased[BlockSize];
   for (int i = 0; i < BlockSize; ++i) {
     const bits b = to_bits(values[i]);
-    const int fill = ((b ^ fill_bits) | ~fill_enabled) == 0;
-    all_same &= (b == first);
-    any_fill |= fill;
+    const bits fill = -bits(((b ^ fill_bits) | ~fill_enabled) == 0);
+    differs |= b ^ first;
+    fills |= fill;
+    // NaN, +-Inf and -0.0 only come back bit-exact from an exact block.
+    specials |= ~fill & -bits(((b & traits::exponent_mask) == traits::exponent_mask) |
+                             (b == traits::sign_mask));
     const double x = static_cast<double>(values[i]);
     biased[i] = codec.biased_code(x);
-    const double code = biased[i] - rounding_constant;
-    const double error = x - static_cast<double>(value_codec<T>::reconstruct(code, step));
-    // NaN, +-Inf and -0.0 only come back bit-exact from an exact block; NaN errors compare
-    // false and are rejected too.
-    const int special = ((b & traits::exponent_mask) == traits::exponent_mask) |
-                        (b == traits::sign_mask);
-    // Bitwise operators, not && and ||: branch-free, so the loop vectorizes.
-    const int bad = special | !((error <= threshold) & (-error <= threshold)) |
-                    !((code <= max_code_magnitude) & (code >= -max_code_magnitude));
-    rejected |= bad & !fill;
+    const double error = x - static_cast<double>(value_codec<T>::reconstruct(
+                                 biased[i] - rounding_constant, step));
+    // Fill values may fail this freely; they never reach the decoder's arithmetic.
+    rejected |= -std::int64_t(Kokkos::fabs(error) > threshold) & std::int64_t(~fill);
   }
+  const int all_same = differs == 0, any_fill = fills != 0;
 
   const int raw_bytes = m * int(sizeof(T));
   int best_bytes = raw_bytes;
@@ -118,25 +118,28 @@ KOKKOS_INLINE_FUNCTION int encode_block(const T* in, int m, const value_codec<T>
   std::int64_t new_base = 0;
   int width = 0, delta = 0, length_code = 0;
   std::uint32_t codes[BlockSize];
-  if (step > 0.0 && !rejected) {
+  if (step > 0.0 && !rejected && !specials) {
     // Codes relative to the first non-fill value; fills take 0, inside the range.
     int reference_index = 0;
     if (any_fill)
       while (to_bits(values[reference_index]) == fill_bits) ++reference_index;
     // Codes below 2^51 share the biased doubles' exponent: their difference is exact, and
-    // the low 32 bits of the patterns differ by the code difference modulo 2^32.
+    // the low 32 bits of the patterns differ by the code difference modulo 2^32. A code
+    // beyond 2^51 makes its difference huge and fails the range check.
     const double reference = biased[reference_index];
     const std::uint32_t reference_low = static_cast<std::uint32_t>(to_bits(reference));
     std::int32_t relative[BlockSize];
     std::int32_t low = 0, high = 0;
-    int out_of_range = 0;
+    std::int64_t out_of_range =
+        !(Kokkos::fabs(reference - rounding_constant) <= max_code_magnitude);
     for (int i = 0; i < BlockSize; ++i) {
-      const std::int32_t keep = !(any_fill & (to_bits(values[i]) == fill_bits));
       const double r = biased[i] - reference;
-      out_of_range |= keep & !((r < 0x1p30) & (r > -0x1p30));
+      const std::int64_t keep =
+          any_fill ? -std::int64_t(to_bits(values[i]) != fill_bits) : std::int64_t(-1);
+      out_of_range |= -std::int64_t(!(Kokkos::fabs(r) < 0x1p30)) & keep;
       const auto difference =
           static_cast<std::int32_t>(static_cast<std::uint32_t>(to_bits(biased[i])) - reference_low);
-      relative[i] = difference & -keep;
+      relative[i] = difference & std::int32_t(keep);
       low = relative[i] < low ? relative[i] : low;
       high = relative[i] > high ? relative[i] : high;
     }
