@@ -118,11 +118,13 @@ KOKKOS_INLINE_FUNCTION int encode_block(const T* in, int m, const value_codec<T>
   std::int64_t new_base = 0;
   int width = 0, delta = 0, length_code = 0;
   std::uint32_t codes[BlockSize];
-  if (step > 0.0 && !rejected && !specials) {
-    // Codes relative to the first non-fill value; fills take 0, inside the range.
-    int reference_index = 0;
-    if (any_fill)
-      while (to_bits(values[reference_index]) == fill_bits) ++reference_index;
+  // Codes are taken relative to the first non-fill value; a block of fills alone is an exact
+  // constant block, already chosen above.
+  int reference_index = 0;
+  if (any_fill)
+    while (reference_index < BlockSize && to_bits(values[reference_index]) == fill_bits)
+      ++reference_index;
+  if (step > 0.0 && !rejected && !specials && reference_index < BlockSize) {
     // Codes below 2^51 share the biased doubles' exponent: their difference is exact, and
     // the low 32 bits of the patterns differ by the code difference modulo 2^32. A code
     // beyond 2^51 makes its difference huge and fails the range check.
