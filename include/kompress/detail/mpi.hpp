@@ -1,0 +1,96 @@
+#pragma once
+// MPI plumbing for the collectives: return-code checks that throw, byte counts that fit an
+// int, and an owned duplicate of a communicator. Standard MPI only, so any MPI works.
+
+#include <kompress/error.hpp>
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstddef>
+#include <string>
+
+namespace kompress {
+inline namespace v0 {
+
+/// An MPI call failed; the message carries MPI's own error string.
+class mpi_error : public error {
+ public:
+  mpi_error(const std::string& what, int code) : error(what), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
+}  // namespace v0
+
+namespace detail {
+
+inline void check_mpi(int code, const char* who, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw mpi_error(std::string(who) + ": " + call + " failed: " + std::string(text, length), code);
+}
+
+/// Message lengths travel as MPI int counts of bytes.
+inline int byte_count(std::size_t bytes, const char* who) {
+  if (bytes > std::size_t(INT_MAX))
+    throw invalid_argument(std::string(who) + ": a message to one peer of " + std::to_string(bytes) +
+                           " bytes exceeds MPI's int count (2 GiB); split the exchange");
+  return static_cast<int>(bytes);
+}
+
+/// Tag of every message a blocking kompress collective sends on the caller's communicator.
+/// Nonblocking ones use a duplicate of it, so several can be in flight.
+inline constexpr int collective_tag = 0x6B70;
+
+/// An owned MPI_Comm_dup, freed on destruction.
+class owned_comm {
+ public:
+  owned_comm() = default;
+  owned_comm(MPI_Comm comm, const char* who) {
+    check_mpi(MPI_Comm_dup(comm, &comm_), who, "MPI_Comm_dup");
+  }
+  owned_comm(const owned_comm&) = delete;
+  owned_comm& operator=(const owned_comm&) = delete;
+  owned_comm(owned_comm&& other) noexcept : comm_(other.comm_) { other.comm_ = MPI_COMM_NULL; }
+  owned_comm& operator=(owned_comm&& other) noexcept {
+    if (this != &other) {
+      release();
+      comm_ = other.comm_;
+      other.comm_ = MPI_COMM_NULL;
+    }
+    return *this;
+  }
+  ~owned_comm() { release(); }
+  MPI_Comm get() const { return comm_; }
+
+ private:
+  void release() {
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    comm_ = MPI_COMM_NULL;
+  }
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+struct comm_shape {
+  int rank = 0;
+  int size = 1;
+};
+
+inline comm_shape shape_of(MPI_Comm comm, const char* who) {
+  comm_shape shape;
+  check_mpi(MPI_Comm_rank(comm, &shape.rank), who, "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm, &shape.size), who, "MPI_Comm_size");
+  if (shape.size < 2)
+    throw invalid_argument(std::string(who) +
+                           ": the communicator has 1 rank, so there is nothing to exchange "
+                           "(copy the data with Kokkos::deep_copy instead)");
+  return shape;
+}
+
+}  // namespace detail
+}  // namespace kompress

@@ -1,0 +1,267 @@
+// The compressed collectives against plain MPI, element by element, within the documented
+// bound; run under mpiexec -n 2, 3 and 4.
+
+#include "support/test_data.hpp"
+
+#include <kompress/comm.hpp>
+
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace {
+
+using host = Kokkos::DefaultHostExecutionSpace;
+template <class T>
+using host_view = Kokkos::View<T*, Kokkos::HostSpace>;
+
+int rank_of(MPI_Comm comm = MPI_COMM_WORLD) {
+  int r = 0;
+  MPI_Comm_rank(comm, &r);
+  return r;
+}
+int size_of(MPI_Comm comm = MPI_COMM_WORLD) {
+  int s = 0;
+  MPI_Comm_size(comm, &s);
+  return s;
+}
+
+template <class T>
+MPI_Datatype mpi_type() {
+  return std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
+}
+
+/// Smooth data with a rank-dependent phase, plus an optional real array slice.
+template <class T>
+host_view<T> make_data(std::size_t n, int seed) {
+  host_view<T> v("data", n);
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(0.0, 0.01);
+  for (std::size_t i = 0; i < n; ++i) v(i) = T(std::sin(0.002 * double(i) + seed) * 10.0 + noise(rng));
+  return v;
+}
+
+/// The absolute bound a sender applies: ABS as given, REL over its whole send View.
+template <class T>
+double sender_bound(const host_view<T>& send, const kompress::error_bound& bound) {
+  if (bound.mode == kompress::bound_mode::absolute) return bound.value;
+  double lo = INFINITY, hi = -INFINITY;
+  for (std::size_t i = 0; i < send.size(); ++i)
+    if (std::isfinite(send(i))) {
+      lo = std::min(lo, double(send(i)));
+      hi = std::max(hi, double(send(i)));
+    }
+  return lo <= hi ? bound.value * (hi - lo) : 0.0;
+}
+
+/// Every rank's sender bound, indexed by rank.
+std::vector<double> all_bounds(double mine) {
+  std::vector<double> bounds(size_of());
+  MPI_Allgather(&mine, 1, MPI_DOUBLE, bounds.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  return bounds;
+}
+
+template <class T>
+void check_alltoall(std::size_t per_peer, const kompress::collective_options& options) {
+  const int p = size_of(), me = rank_of();
+  auto send = make_data<T>(per_peer * p, me + 1);
+  host_view<T> expected("expected", send.size()), got("got", send.size());
+  const int bytes = int(per_peer * sizeof(T));
+  MPI_Alltoall(send.data(), bytes, MPI_BYTE, expected.data(), bytes, MPI_BYTE, MPI_COMM_WORLD);
+  const auto report = kompress::alltoall(host{}, send, got, MPI_COMM_WORLD, options);
+  const auto bounds = all_bounds(sender_bound(send, options.bound));
+  std::size_t violations = 0;
+  for (int source = 0; source < p; ++source)
+    for (std::size_t i = 0; i < per_peer; ++i) {
+      const std::size_t k = std::size_t(source) * per_peer + i;
+      const double e = source == me ? 0.0 : bounds[source];
+      violations += !(std::fabs(double(got(k)) - double(expected(k))) <= e);
+    }
+  CHECK(violations == 0);
+  CHECK(report.messages == std::uint64_t(per_peer ? p - 1 : 0));
+  if (options.mode == kompress::transfer_mode::compressed && options.bound.value > 0 && per_peer >= 4096)
+    CHECK(report.ratio() > 1.5);
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("alltoall matches MPI_Alltoall within the bound", T, float, double) {
+  for (const std::size_t per_peer : {std::size_t(0), std::size_t(1), std::size_t(31), std::size_t(1000),
+                                     std::size_t(33 * 64 + 5), std::size_t(70001)}) {
+    for (const auto bound : {kompress::absolute(1e-3), kompress::relative(1e-2), kompress::lossless()}) {
+      CAPTURE(per_peer);
+      check_alltoall<T>(per_peer, {.bound = bound});
+    }
+  }
+  check_alltoall<T>(20000, {.bound = kompress::absolute(1e-3), .mode = kompress::transfer_mode::raw});
+  check_alltoall<T>(200000, {.bound = kompress::absolute(1e-3), .mode = kompress::transfer_mode::automatic});
+  check_alltoall<T>(100, {.bound = kompress::absolute(1e-3), .mode = kompress::transfer_mode::automatic});
+}
+
+TEST_CASE("alltoall of real embedding rows and activations") {
+  const int p = size_of(), me = rank_of();
+  for (const char* file : {"dlrm_flights_lookup_fwd_1024x10x128.f32", "act_mlp_relu2_out_1024x1024.f32"}) {
+    const auto all = kompress::test::read_raw<float>(file);
+    const std::size_t per_rank = all.size() / std::size_t(p) / std::size_t(p) * std::size_t(p);
+    host_view<float> send("send", per_rank), got("got", per_rank), expected("expected", per_rank);
+    std::memcpy(send.data(), all.data() + std::size_t(me) * per_rank, per_rank * sizeof(float));
+    const auto options = kompress::collective_options{.bound = kompress::relative(1e-2), .measure_error = true};
+    const auto report = kompress::alltoall(host{}, send, got, MPI_COMM_WORLD, options);
+    const int bytes = int(per_rank / p * sizeof(float));
+    MPI_Alltoall(send.data(), bytes, MPI_BYTE, expected.data(), bytes, MPI_BYTE, MPI_COMM_WORLD);
+    const auto bounds = all_bounds(sender_bound(send, options.bound));
+    const std::size_t per_peer = per_rank / p;
+    std::size_t violations = 0;
+    for (std::size_t k = 0; k < per_rank; ++k)
+      violations += !(std::fabs(double(got(k)) - double(expected(k))) <= bounds[k / per_peer]);
+    CAPTURE(file);
+    CHECK(violations == 0);
+    CHECK(report.max_error <= bounds[me]);
+    CHECK(report.ratio() > 3.0);
+  }
+}
+
+TEST_CASE_TEMPLATE("alltoallv with zero and uneven counts", T, float, double) {
+  const int p = size_of(), me = rank_of();
+  // Rank r sends (r + 2 * j) % 5 * 997 values to rank j; some counts are zero.
+  const auto count = [](int from, int to) { return std::size_t((from + 2 * to) % 5) * 997; };
+  std::vector<std::size_t> send_counts(p), send_displs(p), recv_counts(p), recv_displs(p);
+  for (int j = 0; j < p; ++j) {
+    send_counts[j] = count(me, j);
+    recv_counts[j] = count(j, me);
+  }
+  std::exclusive_scan(send_counts.begin(), send_counts.end(), send_displs.begin(), std::size_t(0));
+  std::exclusive_scan(recv_counts.begin(), recv_counts.end(), recv_displs.begin(), std::size_t(0));
+  const std::size_t total_send = send_displs.back() + send_counts.back();
+  const std::size_t total_recv = recv_displs.back() + recv_counts.back();
+  auto send = make_data<T>(total_send, me + 7);
+  host_view<T> got("got", total_recv + 3), expected("expected", total_recv + 3);
+  for (const auto mode : {kompress::transfer_mode::compressed, kompress::transfer_mode::raw, kompress::transfer_mode::automatic}) {
+    const auto options = kompress::collective_options{.bound = kompress::absolute(1e-4), .mode = mode};
+    kompress::alltoallv(host{}, send, send_counts, send_displs, got, recv_counts, recv_displs, MPI_COMM_WORLD, options);
+    std::vector<int> sc(send_counts.begin(), send_counts.end()), sd(send_displs.begin(), send_displs.end());
+    std::vector<int> rc(recv_counts.begin(), recv_counts.end()), rd(recv_displs.begin(), recv_displs.end());
+    MPI_Alltoallv(send.data(), sc.data(), sd.data(), mpi_type<T>(), expected.data(), rc.data(), rd.data(), mpi_type<T>(),
+                  MPI_COMM_WORLD);
+    std::size_t violations = 0;
+    for (std::size_t k = 0; k < total_recv; ++k) violations += !(std::fabs(double(got(k)) - double(expected(k))) <= 1e-4);
+    CHECK(violations == 0);
+  }
+}
+
+namespace {
+
+template <class T>
+void check_allreduce(std::size_t n, const kompress::collective_options& options, bool in_place) {
+  const int p = size_of(), me = rank_of();
+  auto send = make_data<T>(n, me + 3);
+  host_view<T> expected("expected", n), magnitude("magnitude", n), abs_send("abs", n);
+  MPI_Allreduce(send.data(), expected.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
+  for (std::size_t i = 0; i < n; ++i) abs_send(i) = std::fabs(send(i));
+  MPI_Allreduce(abs_send.data(), magnitude.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
+  // The bound each compression used: ABS as given, REL over all ranks' inputs.
+  double lo = INFINITY, hi = -INFINITY;
+  for (std::size_t i = 0; i < n; ++i) {
+    lo = std::min(lo, double(send(i)));
+    hi = std::max(hi, double(send(i)));
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  const double e = options.bound.mode == kompress::bound_mode::absolute ? options.bound.value
+                                                                      : (n ? options.bound.value * (hi - lo) : 0.0);
+  const double result_bound = options.reduction_bound == kompress::allreduce_bound::total ? e : p * e;
+
+  host_view<T> got("got", n);
+  kompress::collective_report report;
+  if (in_place) {
+    std::memcpy(got.data(), send.data(), n * sizeof(T));
+    report = kompress::allreduce(host{}, got, MPI_COMM_WORLD, options);
+  } else {
+    report = kompress::allreduce(host{}, send, got, MPI_COMM_WORLD, options);
+  }
+  if (options.mode == kompress::transfer_mode::compressed) CHECK(report.absolute_bound <= result_bound * (1 + 1e-12));
+  std::size_t violations = 0;
+  constexpr double eps = std::numeric_limits<T>::epsilon();
+  for (std::size_t i = 0; i < n; ++i) {
+    // Plus the floating-point summation error of two different summation orders.
+    const double tolerance = result_bound + 2.0 * p * eps * double(magnitude(i));
+    violations += !(std::fabs(double(got(i)) - double(expected(i))) <= tolerance);
+  }
+  CHECK(violations == 0);
+  // Bit-identical on every rank: compare with rank 0's result.
+  host_view<T> root("root", n);
+  std::memcpy(root.data(), got.data(), n * sizeof(T));
+  MPI_Bcast(root.data(), int(n * sizeof(T)), MPI_BYTE, 0, MPI_COMM_WORLD);
+  int identical = n == 0 || std::memcmp(root.data(), got.data(), n * sizeof(T)) == 0;
+  MPI_Allreduce(MPI_IN_PLACE, &identical, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  CHECK(identical == 1);
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("allreduce matches MPI_Allreduce within p times the bound, bit-identical on every rank", T, float,
+                   double) {
+  for (const std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(3), std::size_t(1001), std::size_t(123457)}) {
+    CAPTURE(n);
+    check_allreduce<T>(n, {.bound = kompress::absolute(1e-3)}, false);
+    check_allreduce<T>(n, {.bound = kompress::relative(1e-3)}, true);
+    check_allreduce<T>(n, {.bound = kompress::absolute(1e-2), .reduction_bound = kompress::allreduce_bound::total}, false);
+  }
+  check_allreduce<T>(50000, {.bound = kompress::absolute(1e-3), .mode = kompress::transfer_mode::raw}, true);
+  check_allreduce<T>(500000, {.bound = kompress::absolute(1e-3), .mode = kompress::transfer_mode::automatic}, false);
+}
+
+TEST_CASE("allreduce and alltoall of 64 MiB") {
+  const std::size_t n = (64u << 20) / sizeof(float);
+  check_allreduce<float>(n, {.bound = kompress::relative(1e-3)}, false);
+  check_alltoall<float>(n / std::size_t(size_of()), {.bound = kompress::relative(1e-3)});
+}
+
+TEST_CASE("two nonblocking collectives in flight, completed in reverse order") {
+  const int p = size_of();
+  const std::size_t n = 50000;
+  auto a = make_data<float>(n * p, rank_of() + 11);
+  auto b = make_data<double>(n, rank_of() + 13);
+  host_view<float> a_out("a_out", n * p), a_expected("a_expected", n * p);
+  host_view<double> b_out("b_out", n), b_expected("b_expected", n);
+  auto first = kompress::ialltoall(host{}, a, a_out, MPI_COMM_WORLD, {.bound = kompress::absolute(1e-3)});
+  auto second = kompress::iallreduce(host{}, b, b_out, MPI_COMM_WORLD, {.bound = kompress::absolute(1e-6)});
+  while (!second.test()) {
+  }
+  first.wait();
+  MPI_Alltoall(a.data(), int(n * sizeof(float)), MPI_BYTE, a_expected.data(), int(n * sizeof(float)), MPI_BYTE,
+               MPI_COMM_WORLD);
+  MPI_Allreduce(b.data(), b_expected.data(), int(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  std::size_t violations = 0;
+  for (std::size_t i = 0; i < n * p; ++i) violations += !(std::fabs(a_out(i) - a_expected(i)) <= 1e-3);
+  for (std::size_t i = 0; i < n; ++i) violations += !(std::fabs(b_out(i) - b_expected(i)) <= p * 1e-6 + 1e-9);
+  CHECK(violations == 0);
+  CHECK(first.report().compressed_messages == std::uint64_t(p - 1));
+}
+
+TEST_CASE("collectives reject bad arguments with a clear error") {
+  const int p = size_of();
+  auto data = make_data<float>(10 * p, rank_of());
+  host_view<float> out("out", 10 * p);
+  CHECK_THROWS_AS(kompress::alltoall(host{}, data, out, MPI_COMM_WORLD, {.bound = kompress::absolute(-1.0)}),
+                  kompress::invalid_argument);
+  host_view<float> short_out("short", 10 * p - 1);
+  CHECK_THROWS_WITH_AS(kompress::alltoall(host{}, data, short_out, MPI_COMM_WORLD), doctest::Contains("receive View"),
+                       kompress::invalid_argument);
+  CHECK_THROWS_WITH_AS(kompress::allreduce(host{}, data, out, MPI_COMM_SELF), doctest::Contains("1 rank"),
+                       kompress::invalid_argument);
+  std::vector<int> counts(p, 10), displs(p, 0), too_far(p, 10 * p - 5);
+  CHECK_THROWS_WITH_AS(
+      kompress::alltoallv(host{}, data, counts, too_far, out, counts, displs, MPI_COMM_WORLD), doctest::Contains("overflows"),
+      kompress::invalid_argument);
+  // Ranks passing different sizes: every rank gets the error, none hangs.
+  host_view<float> uneven("uneven", 100 + rank_of());
+  CHECK_THROWS_WITH_AS(kompress::allreduce(host{}, uneven, uneven, MPI_COMM_WORLD), doctest::Contains("different sizes"),
+                       kompress::invalid_argument);
+}
