@@ -265,3 +265,12 @@ TEST_CASE("collectives reject bad arguments with a clear error") {
   CHECK_THROWS_WITH_AS(kompress::allreduce(host{}, uneven, uneven, MPI_COMM_WORLD), doctest::Contains("different sizes"),
                        kompress::invalid_argument);
 }
+
+TEST_CASE("measure_cost_model gives every rank the same positive rates") {
+  const auto model = kompress::measure_cost_model(host{}, MPI_COMM_WORLD, 1u << 20);
+  double rates[3] = {model.link_bytes_per_second, model.compress_bytes_per_second, model.decompress_bytes_per_second};
+  for (const double rate : rates) CHECK((std::isfinite(rate) && rate > 0.0));
+  double highest[3];
+  MPI_Allreduce(rates, highest, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  for (int i = 0; i < 3; ++i) CHECK(highest[i] == rates[i]);
+}

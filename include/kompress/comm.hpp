@@ -8,3 +8,4 @@
 #include <kompress/comm/alltoall.hpp>
 #include <kompress/comm/options.hpp>
 #include <kompress/comm/request.hpp>
+#include <kompress/comm/measure.hpp>

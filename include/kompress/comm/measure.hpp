@@ -1,0 +1,74 @@
+#pragma once
+// kompress::measure_cost_model: measures the numbers automatic mode decides with — the link
+// between two ranks and this machine's codec — once, and makes every rank agree on them
+// (automatic mode decides on each side of a message without talking). Collective over comm.
+
+#include <kompress/comm/cost_model.hpp>
+#include <kompress/compress.hpp>
+#include <kompress/detail/mpi.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+namespace kompress {
+inline namespace v0 {
+
+/// Link: a ping-pong of `probe_bytes` between ranks 0 and 1. Codec: compress and decompress
+/// a smooth field of `probe_bytes` at REL 1e-3 on every rank. Slowest rank wins, for all.
+template <execution_space Exec>
+cost_model measure_cost_model(const Exec& exec, MPI_Comm comm, std::size_t probe_bytes = 4u << 20) {
+  constexpr const char* who = "kompress::measure_cost_model";
+  const detail::comm_shape shape = detail::shape_of(comm, who);
+  using clock = std::chrono::steady_clock;
+  const auto seconds = [](clock::time_point start) {
+    return std::chrono::duration<double>(clock::now() - start).count();
+  };
+  cost_model model;
+
+  const std::size_t count = std::max<std::size_t>(probe_bytes / sizeof(float), 1024);
+  Kokkos::View<float*, Kokkos::HostSpace> field("kompress::probe", count), back("kompress::probe_back", count);
+  for (std::size_t i = 0; i < count; ++i) field(i) = float(std::sin(1e-3 * double(i)) + 1e-3 * double(i % 17));
+  Kokkos::View<std::byte*, Kokkos::HostSpace> stream("kompress::probe_stream", max_compressed_size(field));
+  double compress_time = 1e30, decompress_time = 1e30;
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    auto start = clock::now();
+    const std::size_t length = compress(exec, field, stream, relative(1e-3));
+    compress_time = std::min(compress_time, seconds(start));
+    start = clock::now();
+    decompress(exec, Kokkos::subview(stream, std::pair<std::size_t, std::size_t>(0, length)), back);
+    decompress_time = std::min(decompress_time, seconds(start));
+  }
+
+  double link_time = 1e30;
+  const int bytes = detail::byte_count(count * sizeof(float), who);
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    detail::check_mpi(MPI_Barrier(comm), who, "MPI_Barrier");
+    const auto start = clock::now();
+    if (shape.rank == 0) {
+      detail::check_mpi(MPI_Send(field.data(), bytes, MPI_BYTE, 1, detail::collective_tag, comm), who, "MPI_Send");
+      detail::check_mpi(MPI_Recv(back.data(), bytes, MPI_BYTE, 1, detail::collective_tag, comm, MPI_STATUS_IGNORE),
+                        who, "MPI_Recv");
+    } else if (shape.rank == 1) {
+      detail::check_mpi(MPI_Recv(back.data(), bytes, MPI_BYTE, 0, detail::collective_tag, comm, MPI_STATUS_IGNORE),
+                        who, "MPI_Recv");
+      detail::check_mpi(MPI_Send(field.data(), bytes, MPI_BYTE, 0, detail::collective_tag, comm), who, "MPI_Send");
+    }
+    link_time = std::min(link_time, seconds(start) / 2.0);
+  }
+  // Rates: the slowest rank's codec; the link as rank 0 saw it.
+  double rates[3] = {double(count * sizeof(float)) / compress_time, double(count * sizeof(float)) / decompress_time,
+                     shape.rank == 0 ? double(count * sizeof(float)) / link_time : INFINITY};
+  detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, rates, 3, MPI_DOUBLE, MPI_MIN, comm), who, "MPI_Allreduce");
+  model.compress_bytes_per_second = rates[0];
+  model.decompress_bytes_per_second = rates[1];
+  model.link_bytes_per_second = rates[2];
+  return model;
+}
+
+}  // namespace v0
+}  // namespace kompress
