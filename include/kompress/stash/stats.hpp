@@ -1,0 +1,41 @@
+#pragma once
+// kompress::stash_stats: what a stash holds now, what it held at most, and what it has done.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kompress {
+inline namespace v0 {
+
+struct stash_stats {
+  // --- now ---
+  std::size_t budget_bytes = 0;     ///< the pool's size: all the device memory the stash holds
+  std::size_t workspace_bytes = 0;  ///< the part of the pool kept as compression workspace
+  std::size_t entries = 0;          ///< live entries
+  std::size_t raw_bytes = 0;        ///< live entries, uncompressed: what plain Views would hold
+  std::size_t stored_bytes = 0;     ///< live entries' streams, wherever they are
+  std::size_t pool_bytes = 0;       ///< pool bytes in use: streams (64-byte aligned), saves in
+                                    ///< progress, the workspace
+  std::size_t host_spilled_bytes = 0;  ///< live streams spilled to host memory
+  std::size_t file_spilled_bytes = 0;  ///< live streams spilled to the spill file
+  // --- high-water marks since construction or reset_peaks() ---
+  std::size_t peak_raw_bytes = 0;     ///< of raw_bytes
+  std::size_t peak_stored_bytes = 0;  ///< of the streams in the pool (without alignment)
+  std::size_t peak_pool_bytes = 0;    ///< of pool_bytes: the budget this run actually needed
+  // --- totals since construction ---
+  std::uint64_t saves = 0;
+  std::uint64_t restores = 0;
+  std::uint64_t drops = 0;
+  std::uint64_t spilled_segments = 0;  ///< to host or file
+  std::uint64_t loosened_saves = 0;    ///< saves stored with a looser bound than asked
+  std::size_t total_raw_bytes = 0;     ///< over every save
+  std::size_t total_stored_bytes = 0;  ///< over every save
+
+  /// Compression ratio over every save so far: total_raw_bytes / total_stored_bytes.
+  double ratio() const {
+    return total_stored_bytes ? double(total_raw_bytes) / double(total_stored_bytes) : 0.0;
+  }
+};
+
+}  // namespace v0
+}  // namespace kompress

@@ -1,0 +1,439 @@
+// The activation stash: round trips within the bound on the real activations, shapes and
+// layouts, handles, zero-size and strided Views, the pool's allocator, no allocation once warm,
+// and concurrent saves on two execution space instances.
+#include <kompress/stash.hpp>
+
+#include "support/codec_checks.hpp"
+#include "support/test_data.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using exec_space = Kokkos::DefaultExecutionSpace;
+using memory_space = exec_space::memory_space;
+using stash_type = kompress::stash<exec_space>;
+
+template <class T>
+std::vector<T> random_values(std::size_t count, unsigned seed, double zero_fraction = 0.5) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<T> values(count);
+  for (T& v : values) v = uniform(rng) < zero_fraction ? T(0) : T(std::fabs(normal(rng)) * 3.0);
+  return values;
+}
+
+template <class T>
+Kokkos::View<T*, memory_space> to_view(const std::vector<T>& values) {
+  Kokkos::View<T*, memory_space> view("values", values.size());
+  Kokkos::deep_copy(view, Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                              values.data(), values.size()));
+  return view;
+}
+
+template <class View>
+std::vector<typename View::non_const_value_type> to_vector(const View& view) {
+  using T = typename View::non_const_value_type;
+  std::vector<T> values(view.size());
+  auto flat = Kokkos::View<const T*, typename View::memory_space, Kokkos::MemoryUnmanaged>(
+      view.data(), view.size());
+  Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(values.data(),
+                                                                                 values.size()),
+                    flat);
+  return values;
+}
+
+template <class T>
+void require_within(std::span<const T> original, std::span<const T> decoded, double abs_bound) {
+  const auto check = kompress::test::check_bound<T>(original, decoded, abs_bound);
+  if (check.violations) {
+    const std::size_t i = check.first_violation;
+    FAIL(check.violations << " values out of bound " << abs_bound << "; first at " << i << ": "
+                          << double(original[i]) << " -> " << double(decoded[i]));
+  }
+}
+
+template <class T>
+bool bit_identical(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+kompress::stash_options options(std::size_t budget, std::size_t segment_bytes = std::size_t(4) << 20) {
+  return {.budget_bytes = budget, .segment_bytes = segment_bytes};
+}
+
+}  // namespace
+
+// --- the allocator ------------------------------------------------------------------------------
+
+TEST_CASE("stash pool: LIFO use is a bump allocator with one free range") {
+  kompress::detail::first_fit_allocator pool(1 << 20);
+  CHECK(pool.capacity() == (1 << 20));
+  std::vector<std::pair<std::size_t, std::size_t>> live;
+  for (std::size_t i = 1; i <= 20; ++i) {
+    const std::size_t bytes = 1000 * i + 7;
+    auto offset = pool.allocate(bytes);
+    REQUIRE(offset);
+    CHECK(*offset % kompress::detail::first_fit_allocator::alignment == 0);
+    if (!live.empty()) CHECK(*offset == live.back().first + pool.round_up(live.back().second));
+    live.emplace_back(*offset, bytes);
+    CHECK(pool.free_ranges() == 1);
+  }
+  while (!live.empty()) {
+    pool.free(live.back().first, live.back().second);
+    live.pop_back();
+    CHECK(pool.free_ranges() == 1);
+  }
+  CHECK(pool.in_use() == 0);
+  CHECK(pool.largest_free() == pool.capacity());
+}
+
+TEST_CASE("stash pool: out-of-order frees coalesce, first fit reuses holes, shrink gives tails back") {
+  kompress::detail::first_fit_allocator pool(64 * 100);
+  std::vector<std::size_t> offsets;
+  for (int i = 0; i < 10; ++i) offsets.push_back(*pool.allocate(640));  // 10 x 10 lines
+  CHECK_FALSE(pool.allocate(64 * 1));
+  pool.free(offsets[3], 640);
+  pool.free(offsets[5], 640);
+  CHECK(pool.free_ranges() == 2);
+  CHECK(pool.largest_free() == 640);
+  CHECK_FALSE(pool.allocate(641));
+  pool.free(offsets[4], 640);  // joins both neighbours
+  CHECK(pool.free_ranges() == 1);
+  CHECK(pool.largest_free() == 3 * 640);
+  const auto hole = pool.allocate(1000);  // first fit: the hole at offsets[3]
+  REQUIRE(hole);
+  CHECK(*hole == offsets[3]);
+  pool.shrink(*hole, 1000, 100);  // 1024 -> 128 bytes: the tail joins the hole's rest
+  CHECK(pool.largest_free() == 3 * 640 - 128);
+  CHECK_THROWS_AS(pool.free(offsets[4], 640), kompress::error);  // never handed out as such
+  pool.free(*hole, 100);
+  for (int i : {0, 1, 2, 6, 7, 8, 9}) pool.free(offsets[std::size_t(i)], 640);
+  CHECK(pool.in_use() == 0);
+  CHECK(pool.free_ranges() == 1);
+  CHECK_THROWS_AS(pool.free(offsets[0], 640), kompress::error);  // twice
+  pool.grow(64 * 200);
+  CHECK(pool.free_ranges() == 1);
+  CHECK(pool.largest_free() == 64 * 200);
+}
+
+// --- round trips ----------------------------------------------------------------------------------
+
+TEST_CASE("stash: every real activation and gradient comes back within the bound") {
+  const exec_space exec;
+  for (const auto& file : kompress::test::float_data_files()) {
+    if (file.family != "activation") continue;
+    const std::vector<float> values = kompress::test::read_raw<float>(file.name);
+    const auto view = to_view(values);
+    // One segment per View, and 256 KiB segments (a relative bound resolved over the whole View).
+    for (std::size_t segment_bytes : {std::size_t(64) << 20, std::size_t(256) << 10}) {
+      stash_type stash(exec, options(std::size_t(160) << 20, segment_bytes));
+      for (const kompress::error_bound bound :
+           {kompress::relative(1e-2), kompress::relative(1e-4), kompress::absolute(1e-3),
+            kompress::lossless()}) {
+        CAPTURE(file.name);
+        CAPTURE(segment_bytes);
+        CAPTURE(bound.value);
+        const auto handle = stash.save(exec, view, bound);
+        const auto info = stash.info(handle);
+        const double expected = kompress::test::expected_abs_bound<float>(values, bound);
+        CHECK(info.absolute_bound <= expected);
+        CHECK(info.used_bound.value == bound.value);
+        CHECK(info.segments == (values.size() * 4 + segment_bytes - 1) / segment_bytes);
+        CHECK(info.placement.pool_segments == info.segments);
+        auto back = stash.restore<Kokkos::View<float*, memory_space>>(exec, handle);
+        const auto decoded = to_vector(back);
+        require_within<float>(values, decoded, expected);
+        if (bound.value == 0.0) CHECK(bit_identical(values, decoded));
+        if (bound.mode == kompress::bound_mode::relative && bound.value == 1e-2 &&
+            segment_bytes > values.size() * 4) {
+          // One segment is exactly kompress::compress's stream.
+          const auto direct = kompress::test::round_trip<float>(values, {.bound = bound});
+          CHECK(info.stored_bytes == direct.stream.size());
+          CHECK(bit_identical(direct.decoded, decoded));
+          MESSAGE(file.name << ": ratio " << info.ratio() << " at REL 1e-2");
+        }
+        stash.drop(handle);
+      }
+      const auto stats = stash.stats();
+      CHECK(stats.entries == 0);
+      CHECK(stats.pool_bytes == stats.workspace_bytes);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("stash: sizes around blocks, chunks and segments", T, float, double) {
+  const exec_space exec;
+  // 16 KiB segments: 4096 floats or 2048 doubles (one chunk of 32-value blocks is 2048).
+  stash_type stash(exec, options(std::size_t(8) << 20, std::size_t(16) << 10));
+  const std::size_t segment = std::is_same_v<T, float> ? 4096 : 2048;
+  for (std::size_t count : {std::size_t(0), std::size_t(1), std::size_t(31), std::size_t(32),
+                            std::size_t(33), std::size_t(2047), std::size_t(2049), segment - 1,
+                            segment, segment + 1, 3 * segment + 5, std::size_t(300001)}) {
+    CAPTURE(count);
+    const auto values = random_values<T>(count, unsigned(count));
+    const auto view = to_view(values);
+    for (const auto bound : {kompress::relative(1e-2), kompress::absolute(1e-5)}) {
+      const auto handle = stash.save(exec, view, bound);
+      Kokkos::View<T*, memory_space> back("back", count);
+      stash.restore_and_drop(exec, handle, back);
+      require_within<T>(values, to_vector(back), kompress::test::expected_abs_bound<T>(values, bound));
+      CHECK_FALSE(stash.contains(handle));
+    }
+  }
+}
+
+TEST_CASE("stash: any rank and layout; the output's shape and element order are checked") {
+  const exec_space exec;
+  stash_type stash(exec, options(std::size_t(16) << 20));
+  const auto values = random_values<float>(6 * 5 * 4, 7);
+
+  SUBCASE("LayoutLeft rank 3 into LayoutLeft, rank 1; not LayoutRight") {
+    Kokkos::View<float***, Kokkos::LayoutLeft, memory_space> view("left", 6, 5, 4);
+    std::copy(values.begin(), values.end(), view.data());
+    const auto handle = stash.save(exec, view, kompress::absolute(1e-3));
+    const auto info = stash.info(handle);
+    CHECK(info.rank == 3);
+    CHECK(info.extents[0] == 6);
+    CHECK(info.extents[2] == 4);
+    auto back = stash.restore<Kokkos::View<float***, Kokkos::LayoutLeft, memory_space>>(exec, handle);
+    CHECK(back.extent(0) == 6);
+    CHECK(back.extent(1) == 5);
+    for (int k = 0; k < 4; ++k)
+      for (int j = 0; j < 5; ++j)
+        for (int i = 0; i < 6; ++i) CHECK(std::fabs(back(i, j, k) - view(i, j, k)) <= 1e-3);
+    Kokkos::View<float*, memory_space> flat("flat", view.size());
+    stash.restore(exec, handle, flat);
+    require_within<float>(values, to_vector(flat), 1e-3);
+    Kokkos::View<float***, Kokkos::LayoutRight, memory_space> right("right", 6, 5, 4);
+    CHECK_THROWS_AS(stash.restore(exec, handle, right), kompress::invalid_argument);
+    Kokkos::View<float***, Kokkos::LayoutLeft, memory_space> other("other", 5, 6, 4);
+    CHECK_THROWS_AS(stash.restore(exec, handle, other), kompress::invalid_argument);
+    CHECK_THROWS_AS((stash.restore<Kokkos::View<float**, Kokkos::LayoutLeft, memory_space>>(exec, handle)),
+                    kompress::invalid_argument);
+    Kokkos::View<double*, memory_space> wrong_type("double", view.size());
+    CHECK_THROWS_WITH_AS(stash.restore(exec, handle, wrong_type),
+                         doctest::Contains("holds float values but the output View is of double"),
+                         kompress::invalid_argument);
+    Kokkos::View<float*, memory_space> short_view("short", view.size() - 1);
+    CHECK_THROWS_AS(stash.restore(exec, handle, short_view), kompress::invalid_argument);
+    stash.drop(handle);
+  }
+  SUBCASE("a rank-0 View") {
+    Kokkos::View<double, memory_space> scalar("scalar");
+    scalar() = 3.25;
+    const auto handle = stash.save(scalar, kompress::relative(1e-2));
+    Kokkos::View<double, memory_space> back("back");
+    stash.restore(handle, back);
+    CHECK(back() == 3.25);  // a constant: REL resolves to 0, lossless
+  }
+  SUBCASE("strided Views are rejected, contiguous subviews accepted") {
+    Kokkos::View<float**, Kokkos::LayoutRight, memory_space> matrix("matrix", 8, 16);
+    auto columns = Kokkos::subview(matrix, Kokkos::ALL, std::pair<int, int>(0, 8));
+    CHECK_THROWS_WITH_AS(stash.save(exec, columns, kompress::relative(1e-2)),
+                         doctest::Contains("must be contiguous"), kompress::invalid_argument);
+    auto rows = Kokkos::subview(matrix, std::pair<int, int>(2, 4), Kokkos::ALL);
+    const auto handle = stash.save(exec, rows, kompress::relative(1e-2));
+    Kokkos::View<float**, Kokkos::LayoutRight, memory_space> back("back", 8, 16);
+    auto back_columns = Kokkos::subview(back, Kokkos::ALL, std::pair<int, int>(0, 8));
+    CHECK_THROWS_AS(stash.restore(exec, handle, back_columns), kompress::invalid_argument);
+    stash.restore(exec, handle, Kokkos::subview(back, std::pair<int, int>(5, 7), Kokkos::ALL));
+  }
+}
+
+TEST_CASE("stash: zero-size Views are handled: an entry of no bytes") {
+  const exec_space exec;
+  stash_type stash(exec, options(std::size_t(8) << 20));
+  Kokkos::View<float**, memory_space> empty("empty", 0, 7);
+  const auto before = stash.stats();
+  const auto handle = stash.save(exec, empty, kompress::relative(1e-2));
+  CHECK(stash.contains(handle));
+  const auto info = stash.info(handle);
+  CHECK(info.count == 0);
+  CHECK(info.stored_bytes == 0);
+  CHECK(info.segments == 0);
+  CHECK(stash.stats().pool_bytes == before.pool_bytes);
+  auto back = stash.restore<Kokkos::View<float**, memory_space>>(exec, handle);
+  CHECK(back.extent(0) == 0);
+  CHECK(back.extent(1) == 7);
+  Kokkos::View<float*, memory_space> none("none", 0);
+  stash.restore_and_drop(exec, handle, none);
+  CHECK_FALSE(stash.contains(handle));
+}
+
+// --- handles ---------------------------------------------------------------------------------------
+
+TEST_CASE("stash: handles used twice, after drop, empty or from another stash are rejected") {
+  const exec_space exec;
+  stash_type stash(exec, options(std::size_t(8) << 20));
+  stash_type other(exec, options(std::size_t(8) << 20));
+  const auto values = random_values<float>(10000, 1);
+  const auto view = to_view(values);
+  Kokkos::View<float*, memory_space> back("back", values.size());
+
+  const auto handle = stash.save(exec, view, kompress::relative(1e-2));
+  // restore keeps the entry: twice gives the same values
+  stash.restore(exec, handle, back);
+  const auto first = to_vector(back);
+  stash.restore(exec, handle, back);
+  CHECK(bit_identical(first, to_vector(back)));
+
+  CHECK_THROWS_WITH_AS(other.restore(exec, handle, back), doctest::Contains("another stash"),
+                       kompress::invalid_handle);
+  CHECK_THROWS_AS(other.drop(handle), kompress::invalid_handle);
+  CHECK_THROWS_AS(other.info(handle), kompress::invalid_handle);
+  CHECK_FALSE(other.contains(handle));
+  CHECK_THROWS_WITH_AS(stash.restore(exec, kompress::stash_handle{}, back),
+                       doctest::Contains("empty"), kompress::invalid_handle);
+
+  stash.drop(handle);
+  CHECK_FALSE(stash.contains(handle));
+  CHECK_THROWS_WITH_AS(stash.restore(exec, handle, back), doctest::Contains("was dropped"),
+                       kompress::invalid_handle);
+  CHECK_THROWS_AS(stash.drop(handle), kompress::invalid_handle);  // dropped twice
+  CHECK_THROWS_AS(stash.info(handle), kompress::invalid_handle);
+
+  // The slot is reused by the next save; the old handle stays dead.
+  const auto next = stash.save(exec, view, kompress::relative(1e-2));
+  CHECK(next.slot == handle.slot);
+  CHECK(next.generation != handle.generation);
+  CHECK_THROWS_AS(stash.restore(exec, handle, back), kompress::invalid_handle);
+  stash.restore_and_drop(exec, next, back);
+  CHECK_THROWS_AS(stash.restore_and_drop(exec, next, back), kompress::invalid_handle);
+  CHECK(stash.stats().entries == 0);
+
+  // Moving a stash keeps its identity: its handles stay valid.
+  const auto kept = stash.save(exec, view, kompress::relative(1e-2));
+  stash_type moved = std::move(stash);
+  CHECK(moved.contains(kept));
+  moved.restore(exec, kept, back);
+}
+
+// --- stats, drop order, no allocation once warm -------------------------------------------------------
+
+TEST_CASE("stash: stats follow saves and drops in LIFO and in any order") {
+  const exec_space exec;
+  stash_type stash(exec, options(std::size_t(32) << 20, std::size_t(1) << 20));
+  const auto values = kompress::test::read_raw<float>("act_mlp_relu2_out_1024x1024.f32");
+  const auto view = to_view(values);
+  const auto empty_pool = stash.stats().pool_bytes;
+  std::vector<kompress::stash_handle> handles;
+  for (int i = 0; i < 5; ++i) handles.push_back(stash.save(exec, view, kompress::relative(1e-2)));
+  auto stats = stash.stats();
+  CHECK(stats.entries == 5);
+  CHECK(stats.saves == 5);
+  CHECK(stats.raw_bytes == 5 * values.size() * 4);
+  CHECK(stats.peak_raw_bytes == stats.raw_bytes);
+  CHECK(stats.stored_bytes * 6 < stats.raw_bytes);  // ReLU output at REL 1e-2: > 6x
+  CHECK(stats.ratio() > 6.0);
+  CHECK(stats.pool_bytes >= empty_pool + stats.stored_bytes);
+  CHECK(stats.peak_stored_bytes == stats.stored_bytes);
+  // Out of order: middle, first, last, then the rest.
+  for (int i : {2, 0, 4, 1, 3}) stash.drop(handles[std::size_t(i)]);
+  stats = stash.stats();
+  CHECK(stats.entries == 0);
+  CHECK(stats.raw_bytes == 0);
+  CHECK(stats.stored_bytes == 0);
+  CHECK(stats.pool_bytes == empty_pool);
+  CHECK(stats.peak_raw_bytes == 5 * values.size() * 4);
+  CHECK(stats.drops == 5);
+  stash.reset_peaks();
+  CHECK(stash.stats().peak_raw_bytes == 0);
+  CHECK(stash.stats().peak_pool_bytes == empty_pool);
+}
+
+namespace {
+std::atomic<long> kokkos_allocations{0};
+void count_allocation(const Kokkos::Tools::SpaceHandle, const char*, const void*, std::uint64_t) {
+  ++kokkos_allocations;
+}
+}  // namespace
+
+TEST_CASE("stash: no Kokkos allocation per save or restore once warm") {
+  const exec_space exec;
+  stash_type stash(exec, options(std::size_t(24) << 20, std::size_t(1) << 20));
+  const auto values = kompress::test::read_raw<float>("act_cnn_s3_relu_out_128x64x8x8.f32");
+  const auto view = to_view(values);
+  Kokkos::View<float*, memory_space> back("back", values.size());
+  auto step = [&] {  // a forward pass saving three activations, a backward pass restoring them
+    std::vector<kompress::stash_handle> handles;
+    for (int layer = 0; layer < 3; ++layer) handles.push_back(stash.save(exec, view, kompress::relative(1e-2)));
+    while (!handles.empty()) {
+      stash.restore_and_drop(exec, handles.back(), back);
+      handles.pop_back();
+    }
+  };
+  step();  // warm
+  Kokkos::Tools::Experimental::set_allocate_data_callback(count_allocation);
+  {
+    Kokkos::View<float*, memory_space> probe("probe", 1);  // the counter works
+  }
+  REQUIRE(kokkos_allocations.exchange(0) == 1);
+  for (int i = 0; i < 3; ++i) step();
+  Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
+  CHECK(kokkos_allocations.load() == 0);
+}
+
+// --- concurrency -------------------------------------------------------------------------------------
+
+TEST_CASE("stash: concurrent saves and restores on two execution space instances") {
+  const exec_space exec;
+  const auto instances = Kokkos::Experimental::partition_space(exec, 1, 1);
+  stash_type stash(exec, options(std::size_t(64) << 20, std::size_t(512) << 10));
+  const auto relu = kompress::test::read_raw<float>("act_mlp_relu2_out_1024x1024.f32");
+  const auto conv = kompress::test::read_raw<float>("act_cnn_stem_conv_out_128x16x32x32.f32");
+  const auto relu_view = to_view(relu);
+  const auto conv_view = to_view(conv);
+  constexpr int rounds = 4;
+  std::vector<kompress::stash_handle> handles[2];
+  std::vector<std::string> errors[2];
+  auto worker = [&](int which) {
+    try {
+      const auto& values = which ? conv : relu;
+      const auto& view = which ? conv_view : relu_view;
+      for (int r = 0; r < rounds; ++r)
+        handles[which].push_back(stash.save(instances[std::size_t(which)], view, kompress::relative(1e-2)));
+      Kokkos::View<float*, memory_space> back("back", values.size());
+      const double bound = kompress::test::expected_abs_bound<float>(values, kompress::relative(1e-2));
+      for (int r = rounds - 1; r >= 1; --r) {
+        stash.restore_and_drop(instances[std::size_t(which)], handles[which][std::size_t(r)], back);
+        const auto decoded = to_vector(back);
+        for (std::size_t i = 0; i < values.size(); ++i)
+          if (!(std::fabs(double(values[i]) - double(decoded[i])) <= bound)) {
+            errors[which].push_back("value " + std::to_string(i) + " out of bound");
+            break;
+          }
+      }
+    } catch (const std::exception& e) {
+      errors[which].push_back(e.what());
+    }
+  };
+  std::thread first(worker, 0), second(worker, 1);
+  first.join();
+  second.join();
+  CHECK(errors[0].empty());
+  CHECK(errors[1].empty());
+  for (const auto& e : errors[0]) MESSAGE(e);
+  for (const auto& e : errors[1]) MESSAGE(e);
+  const auto stats = stash.stats();
+  CHECK(stats.saves == 2 * rounds);
+  CHECK(stats.entries == 2);
+  CHECK(stats.restores == 2 * (rounds - 1));
+  // What was left is intact and restores on the default instance.
+  Kokkos::View<float*, memory_space> back("back", relu.size());
+  stash.restore_and_drop(exec, handles[0][0], back);
+  require_within<float>(relu, to_vector(back),
+                        kompress::test::expected_abs_bound<float>(relu, kompress::relative(1e-2)));
+  stash.drop(handles[1][0]);
+  CHECK(stash.stats().pool_bytes == stash.stats().workspace_bytes);
+}
