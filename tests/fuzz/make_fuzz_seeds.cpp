@@ -1,0 +1,171 @@
+// make_fuzz_seeds <directory>: writes the seed corpus of the decompress fuzzer, small valid
+// streams that between them reach every kind of block and header: float and double; absolute,
+// relative and lossless bounds; fill values; NaN, Inf and -0.0; block sizes 32, 64 and 128;
+// 0, 1, odd and multi-chunk lengths. Every stream is decoded again before it is written, so a
+// seed is known to be valid. The values are a deterministic function of the index (no
+// std::*_distribution, whose output differs between standard libraries), so the corpus is the
+// same on every machine.
+//
+// Files are named <case>.kmpz; existing *.kmpz files in the directory are removed first so the
+// corpus never keeps the seeds of an older version of this program.
+
+#include <kompress/kompress.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace {
+
+using host = Kokkos::DefaultHostExecutionSpace;
+using bytes_view = Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+using const_bytes_view = Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+template <class T>
+using values_view = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+
+/// A uniform number in [0, 1) from the index alone (a 64-bit mix, splitmix64's finalizer).
+double noise(std::uint64_t i) {
+  std::uint64_t z = i * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return double(z >> 11) * 0x1p-53;
+}
+
+template <class T>
+std::vector<T> generate(std::size_t count, const std::function<double(std::size_t)>& value) {
+  std::vector<T> values(count);
+  for (std::size_t i = 0; i < count; ++i) values[i] = static_cast<T>(value(i));
+  return values;
+}
+
+/// Compresses `values`, checks the stream decodes to the same count, writes <dir>/<name>.kmpz.
+template <class T>
+void write_seed(const std::filesystem::path& directory, const std::string& name,
+                const std::vector<T>& values, const kompress::compress_options& options) {
+  const values_view<const T> in(values.data(), values.size());
+  std::vector<std::byte> stream(kompress::max_compressed_size(in, options));
+  const std::size_t length =
+      kompress::compress(host{}, in, bytes_view(stream.data(), stream.size()), options);
+  stream.resize(length);
+
+  const const_bytes_view compressed(stream.data(), stream.size());
+  const kompress::stream_info info = kompress::inspect(compressed);
+  if (info.count != values.size())
+    throw std::runtime_error("make_fuzz_seeds: " + name + ": inspect reports " +
+                             std::to_string(info.count) + " values, expected " +
+                             std::to_string(values.size()));
+  std::vector<T> decoded(values.size());
+  kompress::decompress(host{}, compressed, values_view<T>(decoded.data(), decoded.size()));
+
+  const std::filesystem::path path = directory / (name + ".kmpz");
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file.write(reinterpret_cast<const char*>(stream.data()), std::streamsize(stream.size()));
+  if (!file) throw std::runtime_error("make_fuzz_seeds: cannot write " + path.string());
+  std::printf("  %-28s %6zu values -> %6zu bytes\n", path.filename().c_str(), values.size(),
+              stream.size());
+}
+
+void write_all(const std::filesystem::path& dir) {
+  using kompress::absolute;
+  using kompress::lossless;
+  using kompress::relative;
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto smooth = [](std::size_t i) {
+    return 20.0 * std::sin(0.05 * double(i)) + (i % 11 == 0 ? 3.0 : 0.0);
+  };
+  const auto rough = [](std::size_t i) { return 1000.0 * (noise(i) - 0.5); };
+  const auto ramp = [](std::size_t i) { return 1e-3 * double(i); };
+  // Smooth data with runs of a fill value (land masks) and a constant stretch.
+  const auto masked = [&](std::size_t i) {
+    if ((i / 40) % 3 == 1) return 1e20;
+    if (i >= 300 && i < 500) return 7.25;
+    return smooth(i);
+  };
+  const auto masked_double = [&](std::size_t i) { return masked(i) == 1e20 ? -9999.0 : masked(i); };
+  // Specials scattered through smooth data: each forces its block to be stored exactly.
+  const auto special = [&](std::size_t i) {
+    switch (i % 97) {
+      case 5: return nan;
+      case 17: return inf;
+      case 40: return -inf;
+      case 66: return -0.0;
+      default: return smooth(i);
+    }
+  };
+  const auto steps = [](std::size_t i) { return double((i / 16) % 5) * 2.5; };
+  const auto huge = [](std::size_t i) { return 1e30 * (1.0 + 1e-3 * double(i % 17)); };
+
+  // float
+  write_seed(dir, "f32_empty_lossless", generate<float>(0, smooth), {.bound = lossless()});
+  write_seed(dir, "f32_one_abs_bs32", generate<float>(1, smooth), {.bound = absolute(1e-3)});
+  write_seed(dir, "f32_odd_abs_bs32", generate<float>(31, smooth), {.bound = absolute(1e-2)});
+  write_seed(dir, "f32_rel_bs64", generate<float>(1000, smooth),
+             {.bound = relative(1e-3), .block_size = 64});
+  write_seed(dir, "f32_abs_bs128", generate<float>(4097, smooth),
+             {.bound = absolute(1e-4), .block_size = 128});
+  write_seed(dir, "f32_multichunk_rel_bs32", generate<float>(10000, smooth),
+             {.bound = relative(1e-4)});
+  write_seed(dir, "f32_lossless_bs64", generate<float>(700, rough),
+             {.bound = lossless(), .block_size = 64});
+  write_seed(dir, "f32_fill_rel_bs32", generate<float>(2500, masked),
+             {.bound = relative(1e-3), .fill_value = 1e20});
+  write_seed(dir, "f32_specials_abs_bs64", generate<float>(1500, special),
+             {.bound = absolute(1e-2), .block_size = 64});
+  write_seed(dir, "f32_constant_bs128", generate<float>(777, [](std::size_t) { return 3.5; }),
+             {.bound = absolute(1e-3), .block_size = 128});
+  write_seed(dir, "f32_steps_abs_bs32", generate<float>(513, steps), {.bound = absolute(0.5)});
+  write_seed(dir, "f32_huge_abs_bs32", generate<float>(200, huge), {.bound = absolute(1e-3)});
+  // double
+  write_seed(dir, "f64_empty_abs_bs64", generate<double>(0, smooth),
+             {.bound = absolute(1e-3), .block_size = 64});
+  write_seed(dir, "f64_one_lossless", generate<double>(1, smooth), {.bound = lossless()});
+  write_seed(dir, "f64_odd_abs_bs32", generate<double>(257, smooth), {.bound = absolute(1e-6)});
+  write_seed(dir, "f64_rel_bs64", generate<double>(5000, smooth),
+             {.bound = relative(1e-5), .block_size = 64});
+  write_seed(dir, "f64_multichunk_abs_bs128", generate<double>(10000, smooth),
+             {.bound = absolute(1e-3), .block_size = 128});
+  write_seed(dir, "f64_fill_abs_bs32", generate<double>(2000, masked_double),
+             {.bound = absolute(1e-2), .fill_value = -9999.0});
+  write_seed(dir, "f64_specials_abs_bs128", generate<double>(1000, special),
+             {.bound = absolute(1e-3), .block_size = 128});
+  write_seed(dir, "f64_lossless_bs32", generate<double>(600, rough), {.bound = lossless()});
+  write_seed(dir, "f64_ramp_abs_bs64", generate<double>(2049, ramp),
+             {.bound = absolute(1e-9), .block_size = 64});
+  write_seed(dir, "f64_rough_rel_bs32", generate<double>(3001, rough),
+             {.bound = relative(1e-2), .fill_value = 0.0});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <directory>\n", argc > 0 ? argv[0] : "make_fuzz_seeds");
+    return 2;
+  }
+  try {
+    const std::filesystem::path dir = argv[1];
+    std::filesystem::create_directories(dir);
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+      if (entry.is_regular_file() && entry.path().extension() == ".kmpz")
+        std::filesystem::remove(entry.path());
+    Kokkos::ScopeGuard kokkos(
+        Kokkos::InitializationSettings().set_num_threads(1).set_disable_warnings(true));
+    std::printf("make_fuzz_seeds: writing the seed corpus into %s\n", dir.c_str());
+    write_all(dir);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "make_fuzz_seeds: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
