@@ -1,0 +1,682 @@
+// bench_collectives: kompress's compressed alltoall and allreduce against plain MPI, measured
+// in the same run, on real data, over whatever link the job runs on. bench/collectives_sweep.sh
+// runs it over a rate-limited loopback (tc in a private network namespace) at 1, 2.5, 5 and
+// 10 Gb/s and over shared memory; docs/performance.md shows the results.
+//
+// For each data set (--data), operation (--ops) and message size (4 KiB .. 64 MiB per peer,
+// --min-bytes/--max-bytes), four variants:
+//   plain       MPI_Alltoall / MPI_Allreduce(MPI_SUM) on the same buffers: the baseline
+//   raw         kompress with transfer_mode::raw (what kompress costs when it does nothing)
+//   compressed  kompress with transfer_mode::compressed at the fixed REL bound (--bound)
+//   auto        kompress with transfer_mode::automatic; its cost model holds the link rate of
+//               the run (--link-gbps, or the measured ping-pong rate with --link-gbps measure)
+//               and the codec throughputs this bench measures once at start on each data set
+//               (one thread, the fastest of several calls), agreed across ranks with
+//               MPI_Allreduce(MIN) as the cost model requires
+// alltoall moves `bytes` per peer (a send buffer of p x bytes per rank); allreduce sums a
+// buffer of `bytes` per rank.
+//
+// Data: the real arrays of the data folder (tests/support/test_data.hpp), tiled to the buffer
+// size, each rank starting at a different offset: "dlrm" (DLRM embedding lookups,
+// dlrm_flights_lookup_fwd_1024x10x128.f32) and "act" (MLP activations after a ReLU,
+// act_mlp_relu2_out_1024x1024.f32).
+//
+// Timing: one untimed call of every variant first (the warm-up, and the error check below),
+// then rounds (15 for up to 64 KiB, 15, 9, 5 and 3 for 1, 4, 16 and 64 MiB; x --reps-scale) in
+// which every variant runs once after an MPI_Barrier, in an order that rotates from round to
+// round. Below 1 MiB a sample is a batch of back-to-back calls (1 MiB / size of them) divided
+// by their number. A sample's time is the maximum over ranks (MPI_Allreduce MAX); the reported
+// time is the fastest round (--stat min, the default: on a machine shared with other work the
+// slow rounds measure that work, not the collective) or the median (--stat median); the CSV
+// holds both, and both speedups. Speedup = plain time / variant time, from the same rounds.
+//
+// Error: the untimed call runs with measure_error (the library's own measure, alltoall) and
+// its result is compared element by element with plain MPI's: max |kompress - MPI| over all
+// ranks, which must stay within the call's absolute bound (allreduce: p x the per-hop bound,
+// plus float summation slack); allreduce results must also be bit-identical across ranks.
+// A violation prints "CHECK FAILED" and makes the exit status 1.
+//
+// Output: a table on rank 0's stdout and a CSV (--csv; --append adds rows to an existing
+// file without a second header).
+//
+//   mpiexec -n 2 bench_collectives [--link-gbps G|measure] [--link-name NAME]
+//       [--max-bytes N[KMG]] [--min-bytes N[KMG]] [--ops alltoall,allreduce] [--data dlrm,act]
+//       [--bound 1e-2] [--reps-scale 1.0] [--stat min|median] [--block-size 32] [--csv PATH]
+//       [--append]
+//
+// Run ranks with OMP_NUM_THREADS=1: the codec then runs on one core per rank, and 2 ranks fill
+// a 2-core machine. More ranks than cores oversubscribe; the header says so.
+
+#include "support/test_data.hpp"
+
+#include <kompress/comm.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <sched.h>
+
+namespace {
+
+using host_exec = Kokkos::DefaultHostExecutionSpace;
+using values_view = Kokkos::View<float*, Kokkos::HostSpace>;
+using clock_type = std::chrono::steady_clock;
+constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
+
+int world_rank = 0, world_size = 1;
+
+void check_mpi(int code, const char* call) {
+  if (code != MPI_SUCCESS) throw std::runtime_error(std::string("bench_collectives: ") + call + " failed");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+struct options {
+  std::size_t min_bytes = 4 * KiB, max_bytes = 64 * MiB;
+  std::vector<std::string> ops = {"alltoall", "allreduce"};
+  std::vector<std::string> data = {"dlrm", "act"};
+  double rel_bound = 1e-2;
+  double link_gbps = nan;  // NaN: use the measured ping-pong rate
+  std::string link_name;   // a label for the table and CSV ("1gbit", "shm", ...)
+  double reps_scale = 1.0;
+  bool use_median = false;  // --stat
+  int block_size = 32;
+  std::string csv = "bench_collectives.csv";
+  bool append = false;
+};
+
+std::vector<std::string> split(std::string_view text, char separator) {
+  std::vector<std::string> parts;
+  while (true) {
+    const auto at = text.find(separator);
+    if (!text.substr(0, at).empty()) parts.emplace_back(text.substr(0, at));
+    if (at == std::string_view::npos) break;
+    text.remove_prefix(at + 1);
+  }
+  return parts;
+}
+
+[[noreturn]] void usage(const std::string& complaint) {
+  if (world_rank == 0)
+    std::fprintf(stderr,
+                 "bench_collectives: %s\n"
+                 "usage: mpiexec -n P bench_collectives [--link-gbps G|measure] [--link-name NAME]\n"
+                 "         [--max-bytes N[K|M|G]] [--min-bytes N[K|M|G]] [--ops alltoall,allreduce]\n"
+                 "         [--data dlrm,act] [--bound REL] [--reps-scale X] [--stat min|median]\n"
+                 "         [--block-size 32|64|128] [--csv PATH] [--append]\n",
+                 complaint.c_str());
+  MPI_Finalize();
+  std::exit(2);
+}
+
+std::size_t parse_bytes(const std::string& text) {
+  std::size_t used = 0;
+  const double number = std::stod(text, &used);
+  std::string suffix = text.substr(used);
+  std::size_t unit = 1;
+  if (suffix == "K" || suffix == "KiB" || suffix == "k") unit = KiB;
+  else if (suffix == "M" || suffix == "MiB" || suffix == "m") unit = MiB;
+  else if (suffix == "G" || suffix == "GiB" || suffix == "g") unit = 1024 * MiB;
+  else if (!suffix.empty()) throw std::invalid_argument(text);
+  return std::size_t(number * double(unit));
+}
+
+options parse_options(int argc, char** argv) {
+  options opts;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") usage("help");
+    if (arg == "--append") {
+      opts.append = true;
+      continue;
+    }
+    if (i + 1 >= argc) usage("missing value after " + arg);
+    const std::string value = argv[++i];
+    try {
+      if (arg == "--link-gbps") {
+        opts.link_gbps = value == "measure" ? nan : std::stod(value);
+        if (!(opts.link_gbps > 0.0) && value != "measure") usage("--link-gbps must be > 0 or 'measure'");
+      } else if (arg == "--link-name") {
+        opts.link_name = value;
+      } else if (arg == "--max-bytes") {
+        opts.max_bytes = parse_bytes(value);
+      } else if (arg == "--min-bytes") {
+        opts.min_bytes = parse_bytes(value);
+      } else if (arg == "--ops") {
+        opts.ops = split(value, ',');
+        for (const auto& op : opts.ops)
+          if (op != "alltoall" && op != "allreduce") usage("unknown op " + op);
+      } else if (arg == "--data") {
+        opts.data = split(value, ',');
+        for (const auto& d : opts.data)
+          if (d != "dlrm" && d != "act") usage("unknown data set " + d + " (dlrm, act)");
+      } else if (arg == "--bound") {
+        opts.rel_bound = std::stod(value);
+        if (!(opts.rel_bound > 0.0)) usage("--bound must be > 0");
+      } else if (arg == "--reps-scale") {
+        opts.reps_scale = std::stod(value);
+        if (!(opts.reps_scale > 0.0)) usage("--reps-scale must be > 0");
+      } else if (arg == "--stat") {
+        if (value != "min" && value != "median") usage("--stat is min or median");
+        opts.use_median = value == "median";
+      } else if (arg == "--block-size") {
+        opts.block_size = std::stoi(value);
+      } else if (arg == "--csv") {
+        opts.csv = value;
+      } else {
+        usage("unknown option " + arg);
+      }
+    } catch (const std::logic_error&) {
+      usage("bad value '" + value + "' for " + arg);
+    }
+  }
+  if (opts.link_name.empty()) {
+    std::ostringstream name;
+    if (std::isnan(opts.link_gbps)) name << "measured";
+    else name << opts.link_gbps << "gbit";
+    opts.link_name = name.str();
+  }
+  return opts;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The machine
+
+double load_1min() {
+  std::ifstream in("/proc/loadavg");
+  double load = nan;
+  in >> load;
+  return load;
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return int(std::thread::hardware_concurrency());
+}
+
+/// Ranks on this rank's host, by processor name (MPI_COMM_TYPE_SHARED follows the transport:
+/// with MPIR_CVAR_NOLOCAL=1 every rank is alone in its shared-memory group).
+int host_ranks() {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  check_mpi(MPI_Get_processor_name(name, &length), "MPI_Get_processor_name");
+  std::vector<char> names(std::size_t(world_size) * MPI_MAX_PROCESSOR_NAME);
+  check_mpi(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                          MPI_COMM_WORLD),
+            "MPI_Allgather");
+  int same = 0;
+  for (int r = 0; r < world_size; ++r)
+    same += std::strncmp(name, names.data() + std::size_t(r) * MPI_MAX_PROCESSOR_NAME, MPI_MAX_PROCESSOR_NAME) == 0;
+  return same;
+}
+
+/// Bytes per second between ranks 0 and 1, one direction, from a ping-pong of `bytes`: the
+/// fastest of a few round trips (each counted as 2 x bytes). The other ranks wait.
+double ping_pong_rate(std::size_t bytes) {
+  std::vector<char> buffer(bytes, 1);
+  double best = std::numeric_limits<double>::infinity();
+  const int count = int(bytes);
+  for (int round = 0; round < 4; ++round) {
+    check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    const auto start = clock_type::now();
+    if (world_rank == 0) {
+      check_mpi(MPI_Send(buffer.data(), count, MPI_BYTE, 1, 7, MPI_COMM_WORLD), "MPI_Send");
+      check_mpi(MPI_Recv(buffer.data(), count, MPI_BYTE, 1, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+    } else if (world_rank == 1) {
+      check_mpi(MPI_Recv(buffer.data(), count, MPI_BYTE, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+      check_mpi(MPI_Send(buffer.data(), count, MPI_BYTE, 0, 7, MPI_COMM_WORLD), "MPI_Send");
+    }
+    const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
+    if (round > 0) best = std::min(best, seconds);  // round 0 sets up the connection
+  }
+  double rate = 2.0 * double(bytes) / best;
+  check_mpi(MPI_Bcast(&rate, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  return rate;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data
+
+struct dataset {
+  std::string key, file, family;
+  std::vector<float> values;
+  // Measured at start on this data (one thread, fastest call), MIN over ranks.
+  double compress_bytes_per_second = nan, decompress_bytes_per_second = nan, probe_ratio = nan;
+};
+
+std::string file_of(const std::string& key) {
+  if (key == "dlrm") return "dlrm_flights_lookup_fwd_1024x10x128.f32";
+  return "act_mlp_relu2_out_1024x1024.f32";
+}
+
+/// The data tiled over `out`, starting `rank`'s share at a different place in the array.
+void fill_tiled(const std::vector<float>& values, float* out, std::size_t count, int rank, int ranks) {
+  const std::size_t n = values.size();
+  // Offsets a fraction of the array apart, rounded to a 128-value row.
+  std::size_t at = (n / std::size_t(ranks) * std::size_t(rank)) / 128 * 128 % n;
+  for (std::size_t i = 0; i < count;) {
+    const std::size_t run = std::min(count - i, n - at);
+    std::memcpy(out + i, values.data() + at, run * sizeof(float));
+    i += run;
+    at = 0;
+  }
+}
+
+/// Fastest of a warm-up plus `calls` calls of f, in seconds.
+template <class F>
+double fastest(F&& f, int calls) {
+  f();
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < calls; ++i) {
+    const auto start = clock_type::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(clock_type::now() - start).count());
+  }
+  return best;
+}
+
+/// The codec's throughput on 4 MiB of this rank's tiled data at the run's REL bound (resolved
+/// over the tile, as alltoall resolves it over the send buffer), on the calling thread's
+/// execution space; then the slowest rank's numbers, so that every rank's cost model agrees.
+void measure_codec(dataset& data, const options& opts) {
+  const std::size_t count = 4 * MiB / sizeof(float);
+  values_view tile(Kokkos::view_alloc(Kokkos::WithoutInitializing, "bench::probe"), count);
+  fill_tiled(data.values, tile.data(), count, world_rank, world_size);
+  const kompress::compress_options copts{.bound = kompress::relative(opts.rel_bound), .block_size = opts.block_size};
+  Kokkos::View<std::byte*, Kokkos::HostSpace> stream("bench::probe_stream", kompress::max_compressed_size(tile, copts));
+  values_view back(Kokkos::view_alloc(Kokkos::WithoutInitializing, "bench::probe_back"), count);
+  const host_exec exec;
+  std::size_t length = 0;
+  const double c = fastest([&] { length = kompress::compress(exec, tile, stream, copts); }, 5);
+  const auto packed = Kokkos::subview(stream, std::pair<std::size_t, std::size_t>(0, length));
+  const double d = fastest([&] { kompress::decompress(exec, packed, back); }, 5);
+  double local[3] = {double(count * sizeof(float)) / c, double(count * sizeof(float)) / d,
+                     double(count * sizeof(float)) / double(length)};
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, local, 3, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+  data.compress_bytes_per_second = local[0];
+  data.decompress_bytes_per_second = local[1];
+  data.probe_ratio = local[2];
+}
+
+// ---------------------------------------------------------------------------------------------
+// The variants
+
+enum class variant { plain, raw, compressed, automatic };
+constexpr variant all_variants[] = {variant::plain, variant::raw, variant::compressed, variant::automatic};
+const char* name_of(variant v) {
+  switch (v) {
+    case variant::plain: return "plain";
+    case variant::raw: return "raw";
+    case variant::compressed: return "compressed";
+    default: return "auto";
+  }
+}
+
+struct run_context {
+  const options& opts;
+  kompress::cost_model cost;
+  double link_gbps_used = nan, link_gbps_measured = nan;
+  bool oversubscribed = false;
+  int threads = 1;
+  double load = nan;  // 1-minute load average at the end of the run
+};
+
+kompress::collective_options options_for(variant v, const run_context& ctx, bool measure_error) {
+  kompress::collective_options o;
+  o.bound = kompress::relative(ctx.opts.rel_bound);
+  o.block_size = ctx.opts.block_size;
+  o.cost = ctx.cost;
+  o.measure_error = measure_error;
+  o.mode = v == variant::raw          ? kompress::transfer_mode::raw
+           : v == variant::compressed ? kompress::transfer_mode::compressed
+                                      : kompress::transfer_mode::automatic;
+  return o;
+}
+
+/// One call of `v`; returns the library's report (plain MPI: a report of what it moves).
+kompress::collective_report call(const std::string& op, variant v, const values_view& send, const values_view& recv,
+                                 const run_context& ctx, bool measure_error) {
+  const int p = world_size;
+  const std::uint64_t bytes = send.size() * sizeof(float);
+  if (v == variant::plain) {
+    kompress::collective_report r;
+    if (op == "alltoall") {
+      const int count = int(send.size() / std::size_t(p));
+      check_mpi(MPI_Alltoall(send.data(), count, MPI_FLOAT, recv.data(), count, MPI_FLOAT, MPI_COMM_WORLD),
+                "MPI_Alltoall");
+      r.payload_bytes = r.wire_bytes = bytes / std::uint64_t(p) * std::uint64_t(p - 1);
+      r.messages = std::uint64_t(p - 1);
+    } else {
+      check_mpi(MPI_Allreduce(send.data(), recv.data(), int(send.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+                "MPI_Allreduce");
+      // What a bandwidth-optimal allreduce (reduce-scatter + allgather, MPICH's choice for large
+      // messages) sends per rank: a model, MPI does not say.
+      r.payload_bytes = r.wire_bytes = bytes * std::uint64_t(2 * (p - 1)) / std::uint64_t(p);
+      r.messages = std::uint64_t(2 * (p - 1));
+    }
+    return r;
+  }
+  const auto o = options_for(v, ctx, measure_error);
+  if (op == "alltoall") return kompress::alltoall(host_exec(), send, recv, MPI_COMM_WORLD, o);
+  return kompress::allreduce(host_exec(), send, recv, MPI_COMM_WORLD, o);
+}
+
+struct row {
+  std::string op, data;
+  std::size_t bytes = 0;
+  variant v = variant::plain;
+  int reps = 0, calls = 1;
+  double median = nan, best = nan;
+  double speedup = nan, speedup_median = nan, speedup_best = nan;
+  double time(bool use_median) const { return use_median ? median : best; }
+  std::uint64_t payload = 0, wire = 0, messages = 0, compressed_messages = 0;  // sums over ranks
+  double abs_bound = 0.0, max_error = nan, library_max_error = nan;
+  bool ok = true;
+  std::string problem;
+};
+
+/// Calls per timed sample: small messages are timed as a batch of back-to-back calls (about
+/// 1 MiB per peer in all), so that a sample is well above the timer's and the barrier's noise.
+int calls_per_sample(std::size_t bytes) { return int(std::max<std::size_t>(1, MiB / bytes)); }
+
+int reps_for(std::size_t bytes, double scale) {
+  int reps = bytes <= 64 * KiB ? 15 : bytes <= 1 * MiB ? 15 : bytes <= 4 * MiB ? 9 : bytes <= 16 * MiB ? 5 : 3;
+  return std::max(1, int(std::lround(reps * scale)));
+}
+
+double median_of(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  const std::size_t n = xs.size();
+  return n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
+}
+
+std::uint64_t fnv1a(const float* values, std::size_t count) {
+  std::uint64_t hash = 1469598103934665603ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(values);
+  for (std::size_t i = 0; i < count * sizeof(float); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+  return hash;
+}
+
+/// Every variant of one operation at one size: the untimed checked call, then the rounds.
+std::vector<row> measure(const std::string& op, const dataset& data, std::size_t bytes, const run_context& ctx) {
+  const int p = world_size;
+  const std::size_t per_peer = bytes / sizeof(float);
+  const std::size_t count = op == "alltoall" ? per_peer * std::size_t(p) : per_peer;
+  values_view send(Kokkos::view_alloc(Kokkos::WithoutInitializing, "bench::send"), count);
+  values_view recv(Kokkos::view_alloc(Kokkos::WithoutInitializing, "bench::recv"), count);
+  values_view reference(Kokkos::view_alloc(Kokkos::WithoutInitializing, "bench::reference"), count);
+  fill_tiled(data.values, send.data(), count, world_rank, p);
+  // The sum's magnitude, for the float summation slack of the allreduce check.
+  double abs_sum_bound = 0.0;
+  if (op == "allreduce") {
+    float local_max = 0.0f;
+    for (std::size_t i = 0; i < count; ++i) local_max = std::max(local_max, std::fabs(send.data()[i]));
+    double m = local_max;
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+    abs_sum_bound = m * p;
+  }
+
+  std::vector<row> rows;
+  for (variant v : all_variants) {
+    row r;
+    r.op = op;
+    r.data = data.key;
+    r.bytes = bytes;
+    r.v = v;
+    rows.push_back(r);
+  }
+
+  // The untimed call of each variant: warm-up and error check against plain MPI's result.
+  for (row& r : rows) {
+    std::fill_n(recv.data(), count, std::numeric_limits<float>::quiet_NaN());
+    const kompress::collective_report report = call(op, r.v, send, recv, ctx, true);
+    if (r.v == variant::plain) {
+      std::memcpy(reference.data(), recv.data(), count * sizeof(float));
+      r.max_error = 0.0;
+      continue;
+    }
+    double local[3] = {0.0, std::isnan(report.max_error) ? -1.0 : report.max_error, report.absolute_bound};
+    std::size_t nonfinite = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const double got = recv.data()[i], want = reference.data()[i];
+      if (!std::isfinite(got)) ++nonfinite;
+      else local[0] = std::max(local[0], std::fabs(got - want));
+    }
+    if (nonfinite) local[0] = std::numeric_limits<double>::infinity();
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, local, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+    r.max_error = local[0];
+    r.library_max_error = local[1] < 0.0 ? nan : local[1];
+    r.abs_bound = local[2];
+    // allreduce: MPI sums in another order; allow float rounding of a p-term sum on top.
+    const double slack = op == "allreduce" ? 2.0 * p * std::numeric_limits<float>::epsilon() * abs_sum_bound : 0.0;
+    if (!(r.max_error <= r.abs_bound + slack)) {
+      r.ok = false;
+      r.problem += "max |kompress - MPI| above the bound; ";
+    }
+    if (op == "allreduce") {
+      const std::uint64_t hash = fnv1a(recv.data(), count);
+      std::uint64_t extremes[2] = {hash, ~hash};
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+      if (extremes[0] != ~extremes[1]) {
+        r.ok = false;
+        r.problem += "results differ across ranks; ";
+      }
+    }
+  }
+
+  // The timed rounds: every variant once per round, after a barrier, the order rotating from
+  // round to round so that no variant always runs after the same one (a variant that follows
+  // a compressed call finds its buffers evicted from the caches).
+  const int reps = reps_for(bytes, ctx.opts.reps_scale);
+  const int calls = calls_per_sample(bytes);
+  const std::size_t variants = rows.size();
+  std::vector<double> seconds(variants * std::size_t(reps));
+  std::vector<kompress::collective_report> last(variants);
+  for (int rep = 0; rep < reps; ++rep) {
+    for (std::size_t j = 0; j < variants; ++j) {
+      const std::size_t k = (j + std::size_t(rep)) % variants;
+      check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+      const auto start = clock_type::now();
+      for (int c = 0; c < calls; ++c) last[k] = call(op, rows[k].v, send, recv, ctx, false);
+      seconds[std::size_t(rep) * variants + k] =
+          std::chrono::duration<double>(clock_type::now() - start).count() / calls;
+    }
+  }
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, seconds.data(), int(seconds.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD),
+            "MPI_Allreduce");
+  for (std::size_t k = 0; k < variants; ++k) {
+    std::vector<double> mine;
+    for (int rep = 0; rep < reps; ++rep) mine.push_back(seconds[std::size_t(rep) * variants + k]);
+    row& r = rows[k];
+    r.reps = reps;
+    r.calls = calls;
+    r.median = median_of(mine);
+    r.best = *std::min_element(mine.begin(), mine.end());
+    std::uint64_t sums[4] = {last[k].payload_bytes, last[k].wire_bytes, last[k].messages, last[k].compressed_messages};
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    r.payload = sums[0];
+    r.wire = sums[1];
+    r.messages = sums[2];
+    r.compressed_messages = sums[3];
+  }
+  for (row& r : rows) {
+    r.speedup_median = rows[0].median / r.median;
+    r.speedup_best = rows[0].best / r.best;
+    r.speedup = ctx.opts.use_median ? r.speedup_median : r.speedup_best;
+  }
+  return rows;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output
+
+std::string human_bytes(std::size_t bytes) {
+  char text[32];
+  if (bytes >= MiB) std::snprintf(text, sizeof text, "%zu MiB", bytes / MiB);
+  else std::snprintf(text, sizeof text, "%zu KiB", bytes / KiB);
+  return text;
+}
+
+const char* auto_decision(const row& r) {
+  if (r.v == variant::plain || r.v == variant::raw) return "";
+  if (r.compressed_messages == 0) return "raw";
+  if (r.compressed_messages == r.messages) return "compressed";
+  return "mixed";
+}
+
+void print_row(const row& r, bool use_median) {
+  std::printf("%-9s %-4s %7s  %-10s %10.3f %7.2fx %11.2f %6.2f %10.3g %10.3g %-10s %s\n", r.op.c_str(),
+              r.data.c_str(), human_bytes(r.bytes).c_str(), name_of(r.v), r.time(use_median) * 1e3, r.speedup,
+              double(r.wire) / double(MiB), r.wire ? double(r.payload) / double(r.wire) : 1.0, r.max_error,
+              r.abs_bound, auto_decision(r), r.ok ? "" : ("CHECK FAILED: " + r.problem).c_str());
+}
+
+void write_csv(const std::vector<row>& rows, const std::vector<dataset>& sets, const run_context& ctx) {
+  bool header = true;
+  if (ctx.opts.append) {
+    std::ifstream existing(ctx.opts.csv);
+    header = !existing || existing.peek() == std::ifstream::traits_type::eof();
+  }
+  std::ofstream out(ctx.opts.csv, ctx.opts.append ? std::ios::app : std::ios::trunc);
+  if (!out) throw std::runtime_error("bench_collectives: cannot write " + ctx.opts.csv);
+  if (header)
+    out << "link,link_gbps,link_gbps_measured,ranks,oversubscribed,threads,op,data,rel_bound,bytes_per_peer,"
+           "variant,reps,calls_per_sample,time_s_median,time_s_min,speedup_vs_plain,speedup_median,speedup_min,"
+           "payload_bytes,wire_bytes,ratio,messages,"
+           "compressed_messages,decision,abs_bound,max_error,library_max_error,ok,codec_comp_gbs,"
+           "codec_decomp_gbs,load_1min\n";
+  out.precision(6);
+  for (const row& r : rows) {
+    const dataset& d = *std::find_if(sets.begin(), sets.end(), [&](const dataset& s) { return s.key == r.data; });
+    out << ctx.opts.link_name << ',' << ctx.link_gbps_used << ',' << ctx.link_gbps_measured << ',' << world_size << ','
+        << (ctx.oversubscribed ? 1 : 0) << ',' << ctx.threads << ',' << r.op << ',' << r.data << ','
+        << ctx.opts.rel_bound << ',' << r.bytes << ',' << name_of(r.v) << ',' << r.reps << ',' << r.calls << ',' << r.median << ','
+        << r.best << ',' << r.speedup << ',' << r.speedup_median << ',' << r.speedup_best << ',' << r.payload << ',' << r.wire << ','
+        << (r.wire ? double(r.payload) / double(r.wire) : 1.0) << ',' << r.messages << ',' << r.compressed_messages
+        << ',' << auto_decision(r) << ',' << r.abs_bound << ',' << r.max_error << ',' << r.library_max_error << ','
+        << (r.ok ? 1 : 0) << ',' << d.compress_bytes_per_second / 1e9 << ',' << d.decompress_bytes_per_second / 1e9
+        << ',' << ctx.load << '\n';
+  }
+}
+
+int run(int argc, char** argv) {
+  const options opts = parse_options(argc, argv);
+  if (world_size < 2) usage("needs at least 2 ranks (mpiexec -n 2)");
+
+  run_context ctx{opts, {}};
+  ctx.threads = host_exec().concurrency();
+  const int cores = usable_cores();
+  const int local_ranks = host_ranks();
+  int oversubscribed = local_ranks * ctx.threads > cores ? 1 : 0;
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &oversubscribed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+  ctx.oversubscribed = oversubscribed != 0;
+
+  ctx.link_gbps_measured = ping_pong_rate(8 * MiB) * 8.0 / 1e9;
+  ctx.link_gbps_used = std::isnan(opts.link_gbps) ? ctx.link_gbps_measured : opts.link_gbps;
+
+  std::vector<dataset> sets;
+  for (const auto& key : opts.data) {
+    dataset d;
+    d.key = key;
+    d.file = file_of(key);
+    d.values = kompress::test::read_raw<float>(d.file);
+    measure_codec(d, opts);
+    sets.push_back(std::move(d));
+  }
+
+  if (world_rank == 0) {
+    std::printf("bench_collectives: %d ranks (%d on this host), %d thread(s) each, %d usable core(s)%s\n", world_size,
+                local_ranks, ctx.threads, cores,
+                ctx.oversubscribed ? " -- OVERSUBSCRIBED: more ranks x threads than cores, times include "
+                                     "ranks waiting for a core"
+                                   : "");
+    std::printf("link: %s; ping-pong (8 MiB, ranks 0-1) %.2f Gb/s; auto mode's cost model uses %.2f Gb/s%s\n",
+                opts.link_name.c_str(), ctx.link_gbps_measured, ctx.link_gbps_used,
+                std::isnan(opts.link_gbps) ? " (the measured rate)" : " (stated with --link-gbps)");
+    std::printf("bound: REL %g; block size %d; load average %.2f\n", opts.rel_bound, opts.block_size, load_1min());
+    for (const auto& d : sets)
+      std::printf("codec on %s (%s), measured once at start, %d thread(s), slowest rank (MPI_Allreduce MIN): "
+                  "compress %.2f GB/s, decompress %.2f GB/s, ratio %.2f\n",
+                  d.key.c_str(), d.file.c_str(), ctx.threads, d.compress_bytes_per_second / 1e9,
+                  d.decompress_bytes_per_second / 1e9, d.probe_ratio);
+    std::printf("time = %s over rounds of the slowest rank's call; speedup vs plain MPI of the same rounds; "
+                "wire = all ranks' bytes sent\n\n",
+                opts.use_median ? "median" : "fastest");
+    std::printf("%-9s %-4s %7s  %-10s %10s %8s %11s %6s %10s %10s %-10s\n", "op", "data", "bytes", "variant",
+                "time ms", "speedup", "wire MiB", "ratio", "max err", "abs bound", "auto sent");
+    std::fflush(stdout);
+  }
+
+  std::vector<row> all_rows;
+  bool all_ok = true;
+  const std::size_t sizes[] = {4 * KiB, 64 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB};
+  for (auto& d : sets) {
+    ctx.cost = kompress::cost_model{};
+    ctx.cost.link_bytes_per_second = ctx.link_gbps_used * 1e9 / 8.0;
+    ctx.cost.compress_bytes_per_second = d.compress_bytes_per_second;
+    ctx.cost.decompress_bytes_per_second = d.decompress_bytes_per_second;
+    for (const auto& op : opts.ops) {
+      for (const std::size_t bytes : sizes) {
+        if (bytes < opts.min_bytes || bytes > opts.max_bytes) continue;
+        const auto rows = measure(op, d, bytes, ctx);
+        for (const auto& r : rows) {
+          if (world_rank == 0) print_row(r, opts.use_median);
+          all_ok = all_ok && r.ok;
+          all_rows.push_back(r);
+        }
+        if (world_rank == 0) std::fflush(stdout);
+      }
+    }
+  }
+  ctx.load = load_1min();
+  if (world_rank == 0) {
+    std::printf("load average at the end: %.2f (above the rank count: other work shared the cores)\n", ctx.load);
+    write_csv(all_rows, sets, ctx);
+    std::printf("\nCSV: %s\n", opts.csv.c_str());
+    if (!all_ok) std::printf("CHECK FAILED: kompress's result left the bound somewhere above\n");
+  }
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  int status = 0;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    try {
+      status = run(argc, argv);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_collectives (rank %d): %s\n", world_rank, e.what());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  MPI_Finalize();
+  return status;
+}
