@@ -558,9 +558,10 @@ struct stash<ExecutionSpace>::state {
       }
       if (placed_all) return;
 
+      // The pool as the failing segment found it, then give back what this save placed.
       std::unique_lock lock(mutex);
-      free_segments(entry);
       const std::size_t in_use = allocator.in_use(), largest = allocator.largest_free();
+      free_segments(entry);
       lock.unlock();
       tried += (tried.empty() ? "" : ", ") + detail::bound_text(bound);
       const bool loosen = options.policy.what == budget_policy::action::loosen_bound &&
