@@ -72,33 +72,33 @@ struct stream_layout {
   int block_size = 32;
   int blocks_per_chunk = default_blocks_per_chunk;
 
-  KOKKOS_INLINE_FUNCTION std::uint64_t values_per_chunk() const {
+  KOMPRESS_FUNCTION std::uint64_t values_per_chunk() const {
     return std::uint64_t(block_size) * std::uint64_t(blocks_per_chunk);
   }
-  KOKKOS_INLINE_FUNCTION std::uint64_t block_count() const {
+  KOMPRESS_FUNCTION std::uint64_t block_count() const {
     return (count + block_size - 1) / block_size;
   }
-  KOKKOS_INLINE_FUNCTION std::uint64_t chunk_count() const {
+  KOMPRESS_FUNCTION std::uint64_t chunk_count() const {
     return (count + values_per_chunk() - 1) / values_per_chunk();
   }
-  KOKKOS_INLINE_FUNCTION std::uint64_t chunk_end_table_offset() const { return header_bytes; }
-  KOKKOS_INLINE_FUNCTION std::uint64_t chunk_checksum_table_offset() const {
+  KOMPRESS_FUNCTION std::uint64_t chunk_end_table_offset() const { return header_bytes; }
+  KOMPRESS_FUNCTION std::uint64_t chunk_checksum_table_offset() const {
     return header_bytes + 8 * chunk_count();
   }
-  KOKKOS_INLINE_FUNCTION std::uint64_t data_offset() const {
+  KOMPRESS_FUNCTION std::uint64_t data_offset() const {
     return header_bytes + 16 * chunk_count();
   }
-  KOKKOS_INLINE_FUNCTION std::uint64_t values_in_chunk(std::uint64_t chunk) const {
+  KOMPRESS_FUNCTION std::uint64_t values_in_chunk(std::uint64_t chunk) const {
     const std::uint64_t first = chunk * values_per_chunk();
     const std::uint64_t rest = count - first;
     return rest < values_per_chunk() ? rest : values_per_chunk();
   }
   /// Worst case of one chunk: every block stored raw, plus its descriptor byte.
-  KOKKOS_INLINE_FUNCTION std::uint64_t max_chunk_bytes(std::uint64_t values) const {
+  KOMPRESS_FUNCTION std::uint64_t max_chunk_bytes(std::uint64_t values) const {
     return values * element_size + (values + block_size - 1) / block_size;
   }
   /// Worst case of the whole stream; compress never writes more.
-  KOKKOS_INLINE_FUNCTION std::uint64_t max_stream_bytes() const {
+  KOMPRESS_FUNCTION std::uint64_t max_stream_bytes() const {
     return data_offset() + count * element_size + block_count();
   }
 };
@@ -126,7 +126,7 @@ struct stream_header {
 };
 
 /// Writes the header's 80 field bytes (the checksum at offset 80 is written separately).
-KOKKOS_INLINE_FUNCTION void write_header_fields(std::byte* p, const stream_header& h) {
+KOMPRESS_FUNCTION void write_header_fields(std::byte* p, const stream_header& h) {
   for (int i = 0; i < 4; ++i) p[i] = std::byte(stream_magic[i]);
   p[4] = std::byte(format_major);
   p[5] = std::byte(format_minor);
@@ -146,7 +146,7 @@ KOKKOS_INLINE_FUNCTION void write_header_fields(std::byte* p, const stream_heade
 }
 
 /// The header checksum covers the header's field bytes and both chunk tables.
-KOKKOS_INLINE_FUNCTION std::uint64_t header_checksum(const std::byte* stream,
+KOMPRESS_FUNCTION std::uint64_t header_checksum(const std::byte* stream,
                                                      std::uint64_t data_offset) {
   checksum c;
   c.update(stream, header_checksum_offset);

@@ -15,17 +15,17 @@ namespace kompress::detail {
 inline constexpr int max_width = 30;
 
 template <int BlockSize>
-KOKKOS_INLINE_FUNCTION constexpr int packed_bytes(int width) {
+KOMPRESS_FUNCTION constexpr int packed_bytes(int width) {
   return BlockSize * width / 8;
 }
 
 template <int BlockSize, int Width>
-KOKKOS_INLINE_FUNCTION void pack_fixed(const std::uint32_t* values, std::byte* out) {
+KOMPRESS_FUNCTION void pack_fixed(const std::uint32_t* values, std::byte* out) {
   static_assert(BlockSize % 32 == 0, "kompress::detail::pack_fixed: block size must be a multiple of 32");
   if constexpr (Width > 0) {
     constexpr int words = BlockSize * Width / 32;
     std::uint32_t packed[words] = {};
-#pragma GCC unroll 128
+    KOMPRESS_UNROLL
     for (int i = 0; i < BlockSize; ++i) {
       const int bit = i * Width, word = bit >> 5, shift = bit & 31;
       packed[word] |= values[i] << shift;
@@ -36,7 +36,7 @@ KOKKOS_INLINE_FUNCTION void pack_fixed(const std::uint32_t* values, std::byte* o
 }
 
 template <int BlockSize, int Width>
-KOKKOS_INLINE_FUNCTION void unpack_fixed(const std::byte* in, std::uint32_t* values) {
+KOMPRESS_FUNCTION void unpack_fixed(const std::byte* in, std::uint32_t* values) {
   if constexpr (Width == 0) {
     for (int i = 0; i < BlockSize; ++i) values[i] = 0;
   } else {
@@ -45,7 +45,7 @@ KOKKOS_INLINE_FUNCTION void unpack_fixed(const std::byte* in, std::uint32_t* val
     std::uint32_t packed[words + 1];
     std::memcpy(packed, in, sizeof(std::uint32_t) * words);
     packed[words] = 0;
-#pragma GCC unroll 128
+    KOMPRESS_UNROLL
     for (int i = 0; i < BlockSize; ++i) {
       const int bit = i * Width, word = bit >> 5, shift = bit & 31;
       std::uint32_t v = packed[word] >> shift;
@@ -56,25 +56,25 @@ KOKKOS_INLINE_FUNCTION void unpack_fixed(const std::byte* in, std::uint32_t* val
 }
 
 template <int BlockSize, int... Widths>
-KOKKOS_INLINE_FUNCTION void pack_dispatch(int width, const std::uint32_t* values, std::byte* out,
+KOMPRESS_FUNCTION void pack_dispatch(int width, const std::uint32_t* values, std::byte* out,
                                           std::integer_sequence<int, Widths...>) {
   (void)((width == Widths ? (pack_fixed<BlockSize, Widths>(values, out), true) : false) || ...);
 }
 template <int BlockSize, int... Widths>
-KOKKOS_INLINE_FUNCTION void unpack_dispatch(int width, const std::byte* in, std::uint32_t* values,
+KOMPRESS_FUNCTION void unpack_dispatch(int width, const std::byte* in, std::uint32_t* values,
                                             std::integer_sequence<int, Widths...>) {
   (void)((width == Widths ? (unpack_fixed<BlockSize, Widths>(in, values), true) : false) || ...);
 }
 
 /// Packs BlockSize values of `width` bits (0 <= width <= max_width) into packed_bytes(width).
 template <int BlockSize>
-KOKKOS_INLINE_FUNCTION void pack(int width, const std::uint32_t* values, std::byte* out) {
+KOMPRESS_FUNCTION void pack(int width, const std::uint32_t* values, std::byte* out) {
   pack_dispatch<BlockSize>(width, values, out,
                                    std::make_integer_sequence<int, max_width + 1>{});
 }
 
 template <int BlockSize>
-KOKKOS_INLINE_FUNCTION void unpack(int width, const std::byte* in, std::uint32_t* values) {
+KOMPRESS_FUNCTION void unpack(int width, const std::byte* in, std::uint32_t* values) {
   unpack_dispatch<BlockSize>(width, in, values,
                                      std::make_integer_sequence<int, max_width + 1>{});
 }

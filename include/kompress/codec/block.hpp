@@ -25,7 +25,7 @@ inline constexpr int escape_width = 31;
 
 /// Bytes of the zigzagged base difference for each base length code.
 template <class T>
-KOKKOS_INLINE_FUNCTION constexpr int base_length(int code) {
+KOMPRESS_FUNCTION constexpr int base_length(int code) {
   if constexpr (std::is_same_v<T, float>) {
     constexpr int lengths[4] = {0, 1, 2, 4};
     return lengths[code];
@@ -37,7 +37,7 @@ KOKKOS_INLINE_FUNCTION constexpr int base_length(int code) {
 
 /// Smallest base length code that holds `zigzagged`, or -1.
 template <class T>
-KOKKOS_INLINE_FUNCTION int base_length_code(std::uint64_t zigzagged) {
+KOMPRESS_FUNCTION int base_length_code(std::uint64_t zigzagged) {
   for (int code = 0; code < 4; ++code) {
     const int bytes = base_length<T>(code);
     if (bytes == 8 || zigzagged < (std::uint64_t(1) << (8 * bytes))) return code;
@@ -45,7 +45,7 @@ KOKKOS_INLINE_FUNCTION int base_length_code(std::uint64_t zigzagged) {
   return -1;
 }
 
-KOKKOS_INLINE_FUNCTION constexpr std::uint8_t make_descriptor(int length_code, int delta,
+KOMPRESS_FUNCTION constexpr std::uint8_t make_descriptor(int length_code, int delta,
                                                               int width) {
   return static_cast<std::uint8_t>((length_code << 6) | (delta << 5) | width);
 }
@@ -67,7 +67,7 @@ struct float_traits<double> {
 /// payload to `out` (room for m * sizeof(T) bytes), returns the payload length. `base` is the
 /// previous quantized block's base in this chunk, updated when this block is quantized.
 template <class T, int BlockSize>
-KOKKOS_INLINE_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& codec,
+KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& codec,
                                         std::int64_t& base, std::uint8_t& descriptor,
                                         std::byte* out) {
   using bits = bits_t<T>;
@@ -103,7 +103,7 @@ KOKKOS_INLINE_FUNCTION int encode_block(const T* in, int m, const value_codec<T>
     const double error = x - static_cast<double>(value_codec<T>::reconstruct(
                                  biased[i] - rounding_constant, step));
     // Fill values may fail this freely; they never reach the decoder's arithmetic.
-    rejected |= -std::int64_t(Kokkos::fabs(error) > threshold) & std::int64_t(~fill);
+    rejected |= -std::int64_t(magnitude(error) > threshold) & std::int64_t(~fill);
   }
   const int all_same = differs == 0, any_fill = fills != 0;
 
@@ -133,12 +133,12 @@ KOKKOS_INLINE_FUNCTION int encode_block(const T* in, int m, const value_codec<T>
     std::int32_t relative[BlockSize];
     std::int32_t low = 0, high = 0;
     std::int64_t out_of_range =
-        !(Kokkos::fabs(reference - rounding_constant) <= max_code_magnitude);
+        !(magnitude(reference - rounding_constant) <= max_code_magnitude);
     for (int i = 0; i < BlockSize; ++i) {
       const double r = biased[i] - reference;
       const std::int64_t keep =
           any_fill ? -std::int64_t(to_bits(values[i]) != fill_bits) : std::int64_t(-1);
-      out_of_range |= -std::int64_t(!(Kokkos::fabs(r) < 0x1p30)) & keep;
+      out_of_range |= -std::int64_t(!(magnitude(r) < 0x1p30)) & keep;
       const auto difference =
           static_cast<std::int32_t>(static_cast<std::uint32_t>(to_bits(biased[i])) - reference_low);
       relative[i] = difference & std::int32_t(keep);
@@ -202,7 +202,7 @@ KOKKOS_INLINE_FUNCTION int encode_block(const T* in, int m, const value_codec<T>
 /// Decodes one block of m values from at most `available` payload bytes. Returns the bytes
 /// consumed, or -1 if the payload is malformed (never reads past `available`).
 template <class T, int BlockSize>
-KOKKOS_INLINE_FUNCTION int decode_block(const std::byte* in, std::size_t available,
+KOMPRESS_FUNCTION int decode_block(const std::byte* in, std::size_t available,
                                         std::uint8_t descriptor, int m,
                                         const value_codec<T>& codec, std::int64_t& base,
                                         T* out) {

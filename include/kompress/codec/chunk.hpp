@@ -13,7 +13,7 @@ namespace kompress::detail {
 /// Encodes `count` values into `out` (room for count * sizeof(T) + blocks bytes); returns the
 /// chunk's length in bytes.
 template <class T, int BlockSize>
-KOKKOS_INLINE_FUNCTION std::uint64_t encode_chunk(const T* in, std::uint64_t count,
+KOMPRESS_FUNCTION std::uint64_t encode_chunk(const T* in, std::uint64_t count,
                                                   const value_codec<T>& codec, std::byte* out) {
   const std::uint64_t blocks = (count + BlockSize - 1) / BlockSize;
   std::byte* payload = out + blocks;
@@ -30,7 +30,7 @@ KOKKOS_INLINE_FUNCTION std::uint64_t encode_chunk(const T* in, std::uint64_t cou
 
 /// Decodes a chunk of exactly `bytes` bytes into `count` values; false if it is malformed.
 template <class T, int BlockSize>
-KOKKOS_INLINE_FUNCTION bool decode_chunk(const std::byte* in, std::uint64_t bytes,
+KOMPRESS_FUNCTION bool decode_chunk(const std::byte* in, std::uint64_t bytes,
                                          std::uint64_t count, const value_codec<T>& codec,
                                          T* out) {
   const std::uint64_t blocks = (count + BlockSize - 1) / BlockSize;

@@ -4,8 +4,6 @@
 
 #include <kompress/detail/bytes.hpp>
 
-#include <Kokkos_Core.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -41,19 +39,19 @@ struct value_codec {
   /// rounds the product once (adding zero is exact), and `+ 0.0` cannot be folded away while
   /// signed zeros are honoured. So every backend picks the same code and streams are
   /// byte-identical with or without FMA contraction.
-  KOKKOS_INLINE_FUNCTION double quantize(double x) const {
+  KOMPRESS_FUNCTION double quantize(double x) const {
     return biased_code(x) - rounding_constant;
   }
 
   /// code + 1.5 * 2^52: for |code| < 2^51 the code is the low bits of this double's bit
   /// pattern, so codes can be compared and subtracted as integers without a conversion.
-  KOKKOS_INLINE_FUNCTION double biased_code(double x) const {
+  KOMPRESS_FUNCTION double biased_code(double x) const {
     const double t = x * inverse_step + 0.0;
     return t + rounding_constant;
   }
 
   /// The decoder's value for a code; the encoder verifies against exactly this.
-  KOKKOS_INLINE_FUNCTION static T reconstruct(double code, double step) {
+  KOMPRESS_FUNCTION static T reconstruct(double code, double step) {
     return static_cast<T>(code * step);
   }
 };

@@ -16,17 +16,17 @@ inline constexpr std::uint64_t checksum_p1 = 0x9E3779B185EBCA87ull;
 inline constexpr std::uint64_t checksum_p2 = 0xC2B2AE3D27D4EB4Full;
 inline constexpr std::uint64_t checksum_p3 = 0x165667B19E3779F9ull;
 
-KOKKOS_INLINE_FUNCTION std::uint64_t rotl64(std::uint64_t x, int r) {
+KOMPRESS_FUNCTION std::uint64_t rotl64(std::uint64_t x, int r) {
   return (x << r) | (x >> (64 - r));
 }
 
 class checksum {
  public:
-  KOKKOS_INLINE_FUNCTION explicit checksum(std::uint64_t seed = 0) : state_(seed) {}
+  KOMPRESS_FUNCTION explicit checksum(std::uint64_t seed = 0) : state_(seed) {}
 
   /// Mixes `length` bytes. Callers feed whole spans; the span length is mixed in too, so
   /// moving a boundary between two spans changes the result.
-  KOKKOS_INLINE_FUNCTION void update(const std::byte* data, std::size_t length) {
+  KOMPRESS_FUNCTION void update(const std::byte* data, std::size_t length) {
     std::uint64_t h = state_ ^ (static_cast<std::uint64_t>(length) * checksum_p3);
     std::size_t i = 0;
     for (; i + 8 <= length; i += 8) h = mix(h, load<std::uint64_t>(data + i));
@@ -34,7 +34,7 @@ class checksum {
     state_ = h;
   }
 
-  KOKKOS_INLINE_FUNCTION std::uint64_t value() const {
+  KOMPRESS_FUNCTION std::uint64_t value() const {
     std::uint64_t h = state_;
     h ^= h >> 33;
     h *= checksum_p2;
@@ -45,14 +45,14 @@ class checksum {
   }
 
  private:
-  KOKKOS_INLINE_FUNCTION static std::uint64_t mix(std::uint64_t h, std::uint64_t word) {
+  KOMPRESS_FUNCTION static std::uint64_t mix(std::uint64_t h, std::uint64_t word) {
     return rotl64(h ^ (word * checksum_p1), 31) * checksum_p2;
   }
 
   std::uint64_t state_;
 };
 
-KOKKOS_INLINE_FUNCTION std::uint64_t checksum_of(const std::byte* data, std::size_t length) {
+KOMPRESS_FUNCTION std::uint64_t checksum_of(const std::byte* data, std::size_t length) {
   checksum c;
   c.update(data, length);
   return c.value();
