@@ -199,7 +199,7 @@ inline stream_header parse_header(const std::byte* prefix, std::size_t prefix_by
     throw_format(who, "unsupported block size " + std::to_string(h.block_size));
   if (h.blocks_per_chunk < 1) throw_format(who, "blocks per chunk is 0");
   if ((h.flags & ~flag_fill_value) != 0)
-    throw_format(who, "unknown flags 0x" + std::to_string(h.flags));
+    throw_format(who, "unknown flag bits " + std::to_string(h.flags) + " (this library knows bit 0)");
   if (!(h.quant_step >= 0.0) || !std::isfinite(h.quant_step) || !(h.abs_bound >= 0.0))
     throw_format(who, "invalid quantization step or bound in header");
   const std::size_t element_size = h.type == element_type::float32 ? 4 : 8;
