@@ -800,8 +800,8 @@ void write_csv(const std::vector<file_result>& results, const options& opts, int
           << csv_num(b.fp16_psnr) << '\n';
     }
   }
-  // Geometric-mean rows: file "geomean", ratios and speeds only; ok = every file ok, and
-  // max_err_over_bound the worst file's.
+  // Geometric-mean rows: file "geomean of N files", ratios and speeds only; ok = every file
+  // ok, and max_err_over_bound the worst file's.
   for (const auto& family : families) {
     const auto in_family = [&](const file_result& r) { return r.file.family == family; };
     std::size_t count = 0;
@@ -824,7 +824,7 @@ void write_csv(const std::vector<file_result>& results, const options& opts, int
           if (r.error.empty() && in_family(r)) xs.push_back(speed(r.codec[i]) / memcpy_speed(r.base));
         return csv_num(geomean(xs));
       };
-      out << "geomean," << family << ",," << count << " files,," << threads << ','
+      out << "geomean of " << count << " files," << family << ",,,," << threads << ','
           << opts.block_size << ',' << csv_num(opts.bounds[i]) << ",,"
           << g([](const codec_result& c) { return c.ratio; }) << ','
           << g([](const codec_result& c) { return c.c_1t; }) << ','
