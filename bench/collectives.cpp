@@ -22,13 +22,16 @@
 // act_mlp_relu2_out_1024x1024.f32).
 //
 // Timing: one untimed call of every variant first (the warm-up, and the error check below),
-// then rounds (15 for up to 64 KiB, 15, 9, 5 and 3 for 1, 4, 16 and 64 MiB; x --reps-scale) in
-// which every variant runs once after an MPI_Barrier, in an order that rotates from round to
-// round. Below 1 MiB a sample is a batch of back-to-back calls (1 MiB / size of them) divided
-// by their number. A sample's time is the maximum over ranks (MPI_Allreduce MAX); the reported
-// time is the fastest round (--stat min, the default: on a machine shared with other work the
-// slow rounds measure that work, not the collective) or the median (--stat median); the CSV
-// holds both, and both speedups. Speedup = plain time / variant time, from the same rounds.
+// then rounds in which every variant runs once after an MPI_Barrier, in an order that rotates
+// from round to round. Rounds: 15 for up to 64 KiB, 15, 9, 5 and 3 for 1, 4, 16 and 64 MiB
+// (x --reps-scale), and more, up to 25, where the untimed calls say that a round takes less
+// than --round-budget-s / that count (fast links get more samples). Small messages are timed
+// as a batch of back-to-back calls divided by their number: as many calls as make about 5 ms
+// by the untimed calls, at most 1 MiB / size. A sample's time is the maximum over ranks
+// (MPI_Allreduce MAX); the reported time is the fastest round (--stat min, the default: on a
+// machine shared with other work the slow rounds measure that work, not the collective) or
+// the median (--stat median); the CSV holds both, and both speedups. Speedup = plain time /
+// variant time, from the same rounds.
 //
 // Error: the untimed call runs with measure_error (the library's own measure, alltoall) and
 // its result is compared element by element with plain MPI's: max |kompress - MPI| over all
@@ -41,8 +44,8 @@
 //
 //   mpiexec -n 2 bench_collectives [--link-gbps G|measure] [--link-name NAME]
 //       [--max-bytes N[KMG]] [--min-bytes N[KMG]] [--ops alltoall,allreduce] [--data dlrm,act]
-//       [--bound 1e-2] [--reps-scale 1.0] [--stat min|median] [--block-size 32] [--csv PATH]
-//       [--append]
+//       [--bound 1e-2] [--reps-scale 1.0] [--round-budget-s 2] [--stat min|median]
+//       [--block-size 32] [--csv PATH] [--append]
 //
 // Run ranks with OMP_NUM_THREADS=1: the codec then runs on one core per rank, and 2 ranks fill
 // a 2-core machine. More ranks than cores oversubscribe; the header says so.
@@ -99,6 +102,7 @@ struct options {
   double link_gbps = nan;  // NaN: use the measured ping-pong rate
   std::string link_name;   // a label for the table and CSV ("1gbit", "shm", ...)
   double reps_scale = 1.0;
+  double round_budget_s = 2.0;  // more rounds where a round is cheap (--round-budget-s)
   bool use_median = false;  // --stat
   int block_size = 32;
   std::string csv = "bench_collectives.csv";
@@ -122,8 +126,8 @@ std::vector<std::string> split(std::string_view text, char separator) {
                  "bench_collectives: %s\n"
                  "usage: mpiexec -n P bench_collectives [--link-gbps G|measure] [--link-name NAME]\n"
                  "         [--max-bytes N[K|M|G]] [--min-bytes N[K|M|G]] [--ops alltoall,allreduce]\n"
-                 "         [--data dlrm,act] [--bound REL] [--reps-scale X] [--stat min|median]\n"
-                 "         [--block-size 32|64|128] [--csv PATH] [--append]\n",
+                 "         [--data dlrm,act] [--bound REL] [--reps-scale X] [--round-budget-s S]\n"
+                 "         [--stat min|median] [--block-size 32|64|128] [--csv PATH] [--append]\n",
                  complaint.c_str());
   MPI_Finalize();
   std::exit(2);
@@ -176,6 +180,9 @@ options parse_options(int argc, char** argv) {
       } else if (arg == "--reps-scale") {
         opts.reps_scale = std::stod(value);
         if (!(opts.reps_scale > 0.0)) usage("--reps-scale must be > 0");
+      } else if (arg == "--round-budget-s") {
+        opts.round_budget_s = std::stod(value);
+        if (!(opts.round_budget_s >= 0.0)) usage("--round-budget-s must be >= 0");
       } else if (arg == "--stat") {
         if (value != "min" && value != "median") usage("--stat is min or median");
         opts.use_median = value == "median";
@@ -397,9 +404,15 @@ struct row {
   std::string problem;
 };
 
-/// Calls per timed sample: small messages are timed as a batch of back-to-back calls (about
-/// 1 MiB per peer in all), so that a sample is well above the timer's and the barrier's noise.
-int calls_per_sample(std::size_t bytes) { return int(std::max<std::size_t>(1, MiB / bytes)); }
+/// Calls per timed sample: small messages are timed as a batch of back-to-back calls, so that
+/// a sample is well above the timer's and the barrier's noise: enough calls for about 5 ms of
+/// the variants' untimed calls (`round_seconds`, all variants), at most 1 MiB per peer in all.
+int calls_per_sample(std::size_t bytes, double round_seconds, std::size_t variants) {
+  const int most = int(std::max<std::size_t>(1, MiB / bytes));
+  const double per_call = round_seconds / double(variants);
+  if (!(per_call > 0.0)) return most;
+  return std::clamp(int(std::ceil(0.005 / per_call)), 1, most);
+}
 
 int reps_for(std::size_t bytes, double scale) {
   int reps = bytes <= 64 * KiB ? 15 : bytes <= 1 * MiB ? 15 : bytes <= 4 * MiB ? 9 : bytes <= 16 * MiB ? 5 : 3;
@@ -449,9 +462,12 @@ std::vector<row> measure(const std::string& op, const dataset& data, std::size_t
   }
 
   // The untimed call of each variant: warm-up and error check against plain MPI's result.
+  double round_estimate = 0.0;  // seconds, this rank's untimed calls (the check included)
   for (row& r : rows) {
     std::fill_n(recv.data(), count, std::numeric_limits<float>::quiet_NaN());
+    const auto check_start = clock_type::now();
     const kompress::collective_report report = call(op, r.v, send, recv, ctx, true);
+    round_estimate += std::chrono::duration<double>(clock_type::now() - check_start).count();
     if (r.v == variant::plain) {
       std::memcpy(reference.data(), recv.data(), count * sizeof(float));
       r.max_error = 0.0;
@@ -489,9 +505,12 @@ std::vector<row> measure(const std::string& op, const dataset& data, std::size_t
   // The timed rounds: every variant once per round, after a barrier, the order rotating from
   // round to round so that no variant always runs after the same one (a variant that follows
   // a compressed call finds its buffers evicted from the caches).
-  const int reps = reps_for(bytes, ctx.opts.reps_scale);
-  const int calls = calls_per_sample(bytes);
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &round_estimate, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
   const std::size_t variants = rows.size();
+  const int calls = calls_per_sample(bytes, round_estimate, variants);
+  int reps = reps_for(bytes, ctx.opts.reps_scale);
+  if (round_estimate > 0.0)
+    reps = std::max(reps, std::min(25, int(ctx.opts.round_budget_s / (round_estimate * calls))));
   std::vector<double> seconds(variants * std::size_t(reps));
   std::vector<kompress::collective_report> last(variants);
   for (int rep = 0; rep < reps; ++rep) {
@@ -593,6 +612,14 @@ int run(int argc, char** argv) {
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, &oversubscribed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
   ctx.oversubscribed = oversubscribed != 0;
 
+  {  // Connect every pair of ranks (TCP connections are made on first use), outside the timings.
+    std::vector<float> out(std::size_t(world_size) * 1024, 1.0f), in(out.size());
+    for (int i = 0; i < 3; ++i) {
+      check_mpi(MPI_Alltoall(out.data(), 1024, MPI_FLOAT, in.data(), 1024, MPI_FLOAT, MPI_COMM_WORLD), "MPI_Alltoall");
+      check_mpi(MPI_Allreduce(out.data(), in.data(), int(out.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+                "MPI_Allreduce");
+    }
+  }
   ctx.link_gbps_measured = ping_pong_rate(8 * MiB) * 8.0 / 1e9;
   ctx.link_gbps_used = std::isnan(opts.link_gbps) ? ctx.link_gbps_measured : opts.link_gbps;
 
