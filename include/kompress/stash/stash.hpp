@@ -51,6 +51,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -305,7 +306,8 @@ struct stash<ExecutionSpace>::state {
   std::vector<std::uint32_t> free_slots;
   std::vector<detail::host_arena> host_arenas;
   stash_stats counters;
-  std::size_t pool_stored_bytes = 0;
+  std::size_t pool_stored_bytes = 0;  // streams in the pool
+  std::size_t pool_held_bytes = 0;    // the workspace + streams in the pool, 64-byte aligned
 
   std::mutex workspace_mutex;  // the workspace and the host staging buffer
   Kokkos::View<std::byte*, Kokkos::HostSpace> host_staging;
@@ -363,6 +365,7 @@ struct stash<ExecutionSpace>::state {
     exec.fence("kompress::stash: pool allocated");
     allocator.grow(capacity);
     workspace_offset = *allocator.allocate(workspace_bytes);
+    pool_held_bytes = workspace_bytes;
     entries.reserve(64);
     free_slots.reserve(64);
     counters.budget_bytes = capacity;
@@ -379,8 +382,11 @@ struct stash<ExecutionSpace>::state {
   }
 
   // --- bookkeeping (mutex held) -----------------------------------------------------------
+  /// Pool bytes held: the workspace and the streams, not the worst-case ranges saves borrow
+  /// while they compress in place (they would have gone through the workspace otherwise), so
+  /// peak_pool_bytes is the budget a run needed.
   void note_pool_usage() {
-    counters.pool_bytes = allocator.in_use();
+    counters.pool_bytes = pool_held_bytes;
     counters.peak_pool_bytes = std::max(counters.peak_pool_bytes, counters.pool_bytes);
     counters.peak_stored_bytes = std::max(counters.peak_stored_bytes, pool_stored_bytes);
   }
@@ -407,6 +413,7 @@ struct stash<ExecutionSpace>::state {
       case detail::segment_location::pool:
         allocator.free(segment.offset, segment.stream_bytes);
         pool_stored_bytes -= segment.stream_bytes;
+        pool_held_bytes -= detail::first_fit_allocator::round_up(segment.stream_bytes);
         break;
       case detail::segment_location::host:
         host_arenas[segment.arena].allocator.free(segment.offset, segment.stream_bytes);
@@ -605,7 +612,6 @@ struct stash<ExecutionSpace>::state {
       {
         std::lock_guard lock(mutex);
         offset = allocator.allocate(worst);
-        if (offset) note_pool_usage();
       }
       if (offset) {
         std::size_t length = 0;
@@ -621,6 +627,7 @@ struct stash<ExecutionSpace>::state {
         std::lock_guard lock(mutex);
         allocator.shrink(*offset, worst, length);
         pool_stored_bytes += length;
+        pool_held_bytes += detail::first_fit_allocator::round_up(length);
         note_pool_usage();
         segment.location = detail::segment_location::pool;
         segment.offset = *offset;
@@ -643,6 +650,7 @@ struct stash<ExecutionSpace>::state {
       offset = allocator.allocate(length);
       if (offset) {
         pool_stored_bytes += length;
+        pool_held_bytes += detail::first_fit_allocator::round_up(length);
         note_pool_usage();
       }
     }
@@ -696,6 +704,10 @@ struct stash<ExecutionSpace>::state {
   /// The absolute bound a freshly written stream records (header offset 24).
   double read_abs_bound(const ExecutionSpace& exec_, const std::byte* stream) {
     double value = 0.0;
+    if constexpr (host_reads_pool) {  // compress has waited for exec_ already
+      std::memcpy(&value, stream + 24, sizeof(double));
+      return value;
+    }
     Kokkos::deep_copy(
         exec_, host_unmanaged_bytes(reinterpret_cast<std::byte*>(&value), sizeof(double)),
         const_unmanaged_bytes(stream + 24, sizeof(double)));

@@ -14,14 +14,16 @@ struct stash_stats {
   std::size_t entries = 0;          ///< live entries
   std::size_t raw_bytes = 0;        ///< live entries, uncompressed: what plain Views would hold
   std::size_t stored_bytes = 0;     ///< live entries' streams, wherever they are
-  std::size_t pool_bytes = 0;       ///< pool bytes in use: streams (64-byte aligned), saves in
-                                    ///< progress, the workspace
+  std::size_t pool_bytes = 0;       ///< pool bytes held: the workspace and the streams (64-byte
+                                    ///< aligned); not the worst-case ranges a save borrows from
+                                    ///< free space while it compresses in place
   std::size_t host_spilled_bytes = 0;  ///< live streams spilled to host memory
   std::size_t file_spilled_bytes = 0;  ///< live streams spilled to the spill file
   // --- high-water marks since construction or reset_peaks() ---
   std::size_t peak_raw_bytes = 0;     ///< of raw_bytes
   std::size_t peak_stored_bytes = 0;  ///< of the streams in the pool (without alignment)
-  std::size_t peak_pool_bytes = 0;    ///< of pool_bytes: the budget this run actually needed
+  std::size_t peak_pool_bytes = 0;    ///< of pool_bytes: the budget this run needed (fragmentation
+                                      ///< aside, a pool this size would have held every stream)
   // --- totals since construction ---
   std::uint64_t saves = 0;
   std::uint64_t restores = 0;
