@@ -858,7 +858,7 @@ int run_example(const settings& options) {
                       nullptr,
                       {}});
   variants.push_back({kind::kompress_recommended,
-                      "kompress REL " + bound_text + " (recommended)",
+                      "kompress REL " + bound_text + (options.bound == 1e-2 ? " (recommended)" : ""),
                       "kompress " + bound_text,
                       options.bound,
                       make_exchange(l, true, options.bound, options.block_size),
@@ -947,8 +947,8 @@ int run_example(const settings& options) {
                   : v.bounded()     ? "  BOUND VIOLATED"
                                     : "  NOT EXACT");
       if (csv)
-        std::fprintf(csv, "%s,%d,%zu,%d,%s,%g,%.0f,%.4f,%.4f,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%llu\n", link.c_str(), ranks,
-                     l.global_batch, options.iterations, v.name.c_str(), v.exact() ? 0.0 : v.rel, bytes,
+        std::fprintf(csv, "%s,%d,%zu,%d,\"%s\",%g,%.0f,%.4f,%.4f,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%llu\n", link.c_str(),
+                     ranks, l.global_batch, options.iterations, v.name.c_str(), v.exact() ? 0.0 : v.rel, bytes,
                      plain_bytes / double(r.wire_bytes), time * 1e3, *std::min_element(r.times.begin(), r.times.end()) * 1e3,
                      plain_time / time, fwd_error, fwd_ratio, bwd_error, bwd_ratio, r.interaction_error, r.interaction_relative,
                      static_cast<unsigned long long>(r.violations));
@@ -957,9 +957,11 @@ int run_example(const settings& options) {
   if (csv) std::fclose(csv);
 
   if (root && options.per_table) {
-    std::printf("\nper table: largest error / the table's bound (kompress: its own; casts: REL %s), forward | backward\n",
-                bound_text.c_str());
-    std::printf("%-9s %5s %9s |", "table", "owner", "fwd bound");
+    std::printf(
+        "\nper table: largest error / the table's bound (kompress: its own; casts: REL %s), forward | backward;\n"
+        "REL bound: the forward bound on the real batch\n",
+        bound_text.c_str());
+    std::printf("%-9s %5s %9s |", "table", "owner", "REL bound");
     for (std::size_t k = 2; k < variants.size(); ++k) std::printf(" %-18.18s", variants[k].short_name.c_str());
     std::printf("\n");
     for (std::size_t t = 0; t < l.tables; ++t) {

@@ -24,15 +24,17 @@ build_dir=$1; shift
 link=1
 ranks=4
 inside=""
+args=()  # everything else goes to the example
 while [ $# -gt 0 ]; do
   case "$1" in
     --link) link=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
     --inside-namespace) inside=1; shift ;;  # internal: we are in the namespace already
-    --) shift; break ;;
-    *) break ;;
+    --) shift; args+=("$@"); break ;;
+    *) args+=("$1"); shift ;;
   esac
 done
+set -- ${args[@]+"${args[@]}"}
 exe=$build_dir/examples/kompress_dlrm_exchange
 [ -x "$exe" ] || { log "$exe not built (it needs MPI)"; exit 2; }
 export OMP_NUM_THREADS=1 OMP_PROC_BIND=false KOKKOS_DISABLE_WARNINGS=1
