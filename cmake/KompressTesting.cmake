@@ -41,6 +41,9 @@ function(kompress_test_environment out_var ranks)
   set(environment
     "OMP_NUM_THREADS=${threads}"
     "OMP_PROC_BIND=false"
+    # ctest runs two tests at once on two cores: idle OpenMP threads must sleep, not spin,
+    # or each test waits whole scheduler slices for the other one's spinning threads.
+    "OMP_WAIT_POLICY=passive"
     "KOKKOS_DISABLE_WARNINGS=1"
     "KOMPRESS_DATA_DIR=${KOMPRESS_DATA_DIR}")
   if(KOMPRESS_SANITIZE)
