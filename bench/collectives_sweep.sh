@@ -206,18 +206,19 @@ awk -F, -v L="$c_link" -v R="$c_ranks" -v O="$c_op" -v D="$c_data" -v B="$c_byte
 gnuplot_script() {
   local op=$1 png=$2
   cat <<EOF
-set terminal pngcairo size 1400,560 font "sans,11" noenhanced
+set terminal pngcairo size 1400,620 font "sans,11" noenhanced
 set output "$png"
-set multiplot layout 1,2 title "$op, 2 ranks: speedup over plain MPI vs message size (solid: compressed, REL 1e-2; dashed: auto)" font "sans,13"
+set multiplot layout 1,2 title "$op, 2 ranks: speedup over plain MPI_${op^} vs message size per peer, by link rate (solid: compressed at REL 1e-2; dashed: auto)" font "sans,13"
 set logscale x 2
 set xlabel "bytes per peer"
-set ylabel "speedup over plain MPI_${op^}"
+set ylabel "speedup over plain MPI (x)"
 set xtics ("4K" 4096, "64K" 65536, "1M" 1048576, "4M" 4194304, "16M" 16777216, "64M" 67108864)
+set xrange [3000:90000000]
 set grid
-set key top left
+set key below horizontal
 set logscale y
 set ytics (0.05, 0.1, 0.2, 0.5, 1, 1.5, 2, 3, 4, 6, 8, 12)
-set yrange [*:*]
+set yrange [0.04:12]
 set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb "black" lw 1.5
 EOF
   local data title
@@ -225,16 +226,17 @@ EOF
     if [ "$data" = dlrm ]; then title="DLRM embedding lookups (dlrm_flights_lookup_fwd)"; else title="MLP activations after ReLU (act_mlp_relu2_out)"; fi
     echo "set title \"$title\""
     local plots=() i=0 link label file
+    local colors=("#7b3294" "#1b9e77" "#2c7bb6" "#d95f02" "#555555" "#e7298a")
     for link in $links; do
       i=$((i + 1))
       case "$link" in shm) label="shm" ;; tcp) label="tcp" ;; *) label="${link}gbit" ;; esac
       local name=$label; [ "$link" = shm ] && name="shared memory"; [ "$link" = tcp ] || [ "$link" = shm ] || name="$link Gb/s"
       file=$plot_dir/${op}_${data}_compressed_${label}.dat
-      [ -f "$file" ] && plots+=("\"$file\" using 1:2 with linespoints lw 2 pt 7 lc $i dt 1 title \"$name\"")
+      [ -f "$file" ] && plots+=("\"$file\" using 1:2 with linespoints lw 2 pt 7 lc rgb \"${colors[$(( (i - 1) % 6 ))]}\" dt 1 title \"$name\"")
       file=$plot_dir/${op}_${data}_auto_${label}.dat
-      [ -f "$file" ] && plots+=("\"$file\" using 1:2 with linespoints lw 2 pt 6 lc $i dt 2 notitle")
+      [ -f "$file" ] && plots+=("\"$file\" using 1:2 with linespoints lw 2 pt 6 lc rgb \"${colors[$(( (i - 1) % 6 ))]}\" dt 2 notitle")
     done
-    [ ${#plots[@]} -gt 0 ] || plots=("1/0 notitle")
+    plots+=("NaN with lines lw 2 lc rgb \"black\" dt 1 title \"compressed\"" "NaN with lines lw 2 lc rgb \"black\" dt 2 title \"auto\"")
     local joined
     joined=$(printf '%s, ' "${plots[@]}")
     echo "plot ${joined%, }"
