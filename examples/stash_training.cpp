@@ -539,6 +539,7 @@ int main(int argc, char* argv[]) {
   if (s.verify && stashed.violations == 0)
     std::printf("every restored activation within its bound (largest error / bound: %.3f)\n",
                 stashed.max_error_over_bound);
+  if (stashed.violations > 0) return 1;  // "BOUND VIOLATED" was printed
   if (s.max_loss_gap >= 0 && !(gap <= s.max_loss_gap)) {
     std::printf("LOSS GAP %.3f%% exceeds %.3f%%\n", gap, s.max_loss_gap);
     return 1;
