@@ -3,8 +3,9 @@
 // payload out, and back. Pure functions for host and device: no allocation, no dispatch.
 //
 // Descriptor byte: bits 0-4 width w, bit 5 mode (0 plain, 1 delta), bits 6-7 base length code.
-//   w = 31 marks the two exact kinds: 0x1F raw (m values verbatim), 0x3F constant (one value,
-//   bit pattern repeated). Every other w is a quantized block:
+//   w = 31 marks the exact kinds: 0x1F raw (m values verbatim), 0x3F constant (one value,
+//   bit pattern repeated), 0x5F signed zeros (one sign bit per value, all values +-0.0).
+//   Every other w is a quantized block:
 //   [base: zigzag(base - previous base), base_length bytes][BlockSize codes of w bits]
 //   plain: code_i = q_i - base;  delta: base = q_0, code_i = zigzag(q_i - q_{i-1}) (code_0 = 0).
 //   In streams with a fill value, a plain block with w >= 1 reads code 2^w - 1 as the fill.
@@ -21,6 +22,8 @@ namespace kompress::detail {
 
 inline constexpr std::uint8_t descriptor_raw = 0x1F;
 inline constexpr std::uint8_t descriptor_constant = 0x3F;
+/// Every value is +0.0 or -0.0 (land masks written with both): one sign bit per value.
+inline constexpr std::uint8_t descriptor_signed_zeros = 0x5F;
 inline constexpr int escape_width = 31;
 
 /// Bytes of the zigzagged base difference for each base length code.
@@ -87,13 +90,14 @@ KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& cod
   const bits fill_bits = codec.fill_bits;
   const bits fill_enabled = codec.has_fill ? ~bits(0) : bits(0);
   const double step = codec.step, threshold = codec.accept_threshold;
-  bits differs = 0, fills = 0, specials = 0;
+  bits differs = 0, fills = 0, specials = 0, magnitudes = 0;
   std::int64_t rejected = 0;
   double biased[BlockSize];
   for (int i = 0; i < BlockSize; ++i) {
     const bits b = to_bits(values[i]);
     const bits fill = -bits(((b ^ fill_bits) | ~fill_enabled) == 0);
     differs |= b ^ first;
+    magnitudes |= b & ~traits::sign_mask;
     fills |= fill;
     // NaN, +-Inf and -0.0 only come back bit-exact from an exact block.
     specials |= ~fill & -bits(((b & traits::exponent_mask) == traits::exponent_mask) |
@@ -113,6 +117,10 @@ KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& cod
   if (all_same && int(sizeof(T)) <= best_bytes) {
     best_bytes = int(sizeof(T));
     best = descriptor_constant;
+  }
+  if (magnitudes == 0 && packed_bytes<BlockSize>(1) < best_bytes) {
+    best_bytes = packed_bytes<BlockSize>(1);
+    best = descriptor_signed_zeros;
   }
 
   std::int64_t new_base = 0;
@@ -190,6 +198,10 @@ KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& cod
     std::memcpy(out, in, raw_bytes);
   } else if (best == descriptor_constant) {
     store<T>(out, values[0]);
+  } else if (best == descriptor_signed_zeros) {
+    for (int i = 0; i < BlockSize; ++i)
+      codes[i] = static_cast<std::uint32_t>(to_bits(values[i]) >> (8 * sizeof(T) - 1)) & (i < m);
+    pack<BlockSize>(1, codes, out);
   } else {
     const int length = base_length<T>(length_code);
     store_bytes(out, zigzag(new_base - base), length);
@@ -219,6 +231,14 @@ KOMPRESS_FUNCTION int decode_block(const std::byte* in, std::size_t available,
       const T value = load<T>(in);
       for (int i = 0; i < m; ++i) out[i] = value;
       return int(sizeof(T));
+    }
+    if (descriptor == descriptor_signed_zeros) {
+      const int bytes = packed_bytes<BlockSize>(1);
+      if (std::size_t(bytes) > available) return -1;
+      std::uint32_t signs[BlockSize];
+      unpack<BlockSize>(1, in, signs);
+      for (int i = 0; i < m; ++i) out[i] = signs[i] ? T(-0.0) : T(0.0);
+      return bytes;
     }
     return -1;
   }
