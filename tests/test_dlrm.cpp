@@ -143,13 +143,15 @@ TEST_CASE("dlrm exchange: a bound schedule per iteration and table") {
   };
   kompress::dlrm::embedding_exchange exchange(MPI_COMM_WORLD, make_tables(size_of()), 8, options);
   matrix in("in", exchange.global_batch(), exchange.local_width()), out("out", 8, exchange.total_width());
+  matrix grad_in("grad_in", 8, exchange.total_width()), grad_out("grad_out", exchange.global_batch(), exchange.local_width());
   exchange.forward(host{}, in, out);
+  exchange.backward(host{}, grad_in, grad_out);
   exchange.forward(host{}, in, out);
+  seen.clear();
+  exchange.backward(host{}, grad_in, grad_out);  // the backward of iteration 1
   CHECK(exchange.iteration() == 2);
-  if (exchange.local_width() > 0) {
-    CHECK(seen.front() == 0);
-    CHECK(seen.back() == 1);
-  }
+  CHECK(!seen.empty());
+  for (const auto iteration : seen) CHECK(iteration == 1);
 }
 
 TEST_CASE("dlrm exchange: mismatched shapes and bad tables are rejected") {
@@ -165,4 +167,7 @@ TEST_CASE("dlrm exchange: mismatched shapes and bad tables are rejected") {
                        kompress::invalid_argument);
   CHECK_THROWS_AS(kompress::dlrm::embedding_exchange(MPI_COMM_WORLD, {{0, 0}}, 10), kompress::invalid_argument);
   CHECK_THROWS_AS(kompress::dlrm::embedding_exchange(MPI_COMM_WORLD, make_tables(p), 0), kompress::invalid_argument);
+  // Ranks disagreeing on the model: every rank gets the error.
+  CHECK_THROWS_WITH_AS(kompress::dlrm::embedding_exchange(MPI_COMM_WORLD, make_tables(p), 10 + std::size_t(rank_of() % 2)),
+                       doctest::Contains("different models"), kompress::invalid_argument);
 }

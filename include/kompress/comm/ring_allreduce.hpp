@@ -135,10 +135,7 @@ class ring_allreduce_operation final : public operation {
                         host_bytes(out, max_compressed_size<T>(count, options_.block_size)),
                         compress_options{.bound = absolute(hop_bound_), .block_size = options_.block_size});
       const bool pays = options_.mode != transfer_mode::automatic || options_.cost.compressed_wins(raw, length);
-      if (length < raw && pays) {
-        ++report_.compressed_messages;
-        return length;
-      }
+      if (length < raw && pays) return length;
     }
     std::memcpy(out, values, raw);
     return raw;
@@ -179,6 +176,8 @@ class ring_allreduce_operation final : public operation {
     }
     report_.payload_bytes += chunk_size(out_chunk) * sizeof(T);
     report_.wire_bytes += length;
+    // Shorter than the raw values means a stream: allgather hops forward streams too.
+    if (length < chunk_size(out_chunk) * sizeof(T)) ++report_.compressed_messages;
     ++report_.messages;
     std::byte* target = step_ < p() - 1 ? recv_bytes_.data() : final_bytes_.data() + chunk_begin(in_chunk) * sizeof(T);
     check_mpi(MPI_Irecv(target, byte_count(chunk_size(in_chunk) * sizeof(T), who_), MPI_BYTE, left, collective_tag,

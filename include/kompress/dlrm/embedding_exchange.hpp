@@ -75,6 +75,17 @@ class embedding_exchange {
       local_column_[t] = local_width_[tab.owner];
       local_width_[tab.owner] += tab.dim;
     }
+    // Every rank must describe the same model: compare a fingerprint of the geometry.
+    std::uint64_t fingerprint = local_batch_ * 0x9E3779B97F4A7C15ull;
+    for (const table& tab : tables_)
+      fingerprint = (fingerprint ^ (std::uint64_t(tab.owner) << 32 ^ tab.dim)) * 0xC2B2AE3D27D4EB4Full;
+    unsigned long long extremes[2] = {fingerprint, ~fingerprint};
+    kompress::detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm),
+                                who, "MPI_Allreduce");
+    if (extremes[0] != ~extremes[1])
+      throw invalid_argument(std::string(who) +
+                             ": ranks describe different models (local batch, table owners or dimensions "
+                             "differ); every rank must pass the same ones");
   }
 
   std::size_t local_batch() const { return local_batch_; }
@@ -159,10 +170,10 @@ class embedding_exchange {
     if (failed) throw invalid_argument(std::string(who) + ": another rank's arguments were rejected");
   }
 
-  double table_bound(int t, direction dir, const error_bound& bound, double range) const {
+  double table_bound(int t, direction dir, const error_bound& bound, double range, std::uint64_t iteration) const {
     double e = bound.mode == bound_mode::absolute ? bound.value : bound.value * range;
     if (!options_.table_weights.empty()) e *= options_.table_weights[t];
-    if (options_.bound_schedule) e *= options_.bound_schedule(iteration_, t, dir);
+    if (options_.bound_schedule) e *= options_.bound_schedule(iteration, t, dir);
     return std::isfinite(e) && e > 0.0 ? e : 0.0;
   }
 
@@ -196,10 +207,10 @@ class embedding_exchange {
       const table& tab = tables_[t];
       if (tab.owner == me) {
         // Send: rows of each peer's batch slice, this table's columns.
-        const double range = options_.forward_bound.mode == bound_mode::relative
+        const double range = options_.compress_forward && options_.forward_bound.mode == bound_mode::relative
                                  ? range_of(in_data + local_column_[t], mine, global_batch(), tab.dim)
                                  : 0.0;
-        const double e = table_bound(int(t), direction::forward, options_.forward_bound, range);
+        const double e = table_bound(int(t), direction::forward, options_.forward_bound, range, iteration_);
         for (int peer = 0; peer < p; ++peer)
           peers[peer].send.push_back({in_data + std::size_t(peer) * bl * mine + local_column_[t], mine, bl, tab.dim, e});
       }
@@ -226,10 +237,12 @@ class embedding_exchange {
     for (std::size_t t = 0; t < tables_.size(); ++t) {
       const table& tab = tables_[t];
       // Send: this rank's slice of the gradient for table t, to its owner.
-      const double range = options_.backward_bound.mode == bound_mode::relative
+      // The backward pass belongs to the iteration whose forward came last.
+      const double range = options_.compress_backward && options_.backward_bound.mode == bound_mode::relative
                                ? range_of(in_data + global_column_[t], total_width_, bl, tab.dim)
                                : 0.0;
-      const double e = table_bound(int(t), direction::backward, options_.backward_bound, range);
+      const double e = table_bound(int(t), direction::backward, options_.backward_bound, range,
+                                   iteration_ > 0 ? iteration_ - 1 : 0);
       peers[tab.owner].send.push_back({in_data + global_column_[t], total_width_, bl, tab.dim, e});
       if (tab.owner == me)
         for (int peer = 0; peer < p; ++peer)
