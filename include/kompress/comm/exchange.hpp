@@ -77,28 +77,11 @@ class exchange_operation final : public operation {
   ~exchange_operation() override = default;
 
   bool progress(bool block) override {
-    while (pending_receives_ > 0) {
-      int index = MPI_UNDEFINED, flag = 0;
-      MPI_Status status;
-      if (block) {
-        check_mpi(MPI_Waitany(int(receives_.size()), receives_.data(), &index, &status), who_, "MPI_Waitany");
-        flag = 1;
-      } else {
-        check_mpi(MPI_Testany(int(receives_.size()), receives_.data(), &index, &flag, &status), who_,
-                  "MPI_Testany");
-      }
-      if (!flag) return false;
-      if (index == MPI_UNDEFINED) break;
-      --pending_receives_;
-      finish_receive(receive_peers_[index], status);
-    }
-    if (block) {
-      check_mpi(MPI_Waitall(int(sends_.size()), sends_.data(), MPI_STATUSES_IGNORE), who_, "MPI_Waitall");
-      return true;
-    }
-    int all_sent = 0;
-    check_mpi(MPI_Testall(int(sends_.size()), sends_.data(), &all_sent, MPI_STATUSES_IGNORE), who_, "MPI_Testall");
-    return all_sent != 0;
+    const bool received = drain_receives(receives_, pending_receives_, block, who_,
+                                         [&](int index, const MPI_Status& status) {
+                                           finish_receive(receive_peers_[index], status);
+                                         });
+    return received && complete_sends(sends_, block, who_);
   }
 
   const collective_report& report() const override { return report_; }

@@ -74,30 +74,14 @@ class segment_exchange final : public operation {
   }
 
   bool progress(bool block) override {
-    while (pending_ > 0) {
-      int index = MPI_UNDEFINED, flag = 0;
-      MPI_Status status;
-      if (block) {
-        check_mpi(MPI_Waitany(int(receives_.size()), receives_.data(), &index, &status), who_, "MPI_Waitany");
-        flag = 1;
-      } else {
-        check_mpi(MPI_Testany(int(receives_.size()), receives_.data(), &index, &flag, &status), who_, "MPI_Testany");
-      }
-      if (!flag) return false;
-      if (index == MPI_UNDEFINED) break;
-      --pending_;
+    const bool received = drain_receives(receives_, pending_, block, who_, [&](int index, const MPI_Status& status) {
       int length = 0;
       check_mpi(MPI_Get_count(&status, MPI_BYTE, &length), who_, "MPI_Get_count");
       unpack_message(receive_peer_[index], std::size_t(length));
-    }
+    });
+    if (!received) return false;
     exec_.fence("kompress::dlrm: segments unpacked");
-    if (block) {
-      check_mpi(MPI_Waitall(int(sends_.size()), sends_.data(), MPI_STATUSES_IGNORE), who_, "MPI_Waitall");
-      return true;
-    }
-    int done = 0;
-    check_mpi(MPI_Testall(int(sends_.size()), sends_.data(), &done, MPI_STATUSES_IGNORE), who_, "MPI_Testall");
-    return done != 0;
+    return complete_sends(sends_, block, who_);
   }
 
   const collective_report& report() const override { return report_; }
