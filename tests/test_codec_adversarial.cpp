@@ -8,7 +8,10 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <cstring>
+#include <optional>
 #include <span>
+#include <thread>
 #include <vector>
 
 using kompress::test::require_round_trip;
@@ -230,4 +233,83 @@ TEST_CASE("codec: the stream does not depend on the thread count") {
       CHECK(std::memcmp(stream.data(), reference.data(), stream.size()) == 0);
     }
   }
+}
+
+TEST_CASE_TEMPLATE("codec: compress_async writes the bytes compress does, at any output alignment", T,
+                   float, double) {
+  using host = Kokkos::DefaultHostExecutionSpace;
+  using limits = std::numeric_limits<T>;
+  auto values = smooth<T>(70000, 3.0);
+  values[10] = limits::quiet_NaN();
+  values[11] = limits::infinity();
+  values[12] = T(-0.0);
+  for (std::size_t i = 2048; i < 4096; ++i) values[i] = T(0);  // constant blocks
+  for (const std::size_t count : {std::size_t(0), std::size_t(1), std::size_t(33), values.size()}) {
+    for (const kompress::error_bound bound :
+         {kompress::absolute(1e-3), kompress::relative(1e-2), kompress::relative(0.0)}) {
+      for (const std::optional<double> fill : {std::optional<double>(), std::optional<double>(3.0)}) {
+        CAPTURE(count);
+        CAPTURE(bound.value);
+        Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), count);
+        const kompress::compress_options options{.bound = bound, .fill_value = fill};
+        const std::size_t worst = kompress::max_compressed_size(in, options);
+        Kokkos::View<std::byte*, Kokkos::HostSpace> reference("reference", worst);
+        const std::size_t length = kompress::compress(host{}, in, reference, options);
+        for (const std::size_t misalignment : {0, 1, 3}) {
+          CAPTURE(misalignment);
+          Kokkos::View<std::byte*, Kokkos::HostSpace> buffer("buffer", worst + misalignment);
+          auto out = Kokkos::subview(buffer, std::pair<std::size_t, std::size_t>(misalignment, worst + misalignment));
+          Kokkos::View<std::uint64_t, Kokkos::HostSpace> async_length("length");
+          host exec;
+          kompress::compress_async(exec, in, out, options, async_length);
+          exec.fence();
+          REQUIRE(async_length() == length);
+          CHECK(kompress::inspect(out).compressed_bytes == length);
+          CHECK(std::memcmp(out.data(), reference.data(), length) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("codec: compress_async rejects bad arguments before enqueueing anything") {
+  using host = Kokkos::DefaultHostExecutionSpace;
+  std::vector<float> values(1000, 1.5f);
+  Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
+  Kokkos::View<std::byte*, Kokkos::HostSpace> small("small", 100);
+  Kokkos::deep_copy(small, std::byte{0x5A});
+  CHECK_THROWS_WITH_AS(kompress::compress_async(host{}, in, small, {.bound = kompress::absolute(1e-3)}),
+                       doctest::Contains("output too small"), kompress::invalid_argument);
+  Kokkos::View<std::byte*, Kokkos::HostSpace> out("out", kompress::max_compressed_size<float>(values.size()));
+  Kokkos::deep_copy(out, std::byte{0x5A});
+  CHECK_THROWS_AS(kompress::compress_async(host{}, in, out, {.bound = kompress::absolute(-1.0)}),
+                  kompress::invalid_argument);
+  host{}.fence();
+  for (std::size_t i = 0; i < small.size(); ++i) REQUIRE(small(i) == std::byte{0x5A});
+  for (std::size_t i = 0; i < out.size(); ++i) REQUIRE(out(i) == std::byte{0x5A});
+}
+
+TEST_CASE("codec: compress_async on two execution space instances at once") {
+  using host = Kokkos::DefaultHostExecutionSpace;
+  const auto a = smooth<float>(200000, 10.0), b = smooth<float>(150000, 0.5);
+  Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in_a(a.data(), a.size()),
+      in_b(b.data(), b.size());
+  const kompress::compress_options options{.bound = kompress::relative(1e-3)};
+  auto expect_a = kompress::compress(host{}, in_a, options);
+  auto expect_b = kompress::compress(host{}, in_b, options);
+  host all;
+  const int threads = all.concurrency();
+  auto parts = Kokkos::Experimental::partition_space(all, 1, threads > 1 ? threads - 1 : 1);
+  Kokkos::View<std::byte*, Kokkos::HostSpace> out_a("a", kompress::max_compressed_size(in_a, options)),
+      out_b("b", kompress::max_compressed_size(in_b, options));
+  Kokkos::View<std::uint64_t, Kokkos::HostSpace> length_a("la"), length_b("lb");
+  std::thread other([&] { kompress::compress_async(parts[1], in_b, out_b, options, length_b); });
+  kompress::compress_async(parts[0], in_a, out_a, options, length_a);
+  other.join();
+  parts[0].fence();
+  parts[1].fence();
+  REQUIRE(length_a() == expect_a.size());
+  REQUIRE(length_b() == expect_b.size());
+  CHECK(std::memcmp(out_a.data(), expect_a.data(), expect_a.size()) == 0);
+  CHECK(std::memcmp(out_b.data(), expect_b.data(), expect_b.size()) == 0);
 }

@@ -3,6 +3,7 @@
 // of contiguous Kokkos Views of float or double, of any rank.
 //
 // Sync points: compress returns the stream length, so it waits for its work on `exec`;
+// compress_async enqueues the same work and returns (the length stays in device memory);
 // decompress checks the stream before and after decoding, so it waits too. Both read the
 // input and write the output only through `exec`: fence other instances that produced the
 // input first.
@@ -20,6 +21,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -109,17 +111,31 @@ stream_header read_header(const InView& in, const char* who) {
   return parse_header(prefix.data(), prefix.size(), in.size(), who);
 }
 
-}  // namespace detail
+/// A field of a stream already written in `MemorySpace`: read directly when the host can,
+/// else copied through `exec` (which this then waits for).
+template <class U, class MemorySpace, class Exec>
+U read_stream_field(const Exec& exec, const std::byte* stream, std::size_t offset) {
+  U value{};
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible) {
+    std::memcpy(&value, stream + offset, sizeof(U));
+  } else {
+    Kokkos::deep_copy(
+        exec,
+        Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+            reinterpret_cast<std::byte*>(&value), sizeof(U)),
+        Kokkos::View<const std::byte*, MemorySpace, Kokkos::MemoryUnmanaged>(stream + offset,
+                                                                             sizeof(U)));
+    exec.fence("kompress: stream field read");
+  }
+  return value;
+}
 
-inline namespace v0 {
-
-/// Compresses `in` into `out`, which must hold max_compressed_size(in) bytes; returns the
-/// stream's length. Values are taken in memory order.
-template <execution_space ExecutionSpace, float_view InView, byte_view OutView>
-std::size_t compress(const ExecutionSpace& exec, const InView& in, const OutView& out,
-                     const compress_options& options) {
+/// Checks compress's arguments, fills in the data-independent header fields and enqueues the
+/// kernels (kernels/compress_kernels.hpp). Throws before enqueueing anything.
+template <class ExecutionSpace, class InView, class OutView>
+void enqueue_compression(const ExecutionSpace& exec, const InView& in, const OutView& out,
+                         const compress_options& options, std::uint64_t* length, const char* who) {
   using T = typename InView::non_const_value_type;
-  constexpr const char* who = "kompress::compress";
   static_assert(!std::is_const_v<typename OutView::value_type>,
                 "kompress::compress: the output View must not be const");
   static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, typename InView::memory_space>::accessible,
@@ -127,47 +143,73 @@ std::size_t compress(const ExecutionSpace& exec, const InView& in, const OutView
   static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, typename OutView::memory_space>::accessible,
                 "kompress::compress: the output View must be accessible from the execution space");
   Kokkos::Profiling::ScopedRegion region(who);
-  detail::validate_bound(options.bound, who);
-  if (!detail::supported_block_size(options.block_size))
+  validate_bound(options.bound, who);
+  if (!supported_block_size(options.block_size))
     throw invalid_argument(std::string(who) + ": block size must be 32, 64 or 128 (got " +
                            std::to_string(options.block_size) + ")");
-  detail::require_contiguous(in, who, "the input View");
-  detail::require_contiguous(out, who, "the output View");
+  require_contiguous(in, who, "the input View");
+  require_contiguous(out, who, "the output View");
   const std::size_t needed = max_compressed_size<T>(in.size(), options.block_size);
   if (out.size() < needed)
     throw invalid_argument(std::string(who) + ": output too small (got " +
                            std::to_string(out.size()) + " bytes, need " + std::to_string(needed) +
                            "; see kompress::max_compressed_size)");
 
-  detail::stream_header header;
-  header.type = detail::element_type_of<T>();
+  stream_header header;
+  header.type = element_type_of<T>();
   header.mode = options.bound.mode;
   header.count = in.size();
   header.user_bound = options.bound.value;
   header.block_size = options.block_size;
-  const bool has_fill = options.fill_value.has_value();
-  const detail::bits_t<T> fill_bits =
-      has_fill ? detail::to_bits(static_cast<T>(*options.fill_value)) : 0;
-  header.flags = has_fill ? detail::flag_fill_value : 0;
-  header.fill_bits = fill_bits;
-
-  const detail::value_range range =
-      detail::compute_value_range(exec, in.data(), in.size(), has_fill, fill_bits);
-  header.value_min = range.empty() ? NAN : range.min;
-  header.value_max = range.empty() ? NAN : range.max;
-  const double abs_bound = options.bound.mode == bound_mode::absolute
-                               ? options.bound.value
-                               : (range.empty() ? 0.0 : options.bound.value * (range.max - range.min));
-  detail::value_codec<T> codec = detail::make_value_codec<T>(abs_bound, range.max_abs());
-  codec.has_fill = has_fill;
-  codec.fill_bits = fill_bits;
-  header.abs_bound = codec.step > 0.0 ? abs_bound : 0.0;
-  header.quant_step = codec.step;
-
-  return detail::dispatch_block_size(options.block_size, [&](auto block_size) {
-    return detail::compress_chunks<T, decltype(block_size)::value>(exec, in.data(), out.data(),
-                                                                   header, codec);
+  if (options.fill_value) {
+    header.flags = flag_fill_value;
+    header.fill_bits = to_bits(static_cast<T>(*options.fill_value));
+  }
+  dispatch_block_size(options.block_size, [&](auto block_size) {
+    enqueue_compress_kernels<T, decltype(block_size)::value>(exec, in.data(), out.data(), header,
+                                                             length);
   });
+}
+
+}  // namespace detail
+
+inline namespace v0 {
+
+/// Enqueues the compression of `in` into `out` on `exec` and returns without waiting. `out`
+/// must hold max_compressed_size(in) bytes. Once `exec` is fenced, `out` holds the stream;
+/// its length is in the stream's header (kompress::compressed_length) and, in the overload
+/// that takes one, in `length`, a rank-0 View of std::uint64_t that `exec` can write. Until
+/// then `in` must not change and neither `out` nor `length` may be read. Argument errors
+/// throw before anything is enqueued.
+template <execution_space ExecutionSpace, float_view InView, byte_view OutView>
+void compress_async(const ExecutionSpace& exec, const InView& in, const OutView& out,
+                    const compress_options& options) {
+  detail::enqueue_compression(exec, in, out, options, static_cast<std::uint64_t*>(nullptr),
+                              "kompress::compress_async");
+}
+
+template <execution_space ExecutionSpace, float_view InView, byte_view OutView, class LengthView>
+  requires(Kokkos::is_view_v<LengthView> && LengthView::rank == 0 &&
+           std::is_same_v<typename LengthView::value_type, std::uint64_t>)
+void compress_async(const ExecutionSpace& exec, const InView& in, const OutView& out,
+                    const compress_options& options, const LengthView& length) {
+  static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, typename LengthView::memory_space>::accessible,
+                "kompress::compress_async: the length View must be accessible from the execution "
+                "space");
+  detail::enqueue_compression(exec, in, out, options, length.data(), "kompress::compress_async");
+}
+
+/// Compresses `in` into `out`, which must hold max_compressed_size(in) bytes; returns the
+/// stream's length. Values are taken in memory order. Waits for `exec` (the length is read
+/// back to the host); compress_async does not.
+template <execution_space ExecutionSpace, float_view InView, byte_view OutView>
+std::size_t compress(const ExecutionSpace& exec, const InView& in, const OutView& out,
+                     const compress_options& options) {
+  detail::enqueue_compression(exec, in, out, options, static_cast<std::uint64_t*>(nullptr),
+                              "kompress::compress");
+  exec.fence("kompress::compress: stream length");
+  return detail::read_stream_field<std::uint64_t, typename OutView::memory_space>(
+      exec, out.data(), detail::stream_length_offset);
 }
 
 template <execution_space ExecutionSpace, float_view InView, byte_view OutView>

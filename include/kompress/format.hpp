@@ -51,6 +51,9 @@ inline constexpr int format_major = 1;
 inline constexpr int format_minor = 0;
 inline constexpr std::size_t header_bytes = 88;
 inline constexpr std::size_t header_checksum_offset = 80;
+/// Where the header keeps the absolute bound used and the stream's length.
+inline constexpr std::size_t abs_bound_offset = 24;
+inline constexpr std::size_t stream_length_offset = 56;
 inline constexpr std::uint32_t flag_fill_value = 1u << 0;
 inline constexpr int default_blocks_per_chunk = 64;
 
@@ -134,13 +137,13 @@ KOMPRESS_FUNCTION void write_header_fields(std::byte* p, const stream_header& h)
   p[7] = std::byte(static_cast<std::uint8_t>(h.mode));
   store<std::uint64_t>(p + 8, h.count);
   store<double>(p + 16, h.user_bound);
-  store<double>(p + 24, h.abs_bound);
+  store<double>(p + abs_bound_offset, h.abs_bound);
   store<double>(p + 32, h.quant_step);
   store<std::uint64_t>(p + 40, h.fill_bits);
   store<std::uint16_t>(p + 48, static_cast<std::uint16_t>(h.block_size));
   store<std::uint16_t>(p + 50, static_cast<std::uint16_t>(h.blocks_per_chunk));
   store<std::uint32_t>(p + 52, h.flags);
-  store<std::uint64_t>(p + 56, h.stream_bytes);
+  store<std::uint64_t>(p + stream_length_offset, h.stream_bytes);
   store<double>(p + 64, h.value_min);
   store<double>(p + 72, h.value_max);
 }
@@ -185,13 +188,13 @@ inline stream_header parse_header(const std::byte* prefix, std::size_t prefix_by
   h.mode = bound_mode(mode);
   h.count = load<std::uint64_t>(prefix + 8);
   h.user_bound = load<double>(prefix + 16);
-  h.abs_bound = load<double>(prefix + 24);
+  h.abs_bound = load<double>(prefix + abs_bound_offset);
   h.quant_step = load<double>(prefix + 32);
   h.fill_bits = load<std::uint64_t>(prefix + 40);
   h.block_size = load<std::uint16_t>(prefix + 48);
   h.blocks_per_chunk = load<std::uint16_t>(prefix + 50);
   h.flags = load<std::uint32_t>(prefix + 52);
-  h.stream_bytes = load<std::uint64_t>(prefix + 56);
+  h.stream_bytes = load<std::uint64_t>(prefix + stream_length_offset);
   h.value_min = load<double>(prefix + 64);
   h.value_max = load<double>(prefix + 72);
 

@@ -56,10 +56,20 @@ struct value_codec {
   }
 };
 
+/// std::isfinite and std::nextafter(x, 0.0) for positive finite x, usable on devices too.
+KOMPRESS_FUNCTION bool is_finite(double x) {
+  constexpr std::uint64_t exponent = 0x7FF0000000000000ull;
+  return (to_bits(x) & exponent) != exponent;
+}
+KOMPRESS_FUNCTION double next_toward_zero(double positive) {
+  return from_bits<double>(to_bits(positive) - 1);
+}
+
 /// Chooses the step and verification threshold for an absolute bound `bound`, given the
 /// largest magnitude `max_abs` among the values that will be quantized.
+/// Host and device: compress_async plans on the device, and both must pick the same numbers.
 template <class T>
-value_codec<T> make_value_codec(double bound, double max_abs) {
+KOMPRESS_FUNCTION value_codec<T> make_value_codec(double bound, double max_abs) {
   value_codec<T> codec;
   // Keep the arithmetic below finite; a smaller bound than asked is still a valid one.
   const double e = bound < 0x1p1000 ? bound : 0x1p1000;
@@ -72,7 +82,7 @@ value_codec<T> make_value_codec(double bound, double max_abs) {
     codec.step = 2.0 * (e - margin);
     // d = x - x' is computed in double from two floats; rounding is monotone, so a computed
     // |d| below e proves the exact |d| <= e.
-    codec.accept_threshold = std::nextafter(e, 0.0);
+    codec.accept_threshold = next_toward_zero(e);
   } else {
     // x - q * step may be fused into one FMA by the compiler or not; the threshold holds in
     // both cases (error-bound.md, "double data").
@@ -80,7 +90,7 @@ value_codec<T> make_value_codec(double bound, double max_abs) {
     codec.step = 2.0 * (e - margin);
     codec.accept_threshold = e - (m + e) * 0x1p-49;
   }
-  if (!(codec.step > 0.0) || !std::isfinite(codec.step) || !std::isfinite(1.0 / codec.step))
+  if (!(codec.step > 0.0) || !is_finite(codec.step) || !is_finite(1.0 / codec.step))
     codec.step = 0.0;
   codec.inverse_step = codec.step > 0.0 ? 1.0 / codec.step : 0.0;
   return codec;

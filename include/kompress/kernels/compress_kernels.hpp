@@ -1,44 +1,142 @@
 #pragma once
-// The array kernels: the block codec mapped over chunks with Kokkos.
-//
-// Compression is three launches on the caller's execution space instance:
-//   1. every chunk is encoded by one thread at its worst-case position in the output, writing
-//      its length and checksum to the chunk tables;
-//   2. an inclusive scan turns the lengths into chunk ends;
-//   3. one thread moves the chunks down into place in order (a chunk only ever moves towards
-//      the front, over space already vacated) and writes the header and its checksum.
-// Step 3 copies compressed bytes only, a fraction of the input. The stream does not depend
-// on the thread count: every chunk's bytes depend on its values alone.
+// The array kernels: the block codec mapped over chunks with Kokkos. Compression is enqueued
+// on the caller's execution space instance without a wait (enqueue_compress_kernels says how);
+// decompression verifies checksums first and so waits.
 
 #include <kompress/codec/chunk.hpp>
 #include <kompress/format.hpp>
+#include <kompress/kernels/value_range.hpp>
 
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace kompress::detail {
 
+/// The value range as order keys, packed in 16 bytes at any alignment: the range kernel's
+/// result, kept in the output's header bytes until the header replaces it.
+template <class T>
+struct packed_range {
+  using key = order_key_t<T>;
+  std::byte bytes[2 * sizeof(key)];
+
+  KOMPRESS_FUNCTION key low() const { return load<key>(bytes); }
+  KOMPRESS_FUNCTION key high() const { return load<key>(bytes + sizeof(key)); }
+  KOMPRESS_FUNCTION void set(key lo, key hi) {
+    store<key>(bytes, lo);
+    store<key>(bytes + sizeof(key), hi);
+  }
+};
+
+/// A Kokkos reducer of packed_range whose result stays in memory the execution space writes
+/// (the front of the output), so the reduction needs no wait.
+template <class T, class Space>
+struct range_reducer {
+  using key = order_key_t<T>;
+  using reducer = range_reducer;
+  using value_type = packed_range<T>;
+  using result_view_type = Kokkos::View<value_type, Space, Kokkos::MemoryUnmanaged>;
+
+  result_view_type result;
+
+  KOKKOS_INLINE_FUNCTION void join(value_type& into, const value_type& from) const {
+    const key lo = from.low() < into.low() ? from.low() : into.low();
+    const key hi = from.high() > into.high() ? from.high() : into.high();
+    into.set(lo, hi);
+  }
+  KOKKOS_INLINE_FUNCTION void init(value_type& value) const {
+    value.set(std::numeric_limits<key>::max(), std::numeric_limits<key>::min());
+  }
+  KOKKOS_INLINE_FUNCTION value_type& reference() const { return *result.data(); }
+  KOKKOS_INLINE_FUNCTION result_view_type view() const { return result; }
+  KOKKOS_INLINE_FUNCTION bool references_scalar() const { return false; }
+};
+
+/// What compression decides from the value range: the header's data-dependent fields and the
+/// codec. A pure function of (base header, range), evaluated on the device by every kernel
+/// that needs it, so nothing goes back to the host between launches.
+template <class T>
+struct compression_plan {
+  stream_header header;
+  value_codec<T> codec;
+};
+
+template <class T>
+KOKKOS_INLINE_FUNCTION compression_plan<T> plan_compression(const stream_header& base,
+                                                            const packed_range<T>& range) {
+  compression_plan<T> plan{base, {}};
+  const bool empty = !(range.low() <= range.high());
+  const double nan = from_bits<double>(0x7FF8000000000000ull);
+  const double min = empty ? nan : static_cast<double>(from_order_key<T>(range.low()));
+  const double max = empty ? nan : static_cast<double>(from_order_key<T>(range.high()));
+  const double abs_bound = base.mode == bound_mode::absolute
+                               ? base.user_bound
+                               : (empty ? 0.0 : base.user_bound * (max - min));
+  const double max_abs = empty ? 0.0 : Kokkos::fmax(Kokkos::fabs(min), Kokkos::fabs(max));
+  plan.codec = make_value_codec<T>(abs_bound, max_abs);
+  plan.codec.has_fill = (base.flags & flag_fill_value) != 0;
+  plan.codec.fill_bits = static_cast<bits_t<T>>(base.fill_bits);
+  plan.header.value_min = min;
+  plan.header.value_max = max;
+  plan.header.abs_bound = plan.codec.step > 0.0 ? abs_bound : 0.0;
+  plan.header.quant_step = plan.codec.step;
+  return plan;
+}
+
+/// Enqueues the compression of `count = base.count` values at `in` into `out` on `exec` and
+/// returns without waiting. `base` carries the data-independent header fields. When `exec`
+/// completes, `out` holds the stream, and `*length` (if not null; memory `exec` writes) its
+/// length, which the header also records. Four launches:
+///   1. the value range, reduced into the first 16 bytes of `out`;
+///   2. every chunk encoded by one thread at its worst-case position in the output, writing
+///      its length and checksum to the chunk tables (each thread derives the codec from the
+///      range);
+///   3. an inclusive scan turning the lengths into chunk ends;
+///   4. one thread moving the chunks down into place in order (a chunk only ever moves towards
+///      the front, over space already vacated) and writing the header and its checksum.
+/// Step 4 copies compressed bytes only, a fraction of the input. The stream does not depend
+/// on the thread count: every chunk's bytes depend on its values alone.
 template <class T, int BlockSize, class Exec>
-std::uint64_t compress_chunks(const Exec& exec, const T* in, std::byte* out,
-                              const stream_header& header, const value_codec<T>& codec) {
-  const stream_layout layout = header.layout();
+void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
+                              const stream_header& base, std::uint64_t* length) {
+  using memory_space = typename Exec::memory_space;
+  const stream_layout layout = base.layout();
+  const std::uint64_t count = base.count;
   const std::uint64_t chunks = layout.chunk_count();
   const std::uint64_t values_per_chunk = layout.values_per_chunk();
   const std::uint64_t full_chunk_bytes = layout.max_chunk_bytes(values_per_chunk);
   std::byte* const ends = out + layout.chunk_end_table_offset();
   std::byte* const checksums = out + layout.chunk_checksum_table_offset();
   std::byte* const data = out + layout.data_offset();
+  auto* const range = reinterpret_cast<packed_range<T>*>(out);  // alignment 1
+  static_assert(sizeof(packed_range<T>) <= header_bytes);
+
+  constexpr std::uint64_t range_segment = 4096;
+  const bool has_fill = (base.flags & flag_fill_value) != 0;
+  const bits_t<T> fill_bits = static_cast<bits_t<T>>(base.fill_bits);
+  const bits_t<T> fill_enabled = has_fill ? ~bits_t<T>(0) : bits_t<T>(0);
+  Kokkos::parallel_reduce(
+      "kompress::compress::value_range",
+      Kokkos::RangePolicy<Exec>(exec, 0, (count + range_segment - 1) / range_segment),
+      KOKKOS_LAMBDA(std::uint64_t s, packed_range<T>& partial) {
+        const std::uint64_t end = (s + 1) * range_segment < count ? (s + 1) * range_segment : count;
+        order_key_t<T> lo = partial.low(), hi = partial.high();
+        segment_range<T>(in, s * range_segment, end, fill_bits, fill_enabled, lo, hi);
+        partial.set(lo, hi);
+      },
+      range_reducer<T, memory_space>{typename range_reducer<T, memory_space>::result_view_type(range)});
 
   Kokkos::parallel_for(
       "kompress::compress::encode_chunks", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
       KOKKOS_LAMBDA(std::uint64_t chunk) {
+        const value_codec<T> codec = plan_compression<T>(base, *range).codec;
         std::byte* const slot = data + chunk * full_chunk_bytes;
-        const std::uint64_t length = encode_chunk<T, BlockSize>(
+        const std::uint64_t bytes = encode_chunk<T, BlockSize>(
             in + chunk * values_per_chunk, layout.values_in_chunk(chunk), codec, slot);
-        store<std::uint64_t>(ends + 8 * chunk, length);
-        store<std::uint64_t>(checksums + 8 * chunk, checksum_of(slot, length));
+        store<std::uint64_t>(ends + 8 * chunk, bytes);
+        store<std::uint64_t>(checksums + 8 * chunk, checksum_of(slot, bytes));
       });
   Kokkos::parallel_scan(
       "kompress::compress::chunk_offsets", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
@@ -46,10 +144,10 @@ std::uint64_t compress_chunks(const Exec& exec, const T* in, std::byte* out,
         end += load<std::uint64_t>(ends + 8 * chunk);
         if (final) store<std::uint64_t>(ends + 8 * chunk, end);
       });
-  std::uint64_t stream_bytes = 0;
-  Kokkos::parallel_reduce(
+  Kokkos::parallel_for(
       "kompress::compress::assemble", Kokkos::RangePolicy<Exec>(exec, 0, 1),
-      KOKKOS_LAMBDA(int, std::uint64_t& total) {
+      KOKKOS_LAMBDA(int) {
+        stream_header h = plan_compression<T>(base, *range).header;  // before the header lands
         std::uint64_t begin = chunks ? load<std::uint64_t>(ends) : 0;
         for (std::uint64_t chunk = 1; chunk < chunks; ++chunk) {
           const std::uint64_t end = load<std::uint64_t>(ends + 8 * chunk);
@@ -61,15 +159,12 @@ std::uint64_t compress_chunks(const Exec& exec, const T* in, std::byte* out,
           }
           begin = end;
         }
-        stream_header h = header;
         h.stream_bytes = layout.data_offset() + begin;
         write_header_fields(out, h);
         store<std::uint64_t>(out + header_checksum_offset,
                              header_checksum(out, layout.data_offset()));
-        total = h.stream_bytes;
-      },
-      stream_bytes);
-  return stream_bytes;
+        if (length) *length = h.stream_bytes;
+      });
 }
 
 /// Verifies every chunk's checksum, then decodes. Throws format_error before writing any

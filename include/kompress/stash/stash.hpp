@@ -701,18 +701,9 @@ struct stash<ExecutionSpace>::state {
     }
   }
 
-  /// The absolute bound a freshly written stream records (header offset 24).
+  /// The absolute bound a freshly written stream records (compress has waited for exec_).
   double read_abs_bound(const ExecutionSpace& exec_, const std::byte* stream) {
-    double value = 0.0;
-    if constexpr (host_reads_pool) {  // compress has waited for exec_ already
-      std::memcpy(&value, stream + 24, sizeof(double));
-      return value;
-    }
-    Kokkos::deep_copy(
-        exec_, host_unmanaged_bytes(reinterpret_cast<std::byte*>(&value), sizeof(double)),
-        const_unmanaged_bytes(stream + 24, sizeof(double)));
-    exec_.fence("kompress::stash::save: bound read");
-    return value;
+    return detail::read_stream_field<double, memory_space>(exec_, stream, detail::abs_bound_offset);
   }
 
   /// Host spill: a range in a host arena; arenas are added (never moved) as needed.
