@@ -360,6 +360,10 @@ void count_allocation(const Kokkos::Tools::SpaceHandle, const char*, const void*
 }  // namespace
 
 TEST_CASE("stash: no Kokkos allocation per save or restore once warm") {
+  bool async = false;
+  SUBCASE("save") { async = false; }
+  SUBCASE("save_async") { async = true; }
+  CAPTURE(async);
   const exec_space exec;
   stash_type stash(exec, options(std::size_t(24) << 20, std::size_t(1) << 20));
   const auto values = kompress::test::read_raw<float>("act_cnn_s3_relu_out_128x64x8x8.f32");
@@ -367,7 +371,9 @@ TEST_CASE("stash: no Kokkos allocation per save or restore once warm") {
   Kokkos::View<float*, memory_space> back("back", values.size());
   auto step = [&] {  // a forward pass saving three activations, a backward pass restoring them
     std::vector<kompress::stash_handle> handles;
-    for (int layer = 0; layer < 3; ++layer) handles.push_back(stash.save(exec, view, kompress::relative(1e-2)));
+    for (int layer = 0; layer < 3; ++layer)
+      handles.push_back(async ? stash.save_async(exec, view, kompress::relative(1e-2))
+                              : stash.save(exec, view, kompress::relative(1e-2)));
     while (!handles.empty()) {
       stash.restore_and_drop(exec, handles.back(), back);
       handles.pop_back();
@@ -401,8 +407,10 @@ TEST_CASE("stash: concurrent saves and restores on two execution space instances
     try {
       const auto& values = which ? conv : relu;
       const auto& view = which ? conv_view : relu_view;
-      for (int r = 0; r < rounds; ++r)
-        handles[which].push_back(stash.save(instances[std::size_t(which)], view, kompress::relative(1e-2)));
+      for (int r = 0; r < rounds; ++r)  // one thread saves, the other enqueues
+        handles[which].push_back(
+            which ? stash.save_async(instances[std::size_t(which)], view, kompress::relative(1e-2))
+                  : stash.save(instances[std::size_t(which)], view, kompress::relative(1e-2)));
       Kokkos::View<float*, memory_space> back("back", values.size());
       const double bound = kompress::test::expected_abs_bound<float>(values, kompress::relative(1e-2));
       for (int r = rounds - 1; r >= 1; --r) {
@@ -436,4 +444,120 @@ TEST_CASE("stash: concurrent saves and restores on two execution space instances
                         kompress::test::expected_abs_bound<float>(relu, kompress::relative(1e-2)));
   stash.drop(handles[1][0]);
   CHECK(stash.stats().pool_bytes == stash.stats().workspace_bytes);
+}
+
+// --- save_async --------------------------------------------------------------------------------------
+
+TEST_CASE("stash: save_async stores what save stores, and settles on fence, restore, info and drop") {
+  const exec_space exec;
+  const auto values = kompress::test::read_raw<float>("act_mlp_relu2_out_1024x1024.f32");
+  const auto view = to_view(values);
+  const auto bound = kompress::relative(1e-2);
+  const std::size_t raw = values.size() * sizeof(float);
+  // One segment for save, so both write kompress::compress's stream.
+  stash_type stash(exec, options(std::size_t(24) << 20, raw));
+  const auto reference = stash.save(exec, view, bound);
+  const auto expected = stash.info(reference);
+  const std::size_t held = stash.stats().pool_bytes;
+
+  const auto handle = stash.save_async(exec, view, bound);
+  auto stats = stash.stats();
+  CHECK(stats.pending_saves == 1);
+  CHECK(stats.saves == 2);
+  CHECK(stats.stored_bytes == expected.stored_bytes);  // the pending one counts once settled
+  CHECK(stats.pool_bytes >= held + kompress::max_compressed_size<float>(values.size()));
+  stash.fence();
+  stats = stash.stats();
+  CHECK(stats.pending_saves == 0);
+  CHECK(stats.stored_bytes == 2 * expected.stored_bytes);
+  CHECK(stats.pool_bytes - held < expected.stored_bytes + 64);
+  const auto info = stash.info(handle);
+  CHECK(info.stored_bytes == expected.stored_bytes);
+  CHECK(info.absolute_bound == expected.absolute_bound);
+  CHECK(info.segments == 1);
+  Kokkos::View<float*, memory_space> a("a", values.size()), b("b", values.size());
+  stash.restore(exec, reference, a);
+  stash.restore_and_drop(exec, handle, b);
+  CHECK(bit_identical(to_vector(a), to_vector(b)));
+  require_within<float>(values, to_vector(b), expected.absolute_bound);
+
+  // Restore, info and drop each settle the entry they are given.
+  for (int how = 0; how < 3; ++how) {
+    CAPTURE(how);
+    const auto pending = stash.save_async(exec, view, bound);
+    REQUIRE(stash.stats().pending_saves == 1);
+    if (how == 0) {
+      stash.restore(exec, pending, b);
+      CHECK(bit_identical(to_vector(a), to_vector(b)));
+    }
+    if (how == 1) CHECK(stash.info(pending).stored_bytes == expected.stored_bytes);
+    if (how == 2) stash.drop(pending);
+    CHECK(stash.stats().pending_saves == 0);
+    if (how != 2) stash.drop(pending);
+  }
+  stash.drop(reference);
+  CHECK(stash.stats().pool_bytes == stash.stats().workspace_bytes);
+  // Destroying a stash with a save pending waits for it (ASan would see the write otherwise).
+  { stash_type other(exec, options(std::size_t(8) << 20, raw)); other.save_async(exec, view, bound); }
+}
+
+TEST_CASE("stash: save_async makes room by settling, and saves synchronously when it cannot") {
+  const exec_space exec;
+  const auto values = kompress::test::read_raw<float>("act_mlp_relu2_out_1024x1024.f32");
+  const auto view = to_view(values);
+  const auto bound = kompress::relative(1e-2);
+  const std::size_t worst = kompress::max_compressed_size<float>(values.size());
+  const std::size_t segment = std::size_t(256) << 10;
+  const std::size_t stream = kompress::compress(exec, view, bound).size() + 64;
+  const std::size_t workspace =
+      stash_type(exec, options(std::size_t(8) << 20, segment)).stats().workspace_bytes;
+  REQUIRE(2 * stream < worst);
+  // Room for the workspace, one worst case and one stream: a second save_async fits only once
+  // the first is settled, a third not even then.
+  stash_type stash(exec, options(workspace + worst + stream + 128, segment));
+  const auto first = stash.save_async(exec, view, bound);
+  CHECK(stash.stats().pending_saves == 1);
+  const auto second = stash.save_async(exec, view, bound);
+  CHECK(stash.stats().pending_saves == 1);  // the first was settled to make room
+  CHECK(stash.info(first).segments == 1);
+  CHECK(stash.info(second).segments == 1);
+  // A synchronous save settles pending saves before it turns to the policy.
+  const auto third_pending = stash.save_async(exec, view, bound);  // does not fit: saved in segments
+  CHECK(stash.stats().pending_saves == 0);
+  CHECK(stash.info(third_pending).segments == (values.size() * 4 + segment - 1) / segment);
+  Kokkos::View<float*, memory_space> back("back", values.size());
+  const double e = stash.info(first).absolute_bound;
+  for (const auto& h : {third_pending, second, first}) {
+    stash.restore_and_drop(exec, h, back);
+    require_within<float>(values, to_vector(back), e);
+  }
+
+  stash_type tight(exec, options(workspace + worst + stream / 2, segment));
+  const auto pending = tight.save_async(exec, view, bound);
+  // Only the settled stream leaves room for this save's segments: it must settle, not throw.
+  const auto settled = tight.save(exec, view, bound);
+  CHECK(tight.stats().pending_saves == 0);
+  tight.restore_and_drop(exec, settled, back);
+  require_within<float>(values, to_vector(back), e);
+  tight.restore_and_drop(exec, pending, back);
+  require_within<float>(values, to_vector(back), e);
+}
+
+TEST_CASE("stash: save_async rejects what save rejects, and leaves the stash unchanged") {
+  const exec_space exec;
+  stash_type stash(exec, options(std::size_t(8) << 20, std::size_t(1) << 20));
+  Kokkos::View<float**, Kokkos::LayoutRight, memory_space> matrix("matrix", 64, 64);
+  auto strided = Kokkos::subview(matrix, Kokkos::ALL, 3);
+  CHECK_THROWS_WITH_AS(stash.save_async(exec, strided, kompress::relative(1e-2)),
+                       doctest::Contains("contiguous"), kompress::invalid_argument);
+  CHECK_THROWS_AS(stash.save_async(exec, matrix, kompress::absolute(-1.0)), kompress::invalid_argument);
+  const auto stats = stash.stats();
+  CHECK(stats.entries == 0);
+  CHECK(stats.pending_saves == 0);
+  CHECK(stats.pool_bytes == stats.workspace_bytes);
+  // A zero-size View is an entry of no bytes, as with save.
+  Kokkos::View<double*, memory_space> empty("empty", 0);
+  const auto handle = stash.save_async(exec, empty, kompress::relative(1e-2));
+  CHECK(stash.info(handle).stored_bytes == 0);
+  stash.drop(handle);
 }

@@ -56,6 +56,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -97,6 +98,10 @@ struct stash_entry {
   std::uint32_t generation = 1;
   bool live = false;  ///< published: a handle names it
   int pins = 0;       ///< restores in progress
+  /// Enqueued by save_async and not yet settled: its one segment holds a worst-case range of
+  /// reserved_bytes in the pool (stream_bytes 0) until the save is known to have finished.
+  bool pending = false;
+  std::size_t reserved_bytes = 0;
   element_type type = element_type::float32;
   int rank = 0;
   std::array<std::size_t, 8> extents{};
@@ -189,6 +194,29 @@ class stash {
   stash_handle save(const View& view, const error_bound& bound) {
     return save(state_->exec, view, bound);
   }
+
+  /// Enqueues the compression of `view` on `exec` and returns its handle without waiting for
+  /// it. Until `exec` has finished the save (exec.fence(), or any stash call that settles the
+  /// entry: see docs/stash.md "Asynchronous saves"), `view` must not change. The entry is one
+  /// stream compressed in place into a worst-case range of the pool, held until the stash
+  /// settles it: fence(), restore, info or drop of the entry, or a save that needs the room.
+  /// When the pool has no such range even after settling, this saves as save() does (and
+  /// waits). Throws what save throws.
+  template <float_view View>
+  stash_handle save_async(const ExecutionSpace& exec, const View& view, const error_bound& bound) {
+    static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, typename View::memory_space>::accessible,
+                  "kompress::stash::save_async: the View must be accessible from the stash's "
+                  "execution space");
+    return state_->template save_async<typename View::non_const_value_type>(exec, view, bound);
+  }
+  template <float_view View>
+  stash_handle save_async(const View& view, const error_bound& bound) {
+    return save_async(state_->exec, view, bound);
+  }
+
+  /// Waits for every save_async still pending (fencing the instances they were enqueued on)
+  /// and gives the unused part of their reservations back to the pool.
+  void fence() { state_->settle(std::nullopt); }
 
   /// Decompresses the entry into `out`, which must be contiguous, of the saved element type
   /// and of the saved extents in the same element order (or rank 1 with as many elements:
@@ -312,6 +340,19 @@ struct stash<ExecutionSpace>::state {
   std::mutex workspace_mutex;  // the workspace and the host staging buffer
   Kokkos::View<std::byte*, Kokkos::HostSpace> host_staging;
 
+  // save_async: the instance each pending entry was enqueued on, by slot; one settlement at a
+  // time (it waits on those instances), with its scratch list.
+  std::vector<std::optional<ExecutionSpace>> saved_on;
+  std::mutex settle_mutex;
+  struct settle_job {
+    std::uint32_t slot;
+    std::size_t offset, reserved;
+    ExecutionSpace exec;
+    std::size_t length = 0;
+    double abs_bound = 0.0;
+  };
+  std::vector<settle_job> settle_jobs;
+
   std::mutex file_mutex;  // the spill file
   std::filesystem::path file_path;
   std::fstream file;
@@ -367,6 +408,7 @@ struct stash<ExecutionSpace>::state {
     workspace_offset = *allocator.allocate(workspace_bytes);
     pool_held_bytes = workspace_bytes;
     entries.reserve(64);
+    saved_on.reserve(64);
     free_slots.reserve(64);
     counters.budget_bytes = capacity;
     counters.workspace_bytes = workspace_bytes;
@@ -374,6 +416,9 @@ struct stash<ExecutionSpace>::state {
   }
 
   ~state() {
+    // A pending save may still be writing into the pool.
+    for (std::optional<ExecutionSpace>& instance : saved_on)
+      if (instance) instance->fence("kompress::stash: destroyed with a save_async pending");
     if (file.is_open()) file.close();
     if (!file_path.empty()) {
       std::error_code ec;
@@ -443,10 +488,8 @@ struct stash<ExecutionSpace>::state {
   }
 
   // --- save -------------------------------------------------------------------------------
-  template <class T, class View>
-  stash_handle save(const ExecutionSpace& exec_, const View& view, const error_bound& requested) {
-    constexpr const char* who = "kompress::stash::save";
-    Kokkos::Profiling::ScopedRegion region(who);
+  template <class View>
+  void check_save(const View& view, const error_bound& requested, const char* who) const {
     detail::validate_bound(requested, who);
     if (view.size() != 0 && (!view.span_is_contiguous() || view.span() != view.size()))
       throw invalid_argument(std::string(who) +
@@ -459,11 +502,15 @@ struct stash<ExecutionSpace>::state {
                              detail::bound_text(policy.ceiling) +
                              ") and the save's bound (" + detail::bound_text(requested) +
                              ") must have the same mode");
+  }
 
-    // Take a slot; it is ours (not live, not on the free list) until published or released.
-    // Other threads may grow `entries` meanwhile, so touch it only under the lock.
+  /// Takes a slot; it is ours (not live, not on the free list) until published or released.
+  /// Other threads may grow `entries` meanwhile, so touch it only under the lock. `local`
+  /// receives the slot's segment vector (its capacity is reused) and the View's shape.
+  template <class T, class View>
+  std::uint32_t acquire_slot(const View& view, const error_bound& requested,
+                             detail::stash_entry& local) {
     std::uint32_t slot;
-    detail::stash_entry local;
     {
       std::lock_guard lock(mutex);
       if (!free_slots.empty()) {
@@ -472,8 +519,9 @@ struct stash<ExecutionSpace>::state {
       } else {
         slot = static_cast<std::uint32_t>(entries.size());
         entries.emplace_back();
+        saved_on.emplace_back();
       }
-      local.segments = std::move(entries[slot].segments);  // reuse its capacity
+      local.segments = std::move(entries[slot].segments);
     }
     local.segments.clear();
     local.type = detail::element_type_of<T>();
@@ -484,18 +532,11 @@ struct stash<ExecutionSpace>::state {
       local.strides[std::size_t(r)] = std::size_t(view.stride(std::size_t(r)));
     }
     local.requested = requested;
+    return slot;
+  }
 
-    try {
-      place_entry<T>(exec_, view, requested, local, who);
-    } catch (...) {
-      std::lock_guard lock(mutex);
-      free_segments(local);
-      entries[slot].segments = std::move(local.segments);
-      release_slot(slot);
-      throw;
-    }
-
-    std::lock_guard lock(mutex);
+  /// Makes the slot's entry live with `local`'s contents (mutex held) and returns its handle.
+  stash_handle publish(std::uint32_t slot, detail::stash_entry& local) {
     detail::stash_entry& published = entries[slot];
     const std::uint32_t generation = published.generation;
     published = std::move(local);
@@ -513,6 +554,139 @@ struct stash<ExecutionSpace>::state {
     counters.peak_raw_bytes = std::max(counters.peak_raw_bytes, counters.raw_bytes);
     if (published.used.value != published.requested.value) ++counters.loosened_saves;
     return stash_handle{id, slot, generation};
+  }
+
+  template <class T, class View>
+  stash_handle save(const ExecutionSpace& exec_, const View& view, const error_bound& requested) {
+    constexpr const char* who = "kompress::stash::save";
+    Kokkos::Profiling::ScopedRegion region(who);
+    check_save(view, requested, who);
+    detail::stash_entry local;
+    const std::uint32_t slot = acquire_slot<T>(view, requested, local);
+
+    try {
+      place_entry<T>(exec_, view, requested, local, who);
+    } catch (...) {
+      std::lock_guard lock(mutex);
+      free_segments(local);
+      entries[slot].segments = std::move(local.segments);
+      release_slot(slot);
+      throw;
+    }
+
+    std::lock_guard lock(mutex);
+    return publish(slot, local);
+  }
+
+  // --- save_async ---------------------------------------------------------------------------
+  template <class T, class View>
+  stash_handle save_async(const ExecutionSpace& exec_, const View& view, const error_bound& requested) {
+    constexpr const char* who = "kompress::stash::save_async";
+    Kokkos::Profiling::ScopedRegion region(who);
+    check_save(view, requested, who);
+    const std::size_t count = view.size();
+    if (count == 0) return save<T>(exec_, view, requested);  // no device work at all
+    const std::size_t reserved = max_compressed_size<T>(count, options.block_size);
+    std::optional<std::size_t> offset;
+    bool others_pending;
+    {
+      std::lock_guard lock(mutex);
+      offset = allocator.allocate(reserved);
+      others_pending = counters.pending_saves > 0;
+    }
+    if (!offset && others_pending && settle(std::nullopt)) {
+      std::lock_guard lock(mutex);
+      offset = allocator.allocate(reserved);
+    }
+    // No room for the worst case: the synchronous path (segments, workspace, policy) can
+    // still place it.
+    if (!offset) return save<T>(exec_, view, requested);
+
+    detail::stash_entry local;
+    const std::uint32_t slot = acquire_slot<T>(view, requested, local);
+    try {
+      kompress::compress_async(
+          exec_, Kokkos::View<const T*, typename View::memory_space, Kokkos::MemoryUnmanaged>(view.data(), count),
+          unmanaged_bytes(pool.data() + *offset, reserved),
+          compress_options{.bound = requested, .block_size = options.block_size});
+    } catch (...) {
+      std::lock_guard lock(mutex);
+      allocator.free(*offset, reserved);
+      entries[slot].segments = std::move(local.segments);
+      release_slot(slot);
+      throw;
+    }
+    detail::stash_segment segment;
+    segment.count = count;
+    segment.location = detail::segment_location::pool;
+    segment.offset = *offset;
+    local.segments.push_back(segment);
+    local.used = requested;
+    local.pending = true;
+    local.reserved_bytes = reserved;
+
+    std::lock_guard lock(mutex);
+    saved_on[slot] = exec_;
+    ++counters.pending_saves;
+    pool_held_bytes += detail::first_fit_allocator::round_up(reserved);
+    note_pool_usage();
+    return publish(slot, local);
+  }
+
+  /// Waits for the pending saves (all, or the one in `only`) on the instances they were
+  /// enqueued on, then shrinks each reservation to its stream. Returns whether any was pending.
+  /// Only this changes a pending entry, and drop and restore settle an entry before they touch
+  /// it, so the slots stay valid while the lock is released for the waits.
+  bool settle(std::optional<std::uint32_t> only) {
+    std::lock_guard settle_lock(settle_mutex);
+    settle_jobs.clear();
+    {
+      std::lock_guard lock(mutex);
+      for (std::uint32_t slot = only.value_or(0);
+           slot < (only ? *only + 1 : std::uint32_t(entries.size())); ++slot) {
+        const detail::stash_entry& entry = entries[slot];
+        if (entry.live && entry.pending)
+          settle_jobs.push_back({slot, entry.segments.front().offset, entry.reserved_bytes,
+                                 *saved_on[slot]});
+      }
+    }
+    if (settle_jobs.empty()) return false;
+    for (settle_job& job : settle_jobs) {
+      job.exec.fence("kompress::stash: waiting for a save_async");
+      const std::byte* stream = pool.data() + job.offset;
+      job.length = detail::read_stream_field<std::uint64_t, memory_space>(
+          job.exec, stream, detail::stream_length_offset);
+      job.abs_bound = detail::read_stream_field<double, memory_space>(job.exec, stream,
+                                                                      detail::abs_bound_offset);
+    }
+    std::lock_guard lock(mutex);
+    for (const settle_job& job : settle_jobs) {
+      detail::stash_entry& entry = entries[job.slot];
+      allocator.shrink(job.offset, job.reserved, job.length);
+      pool_held_bytes -= detail::first_fit_allocator::round_up(job.reserved) -
+                         detail::first_fit_allocator::round_up(job.length);
+      pool_stored_bytes += job.length;
+      entry.segments.front().stream_bytes = job.length;
+      entry.absolute_bound = job.abs_bound;
+      entry.pending = false;
+      entry.reserved_bytes = 0;
+      saved_on[job.slot].reset();
+      --counters.pending_saves;
+      counters.stored_bytes += job.length;
+      counters.total_stored_bytes += job.length;
+    }
+    note_pool_usage();
+    return true;
+  }
+
+  /// Settles the handle's entry if its save_async is pending (throws for a bad handle).
+  void settle_entry(const stash_handle& handle, const char* who) {
+    bool pending;
+    {
+      std::lock_guard lock(mutex);
+      pending = lookup(handle, who).pending;
+    }
+    if (pending) settle(handle.slot);
   }
 
   /// Places every segment of `view` within `requested`, loosening the bound if the policy says
@@ -645,9 +819,13 @@ struct stash<ExecutionSpace>::state {
     segment.stream_bytes = length;
 
     std::optional<std::size_t> offset;
-    {
+    bool pending_saves = false;
+    for (int attempt = 0; attempt < 2 && !offset; ++attempt) {
+      // Pending saves hold worst-case ranges: settle them before turning to the policy.
+      if (attempt == 1 && !(pending_saves && settle(std::nullopt))) break;
       std::lock_guard lock(mutex);
       offset = allocator.allocate(length);
+      pending_saves = counters.pending_saves > 0;
       if (offset) {
         pool_stored_bytes += length;
         pool_held_bytes += detail::first_fit_allocator::round_up(length);
@@ -776,6 +954,7 @@ struct stash<ExecutionSpace>::state {
                bool then_drop, const char* who) {
     using T = typename View::non_const_value_type;
     Kokkos::Profiling::ScopedRegion region(who);
+    settle_entry(handle, who);
     // Pin the entry: its segments cannot change or be freed until it is unpinned, so they are
     // read below without the lock (entries may move when other threads save, the segments'
     // storage does not).
@@ -899,6 +1078,7 @@ struct stash<ExecutionSpace>::state {
   }
 
   void drop(const stash_handle& handle, const char* who) {
+    settle_entry(handle, who);  // its save may still be writing the range
     std::lock_guard lock(mutex);
     detail::stash_entry& entry = lookup(handle, who);
     if (entry.pins > 0)
@@ -913,6 +1093,7 @@ struct stash<ExecutionSpace>::state {
   }
 
   stash_entry_info info(const stash_handle& handle) const {
+    const_cast<state*>(this)->settle_entry(handle, "kompress::stash::info");
     std::lock_guard lock(mutex);
     const detail::stash_entry& entry = lookup(handle, "kompress::stash::info");
     stash_entry_info result;

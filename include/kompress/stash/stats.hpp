@@ -13,10 +13,13 @@ struct stash_stats {
   std::size_t workspace_bytes = 0;  ///< the part of the pool kept as compression workspace
   std::size_t entries = 0;          ///< live entries
   std::size_t raw_bytes = 0;        ///< live entries, uncompressed: what plain Views would hold
-  std::size_t stored_bytes = 0;     ///< live entries' streams, wherever they are
-  std::size_t pool_bytes = 0;       ///< pool bytes held: the workspace and the streams (64-byte
-                                    ///< aligned); not the worst-case ranges a save borrows from
-                                    ///< free space while it compresses in place
+  std::size_t stored_bytes = 0;     ///< live entries' streams, wherever they are (a pending
+                                    ///< save_async counts once settled)
+  std::size_t pool_bytes = 0;       ///< pool bytes held: the workspace, the streams and the
+                                    ///< ranges pending save_asyncs reserve (64-byte aligned);
+                                    ///< not the worst-case ranges a save borrows from free
+                                    ///< space while it compresses in place
+  std::size_t pending_saves = 0;    ///< save_asyncs not yet settled (stash::fence settles them)
   std::size_t host_spilled_bytes = 0;  ///< live streams spilled to host memory
   std::size_t file_spilled_bytes = 0;  ///< live streams spilled to the spill file
   // --- high-water marks since construction or reset_peaks() ---
