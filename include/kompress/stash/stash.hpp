@@ -15,18 +15,19 @@
 // workspace, and then copied into a range of its exact size. What still does not fit goes to
 // the budget policy (kompress/stash/policy.hpp).
 //
-// Sync points (nothing here fences the whole device or any instance but the one passed):
+// Sync points (nothing here fences the whole device or any instance but those passed in):
+//   save_async  enqueues the compression on `exec` into a worst-case range of the pool and
+//             returns without waiting; the stash settles the entry (waits for that instance,
+//             gives the range's unused tail back) in fence(), in restore/info/drop of it, or
+//             when a save needs the room. `view` must not change until `exec` has run it.
 //   save      reads the View and writes the pool through `exec` only, and returns when the
-//             streams are in place: it waits for `exec` (kompress::compress returns a length,
-//             so it waits; a relative bound over more than one segment adds a value-range
-//             reduction; a copy out of the workspace or to the host or a file adds one more
-//             wait). If another instance produced the View, fence that instance first. Work
-//             on other instances keeps running meanwhile: save on an instance of its own
-//             (Kokkos::Experimental::partition_space on CPUs, a second stream on GPUs) from a
-//             second host thread to overlap saving with compute.
+//             streams are in place: it waits for `exec` (a relative bound over more than one
+//             segment adds a value-range reduction; a copy out of the workspace or to the host
+//             or a file adds one more wait). If another instance produced the View, fence
+//             that instance first.
 //   restore   writes `out` through `exec` and returns when `out` holds the values (it waits
 //             for `exec`: kompress::decompress verifies checksums before and after decoding).
-//   drop      no device work and no wait: save and restore already waited for their reads.
+//   drop      no device work and no wait, unless the entry's save_async is still pending.
 // Thread safety: every member function may be called concurrently from several host threads,
 // each on its own execution space instance. Dropping a handle while another thread restores it
 // throws kompress::invalid_handle.
