@@ -32,6 +32,8 @@
 
 #include "support/test_data.hpp"
 
+#include "instruction_set.hpp"
+
 #include <kompress/kompress.hpp>
 #include <kompress/stash.hpp>
 
@@ -559,9 +561,11 @@ int run(int argc, char** argv) {
   const std::time_t now = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M %Z", std::localtime(&now));
-  std::printf("bench_stash: kompress %d.%d.%d, %s; %s, %d threads (Kokkos %s), block size %d; load average: %s\n",
+  std::printf("bench_stash: kompress %d.%d.%d, %s; %s, %d threads (Kokkos %s), compiled for %s, "
+              "block size %d; load average: %s\n",
               kompress::version.major, kompress::version.minor, kompress::version.patch, date,
-              cpu_model().c_str(), threads, host_exec::name(), opts.block_size, load_average().c_str());
+              cpu_model().c_str(), threads, host_exec::name(), instruction_set(), opts.block_size,
+              load_average().c_str());
   std::fflush(stdout);
   const auto start = clock_type::now();
   for (auto& r : results) {
