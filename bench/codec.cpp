@@ -27,7 +27,7 @@
 
 #include "support/test_data.hpp"
 
-#include "instruction_set.hpp"
+#include "support.hpp"
 
 #include <kompress/kompress.hpp>
 
@@ -68,7 +68,7 @@
 namespace {
 
 using host_exec = Kokkos::DefaultHostExecutionSpace;
-using clock_type = std::chrono::steady_clock;
+using namespace kompress_bench;
 constexpr double inf = std::numeric_limits<double>::infinity();
 constexpr double nan = std::numeric_limits<double>::quiet_NaN();
 
@@ -83,17 +83,6 @@ struct options {
   int block_size = 32;
   std::string csv = "bench_codec.csv";
 };
-
-std::vector<std::string> split(std::string_view text, char separator) {
-  std::vector<std::string> parts;
-  while (true) {
-    const auto at = text.find(separator);
-    if (!text.substr(0, at).empty()) parts.emplace_back(text.substr(0, at));
-    if (at == std::string_view::npos) break;
-    text.remove_prefix(at + 1);
-  }
-  return parts;
-}
 
 [[noreturn]] void usage(const std::string& complaint) {
   std::fprintf(stderr,
@@ -152,25 +141,6 @@ inline void keep(const void* p) { asm volatile("" : : "r"(p) : "memory"); }
 /// ~15 ms); the best call is the codec's own speed, and the most stable number on a shared
 /// machine. Repetitions last a fixed time, not a fixed count, so a stall cannot cut the
 /// number of calls sampled.
-template <class F>
-double best_seconds(F&& f, int reps, double min_rep_seconds) {
-  f();
-  double best = inf;
-  for (int r = 0; r < reps; ++r) {
-    const auto rep_start = clock_type::now();
-    while (true) {
-      const auto start = clock_type::now();
-      f();
-      const auto end = clock_type::now();
-      best = std::min(best, std::chrono::duration<double>(end - start).count());
-      if (std::chrono::duration<double>(end - rep_start).count() >= min_rep_seconds) break;
-    }
-  }
-  return best;
-}
-
-double gbs(std::size_t bytes, double seconds) { return double(bytes) / seconds / 1e9; }
-
 // ---------------------------------------------------------------------------------------------
 // Error measures, over the values that are not the fill value
 
@@ -284,9 +254,6 @@ __attribute__((target("avx,f16c"))) void from_half_f16c(const _Float16* in, floa
   for (; i < n; ++i) out[i] = static_cast<float>(in[i]);
 }
 
-bool have_f16c() { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
-#else
-bool have_f16c() { return false; }
 #endif
 
 template <class T>
@@ -488,16 +455,6 @@ void run_file(file_result& result, const options& opts, const Kokkos::OpenMP& on
 // ---------------------------------------------------------------------------------------------
 // Summaries
 
-double geomean(const std::vector<double>& xs) {
-  if (xs.empty()) return nan;
-  double log_sum = 0.0;
-  for (double x : xs) {
-    if (!(x > 0.0) || !std::isfinite(x)) return nan;
-    log_sum += std::log(x);
-  }
-  return std::exp(log_sum / double(xs.size()));
-}
-
 const std::vector<std::string> families = {"science", "embedding", "activation"};
 
 /// The files SZx was measured on as "embedding tables / DLRM lookups / gradients" (codec.md).
@@ -550,32 +507,6 @@ std::string csv_num(double x) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.6g", x);
   return buffer;
-}
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.starts_with("model name")) {
-      const auto colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(line.find_first_not_of(" \t", colon + 1));
-    }
-  return "unknown";
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string one, five, fifteen;
-  in >> one >> five >> fifteen;
-  return one.empty() ? "unknown" : one + " " + five + " " + fifteen;
-}
-
-/// The 1-minute load average, NaN where /proc/loadavg is unreadable.
-double load_1min() {
-  std::ifstream in("/proc/loadavg");
-  double one = nan;
-  in >> one;
-  return one;
 }
 
 /// Other processes on the cores make every timing low, and the all-thread ones wildly so: an

@@ -53,6 +53,8 @@
 
 #include "support/test_data.hpp"
 
+#include "support.hpp"
+
 #include <kompress/comm.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -82,7 +84,7 @@ namespace {
 
 using host_exec = Kokkos::DefaultHostExecutionSpace;
 using values_view = Kokkos::View<float*, Kokkos::HostSpace>;
-using clock_type = std::chrono::steady_clock;
+using namespace kompress_bench;
 constexpr double nan = std::numeric_limits<double>::quiet_NaN();
 constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
 
@@ -109,17 +111,6 @@ struct options {
   std::string csv = "bench_collectives.csv";
   bool append = false;
 };
-
-std::vector<std::string> split(std::string_view text, char separator) {
-  std::vector<std::string> parts;
-  while (true) {
-    const auto at = text.find(separator);
-    if (!text.substr(0, at).empty()) parts.emplace_back(text.substr(0, at));
-    if (at == std::string_view::npos) break;
-    text.remove_prefix(at + 1);
-  }
-  return parts;
-}
 
 [[noreturn]] void usage(const std::string& complaint) {
   if (world_rank == 0)
@@ -209,13 +200,6 @@ options parse_options(int argc, char** argv) {
 
 // ---------------------------------------------------------------------------------------------
 // The machine
-
-double load_1min() {
-  std::ifstream in("/proc/loadavg");
-  double load = nan;
-  in >> load;
-  return load;
-}
 
 int usable_cores() {
   cpu_set_t set;

@@ -32,7 +32,7 @@
 
 #include "support/test_data.hpp"
 
-#include "instruction_set.hpp"
+#include "support.hpp"
 
 #include <kompress/kompress.hpp>
 #include <kompress/stash.hpp>
@@ -66,7 +66,7 @@ namespace {
 
 using host_exec = Kokkos::DefaultHostExecutionSpace;
 using host_view = Kokkos::View<float*, Kokkos::HostSpace>;
-using clock_type = std::chrono::steady_clock;
+using namespace kompress_bench;
 constexpr double inf = std::numeric_limits<double>::infinity();
 constexpr double nan = std::numeric_limits<double>::quiet_NaN();
 
@@ -74,25 +74,6 @@ inline void keep(const void* p) { asm volatile("" : : "r"(p) : "memory"); }
 
 /// Seconds of the fastest call of `f`: a warm-up call, then `reps` repetitions of at least
 /// min_seconds each (on a shared machine the fastest call is the code's own speed).
-template <class F>
-double best_seconds(F&& f, int reps, double min_seconds) {
-  f();
-  double best = inf;
-  for (int r = 0; r < reps; ++r) {
-    const auto rep_start = clock_type::now();
-    while (true) {
-      const auto start = clock_type::now();
-      f();
-      const auto end = clock_type::now();
-      best = std::min(best, std::chrono::duration<double>(end - start).count());
-      if (std::chrono::duration<double>(end - rep_start).count() >= min_seconds) break;
-    }
-  }
-  return best;
-}
-
-double gbs(std::size_t bytes, double seconds) { return double(bytes) / seconds / 1e9; }
-
 struct options {
   std::vector<std::string> file_filters;
   std::vector<double> bounds{1e-2};
@@ -108,14 +89,6 @@ struct options {
                "                   [--reps N] [--min-time-ms MS] [--block-size 32|64|128] [--csv PATH]\n",
                why.c_str());
   std::exit(why == "help" ? 0 : 2);
-}
-
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> parts;
-  std::stringstream stream(text);
-  for (std::string part; std::getline(stream, part, ',');)
-    if (!part.empty()) parts.push_back(part);
-  return parts;
 }
 
 options parse_options(int argc, char** argv) {
@@ -141,20 +114,6 @@ options parse_options(int argc, char** argv) {
     }
   }
   return opts;
-}
-
-std::string load_average() {
-  std::ifstream file("/proc/loadavg");
-  std::string one, five, fifteen;
-  file >> one >> five >> fifteen;
-  return file ? one + " " + five + " " + fifteen : "unknown";
-}
-
-std::string cpu_model() {
-  std::ifstream file("/proc/cpuinfo");
-  for (std::string line; std::getline(file, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown CPU";
 }
 
 /// Threads a parallel_for on `exec` really runs on (an OpenMP instance can silently be wider).
@@ -211,9 +170,6 @@ __attribute__((target("avx,f16c"))) void from_half_f16c(const std::uint16_t* in,
     out[i] = static_cast<float>(h);
   }
 }
-bool have_f16c() { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
-#else
-bool have_f16c() { return false; }
 #endif
 
 void to_half(const float* in, std::uint16_t* out, std::size_t n) {
@@ -472,12 +428,6 @@ void print_table(const std::vector<file_result>& results, int threads) {
       std::printf("\n");
     }
   }
-}
-
-double geomean(const std::vector<double>& values) {
-  double log_sum = 0;
-  for (double v : values) log_sum += std::log(v);
-  return values.empty() ? nan : std::exp(log_sum / double(values.size()));
 }
 
 void print_summary_and_targets(const std::vector<file_result>& results) {
