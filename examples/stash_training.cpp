@@ -9,7 +9,7 @@
 //   kompress_stash_training [--epochs 5] [--train 8000] [--eval 2000] [--batch 128]
 //                           [--lr 1e-3] [--schedule cosine|constant] [--warmup 0.2]
 //                           [--bound 1e-2] [--seed 1] [--data DIR] [--verify]
-//                           [--mask bits|restored] [--quick] [--max-loss-gap PERCENT]
+//                           [--mask bits|restored] [--async] [--quick] [--max-loss-gap PERCENT]
 //
 // The recipe: Adam, its learning rate rising linearly from 0 to --lr over the first --warmup of
 // all steps (a fraction: 0.2, one epoch of five), then decaying to 0 along a cosine over the
@@ -28,6 +28,10 @@
 // keeps that as a 1-bit mask per value beside the compressed outputs (as ActNN does; counted in
 // its memory); --mask restored takes it from the restored outputs instead, which zeroes the
 // gradient through every output the bound rounds to 0 and biases training (docs/stash.md).
+//
+// --async saves with save_async, which enqueues the compression and returns (the backward
+// pass's restores settle the entries): the same streams, so the same training; the budget then
+// has to hold the worst case of a save in flight (docs/stash.md, "Asynchronous saves").
 //
 // --quick is the ctest run: 1 epoch on the first 1024 training images, 512 held-out ones,
 // with --verify (every restored activation checked against the bound, "BOUND VIOLATED" if
@@ -277,6 +281,7 @@ struct settings {
   double bound = 1e-2;
   unsigned seed = 1;
   bool verify = false;
+  bool async_save = false;  // stash run: save_async instead of save
   bool mask_bits = true;  // stash run: ReLU masks as saved bits, not from restored outputs
   double max_loss_gap = -1.0;  // percent; < 0: not checked
   fs::path data;
@@ -378,7 +383,8 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
       if (!training) return;
       if (stash) {
         const auto start = clock_type::now();
-        saved[which] = stash->save(exec, *kept[which], bound);
+        saved[which] = s.async_save ? stash->save_async(exec, *kept[which], bound)
+                                    : stash->save(exec, *kept[which], bound);
         result.save_seconds += seconds_since(start);
       } else {
         result.peak_activation_bytes = std::max(result.peak_activation_bytes,
@@ -542,6 +548,7 @@ int main(int argc, char* argv[]) {
     else if (arg == "--seed") s.seed = unsigned(std::stoul(next()));
     else if (arg == "--data") s.data = next();
     else if (arg == "--verify") s.verify = true;
+    else if (arg == "--async") s.async_save = true;
     else if (arg == "--mask") {
       const std::string how = next();
       if (how != "bits" && how != "restored") throw std::runtime_error("stash_training: --mask bits|restored");
@@ -569,7 +576,8 @@ int main(int argc, char* argv[]) {
               exec_space().concurrency());
   std::printf("plain: activations kept as Views\n");
   const run_result plain = train(s, data, false);
-  std::printf("stash: activations saved through kompress::stash at REL %g\n", s.bound);
+  std::printf("stash: activations saved through kompress::stash at REL %g (%s)\n", s.bound,
+              s.async_save ? "save_async" : "save");
   const run_result stashed = train(s, data, true);
 
   const double last_plain = plain.epochs.back().train_loss, last_stash = stashed.epochs.back().train_loss;
@@ -587,9 +595,11 @@ int main(int argc, char* argv[]) {
   std::printf("final training loss (final weights, whole training set): plain %.5f, stash %.5f (%+.3f%%)\n",
               final_plain, final_stash, 100.0 * (final_stash - final_plain) / final_plain);
   std::printf("peak saved-activation memory: plain %.1f KB (Views), stash %.1f KB (pool high-water: "
-              "streams %.1f KB + workspace%s)\n",
+              "streams %.1f KB + workspace%s%s)\n",
               plain.peak_activation_bytes / 1e3, stashed.peak_activation_bytes / 1e3,
-              stashed.peak_stored_bytes / 1e3, s.mask_bits ? "; + ReLU mask bits" : "");
+              stashed.peak_stored_bytes / 1e3,
+              s.async_save ? " + the worst-case ranges of saves in flight" : "",
+              s.mask_bits ? "; + ReLU mask bits" : "");
   std::printf("memory ratio %.2fx; compression ratio over all saves %.2fx; spilled segments %zu\n",
               double(plain.peak_activation_bytes) / double(stashed.peak_activation_bytes), stashed.ratio,
               stashed.spilled);
