@@ -30,8 +30,10 @@
 // gradient through every output the bound rounds to 0 and biases training (docs/stash.md).
 //
 // --async saves with save_async, which enqueues the compression and returns (the backward
-// pass's restores settle the entries): the same streams, so the same training; the budget then
-// has to hold the worst case of a save in flight (docs/stash.md, "Asynchronous saves").
+// pass's restores settle the entries). It compresses each activation as one stream instead of
+// 64 KiB segments, so the restored values differ in their rounding (each within the bound),
+// and the budget has to hold the worst case of a save in flight (docs/stash.md, "Asynchronous
+// saves").
 //
 // --quick is the ctest run: 1 epoch on the first 1024 training images, 512 held-out ones,
 // with --verify (every restored activation checked against the bound, "BOUND VIOLATED" if
