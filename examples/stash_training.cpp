@@ -61,6 +61,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -233,6 +234,19 @@ struct parameter {
   }
 };
 
+/// PyTorch's default for Linear and Conv2d (kaiming-uniform with a = sqrt(5)):
+/// U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias, the weight drawn first.
+void pytorch_default_init(parameter& weight, parameter& bias, int fan_in, std::mt19937& rng) {
+  const float limit = 1.0f / std::sqrt(float(fan_in));
+  std::uniform_real_distribution<float> uniform(-limit, limit);
+  auto w = Kokkos::create_mirror_view(weight.value);
+  auto b = Kokkos::create_mirror_view(bias.value);
+  for (std::size_t i = 0; i < w.size(); ++i) w(i) = uniform(rng);
+  for (std::size_t i = 0; i < b.size(); ++i) b(i) = uniform(rng);
+  Kokkos::deep_copy(weight.value, w);
+  Kokkos::deep_copy(bias.value, b);
+}
+
 /// A Linear layer, its weight stored transposed ([in, out]) so the forward product is X W.
 struct linear {
   int in, out;
@@ -242,15 +256,7 @@ struct linear {
       : in(in_), out(out_), weight(name + ".weight", std::size_t(in_) * out_), bias(name + ".bias", out_),
         weight_t(weight.value.data(), in_, out_), weight_plain(name + ".W", out_, in_),
         grad_t(weight.grad.data(), in_, out_) {
-    // PyTorch's default: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
-    const float limit = 1.0f / std::sqrt(float(in_));
-    std::uniform_real_distribution<float> uniform(-limit, limit);
-    auto w = Kokkos::create_mirror_view(weight.value);
-    auto b = Kokkos::create_mirror_view(bias.value);
-    for (std::size_t i = 0; i < w.size(); ++i) w(i) = uniform(rng);
-    for (std::size_t i = 0; i < b.size(); ++i) b(i) = uniform(rng);
-    Kokkos::deep_copy(weight.value, w);
-    Kokkos::deep_copy(bias.value, b);
+    pytorch_default_init(weight, bias, in_, rng);
   }
 };
 
@@ -305,6 +311,124 @@ struct run_result {
   int violations = 0;
 };
 
+/// The learning rate of Adam step `step` (1-based): the first s.warmup of all steps rise
+/// linearly to s.lr, the rest follow a cosine from s.lr towards 0 (the last step's is just
+/// above 0), or stay at s.lr.
+struct schedule {
+  const settings& s;
+  int total_steps, warmup;
+  explicit schedule(const settings& s_)
+      : s(s_), total_steps(s_.epochs * ((s_.train + s_.batch - 1) / s_.batch)),
+        warmup(std::min(int(std::lround(s_.warmup * total_steps)), total_steps - 1)) {}
+  float operator()(int step) const {
+    const int t = step - 1;
+    if (t < warmup) return float(s.lr * (t + 1) / warmup);
+    if (!s.cosine) return float(s.lr);
+    const double progress = double(t - warmup) / double(total_steps - warmup);
+    return float(s.lr * 0.5 * (1.0 + std::cos(3.14159265358979323846 * progress)));
+  }
+};
+
+using stash_type = kompress::stash<exec_space>;
+
+/// The stash of the stash run: a budget of half what the plain run keeps, with 64 KiB segments
+/// (a ~66 KB workspace); anything over would spill to host memory rather than fail (and be
+/// counted).
+std::unique_ptr<stash_type> make_stash(const exec_space& exec, std::size_t plain_bytes) {
+  return std::make_unique<stash_type>(
+      exec, kompress::stash_options{.budget_bytes = plain_bytes / 2,
+                                    .policy = kompress::budget_policy::spill_to_host(),
+                                    .segment_bytes = 64 * 1024});
+}
+
+/// Restores saved activation `which` into `target` (the buffer the forward wrote it in; in a
+/// framework that buffer would have been freed), timed; with --verify, checks it against a copy
+/// of what was saved (taken into `check`, at least target.size() floats) and the bound.
+template <class View>
+void restore_checked(stash_type& stash, const exec_space& exec, const settings& s,
+                     const kompress::stash_handle& handle, const View& target, float* check,
+                     run_result& result, int which) {
+  using flat = Kokkos::View<float*, memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  const flat data(target.data(), target.size()), copy(check, target.size());
+  if (s.verify) Kokkos::deep_copy(exec, copy, data);
+  const auto start = clock_type::now();
+  const double abs_bound = stash.info(handle).absolute_bound;
+  stash.restore_and_drop(exec, handle, target);
+  result.restore_seconds += seconds_since(start);
+  if (s.verify) {
+    double max_error = 0.0;
+    Kokkos::parallel_reduce(
+        "verify", Kokkos::RangePolicy<exec_space>(exec, 0, data.size()),
+        KOKKOS_LAMBDA(std::size_t i, double& m) { m = Kokkos::max(m, double(Kokkos::abs(data(i) - copy(i)))); },
+        Kokkos::Max<double>(max_error));
+    if (max_error > abs_bound) {
+      ++result.violations;
+      std::printf("BOUND VIOLATED: restored activation %d off by %g, bound %g\n", which, max_error, abs_bound);
+    }
+    if (abs_bound > 0) result.max_error_over_bound = std::max(result.max_error_over_bound, max_error / abs_bound);
+  }
+}
+
+/// The epochs (shuffled minibatches, then the held-out set) and the pass of the final weights
+/// over the training set, printing as they go. `step(order, first, rows, training, adam_step,
+/// loss_sum, correct_sum)` is one forward (+ backward and update when training) over rows
+/// [first, first + rows) of `order`.
+template <class Step>
+void run_epochs(const settings& s, bool use_stash, run_result& result, Step&& step) {
+  const int batch = s.batch;
+  std::vector<int> train_order(std::size_t(s.train)), eval_order(std::size_t(s.eval));
+  std::iota(train_order.begin(), train_order.end(), 0);
+  std::iota(eval_order.begin(), eval_order.end(), 10000 - s.eval);
+  std::mt19937 shuffle_rng(s.seed + 1);
+  int adam_step = 0;
+  for (int epoch = 0; epoch < s.epochs; ++epoch) {
+    const auto start = clock_type::now();
+    std::shuffle(train_order.begin(), train_order.end(), shuffle_rng);
+    double loss_sum = 0;
+    int correct = 0;
+    for (int first = 0; first < s.train; first += batch)
+      step(train_order, first, std::min(batch, s.train - first), true, ++adam_step, loss_sum, correct);
+    epoch_result e;
+    e.train_loss = loss_sum / s.train;
+    e.seconds = seconds_since(start);
+    double eval_loss = 0;
+    int eval_correct = 0;
+    for (int first = 0; first < s.eval; first += batch)
+      step(eval_order, first, std::min(batch, s.eval - first), false, 0, eval_loss, eval_correct);
+    e.eval_loss = eval_loss / s.eval;
+    e.eval_accuracy = double(eval_correct) / s.eval;
+    result.epochs.push_back(e);
+    std::printf("  %-6s epoch %d  train loss %.5f  held-out loss %.5f  accuracy %.2f%%  (%.1f s)\n",
+                use_stash ? "stash" : "plain", epoch + 1, e.train_loss, e.eval_loss,
+                100.0 * e.eval_accuracy, e.seconds);
+    std::fflush(stdout);
+  }
+  // The final weights over the whole training set, in order, forward only.
+  {
+    const auto start = clock_type::now();
+    std::vector<int> in_order(std::size_t(s.train));
+    std::iota(in_order.begin(), in_order.end(), 0);
+    double loss = 0;
+    int correct = 0;
+    for (int first = 0; first < s.train; first += batch)
+      step(in_order, first, std::min(batch, s.train - first), false, 0, loss, correct);
+    result.final_train_loss = loss / s.train;
+    result.final_train_accuracy = double(correct) / s.train;
+    std::printf("  %-6s final weights: training-set loss %.5f  accuracy %.2f%%  (%.1f s)\n",
+                use_stash ? "stash" : "plain", result.final_train_loss, 100.0 * result.final_train_accuracy,
+                seconds_since(start));
+  }
+}
+
+/// The stash run's memory and compression from the stash's statistics.
+void stash_statistics(const stash_type& stash, run_result& result) {
+  const auto stats = stash.stats();
+  result.peak_activation_bytes = stats.peak_pool_bytes;
+  result.peak_stored_bytes = stats.peak_stored_bytes;
+  result.ratio = stats.ratio();
+  result.spilled = stats.spilled_segments;
+}
+
 /// Trains the MLP; with `use_stash`, the activations backward needs go through a stash.
 run_result train(const settings& s, const dataset& data, bool use_stash) {
   const exec_space exec;
@@ -323,33 +447,14 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
   auto labels_host = Kokkos::create_mirror_view(labels);
   auto indices_host = Kokkos::create_mirror_view(indices);
 
-  // The stash: a budget of half what the plain run keeps (about 1.45 MB at batch 128), with
-  // 64 KiB segments (a ~66 KB workspace). The workspace and the compressed activations take
-  // under half of it; anything over would spill to host memory rather than fail (and be
-  // counted).
+  // The stash: a budget of half what the plain run keeps (about 1.45 MB at batch 128). The
+  // workspace and the compressed activations take under half of it.
   const std::size_t plain_bytes = std::size_t(batch) * (784 + 1024 + 1024) * sizeof(float);
-  std::unique_ptr<kompress::stash<exec_space>> stash;
-  if (use_stash)
-    stash = std::make_unique<kompress::stash<exec_space>>(
-        exec, kompress::stash_options{.budget_bytes = plain_bytes / 2,
-                                      .policy = kompress::budget_policy::spill_to_host(),
-                                      .segment_bytes = 64 * 1024});
+  std::unique_ptr<stash_type> stash;
+  if (use_stash) stash = make_stash(exec, plain_bytes);
   const auto bound = kompress::relative(s.bound);
   run_result result;
-
-  // The learning rate of Adam step `step` (1-based): the first s.warmup of all steps rise
-  // linearly to s.lr, the rest follow a cosine from s.lr towards 0 (the last step's is just
-  // above 0), or stay at s.lr.
-  const int steps_per_epoch = (s.train + batch - 1) / batch;
-  const int total_steps = s.epochs * steps_per_epoch;
-  const int warmup = std::min(int(std::lround(s.warmup * total_steps)), total_steps - 1);
-  auto learning_rate = [&](int step) {
-    const int t = step - 1;
-    if (t < warmup) return float(s.lr * (t + 1) / warmup);
-    if (!s.cosine) return float(s.lr);
-    const double progress = double(t - warmup) / double(total_steps - warmup);
-    return float(s.lr * 0.5 * (1.0 + std::cos(3.14159265358979323846 * progress)));
-  };
+  const schedule learning_rate(s);
 
   // One forward (+ backward when training) over rows [first, first + rows) of `order`.
   auto step = [&](const std::vector<int>& order, int first, int rows, bool training, int adam_step,
@@ -413,30 +518,7 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
     // Backward, in reverse order of the saves: restore each activation into its own buffer
     // (the forward wrote it there; in a framework that buffer would have been freed).
     auto restore = [&](int which) {
-      if (!stash) return;
-      const matrix& target = *kept[which];
-      const matrix copy(check.data(), target.extent(0), target.extent(1));
-      if (s.verify) Kokkos::deep_copy(exec, copy, target);
-      const auto start = clock_type::now();
-      const double abs_bound = stash->info(saved[which]).absolute_bound;
-      stash->restore_and_drop(exec, saved[which], target);
-      result.restore_seconds += seconds_since(start);
-      if (s.verify) {
-        double max_error = 0.0;
-        Kokkos::parallel_reduce(
-            "verify", Kokkos::RangePolicy<exec_space>(exec, 0, target.size()),
-            KOKKOS_LAMBDA(std::size_t i, double& m) {
-              m = Kokkos::max(m, double(Kokkos::abs(target.data()[i] - copy.data()[i])));
-            },
-            Kokkos::Max<double>(max_error));
-        if (max_error > abs_bound) {
-          ++result.violations;
-          std::printf("BOUND VIOLATED: restored activation %d off by %g, bound %g\n", which, max_error,
-                      abs_bound);
-        }
-        if (abs_bound > 0)
-          result.max_error_over_bound = std::max(result.max_error_over_bound, max_error / abs_bound);
-      }
+      if (stash) restore_checked(*stash, exec, s, saved[which], *kept[which], check.data(), result, which);
     };
     restore(2);
     transpose(exec, a2m, matrix(a2t.data(), 1024, rows));
@@ -465,55 +547,10 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
     }
   };
 
-  std::vector<int> train_order(std::size_t(s.train)), eval_order(std::size_t(s.eval));
-  std::iota(train_order.begin(), train_order.end(), 0);
-  std::iota(eval_order.begin(), eval_order.end(), 10000 - s.eval);
-  std::mt19937 shuffle_rng(s.seed + 1);
-  int adam_step = 0;
-  for (int epoch = 0; epoch < s.epochs; ++epoch) {
-    const auto start = clock_type::now();
-    std::shuffle(train_order.begin(), train_order.end(), shuffle_rng);
-    double loss_sum = 0;
-    int correct = 0;
-    for (int first = 0; first < s.train; first += batch)
-      step(train_order, first, std::min(batch, s.train - first), true, ++adam_step, loss_sum, correct);
-    epoch_result e;
-    e.train_loss = loss_sum / s.train;
-    e.seconds = seconds_since(start);
-    double eval_loss = 0;
-    int eval_correct = 0;
-    for (int first = 0; first < s.eval; first += batch)
-      step(eval_order, first, std::min(batch, s.eval - first), false, 0, eval_loss, eval_correct);
-    e.eval_loss = eval_loss / s.eval;
-    e.eval_accuracy = double(eval_correct) / s.eval;
-    result.epochs.push_back(e);
-    std::printf("  %-6s epoch %d  train loss %.5f  held-out loss %.5f  accuracy %.2f%%  (%.1f s)\n",
-                use_stash ? "stash" : "plain", epoch + 1, e.train_loss, e.eval_loss,
-                100.0 * e.eval_accuracy, e.seconds);
-    std::fflush(stdout);
-  }
-  // The final weights over the whole training set, in order, forward only.
-  {
-    const auto start = clock_type::now();
-    std::vector<int> in_order(std::size_t(s.train));
-    std::iota(in_order.begin(), in_order.end(), 0);
-    double loss = 0;
-    int correct = 0;
-    for (int first = 0; first < s.train; first += batch)
-      step(in_order, first, std::min(batch, s.train - first), false, 0, loss, correct);
-    result.final_train_loss = loss / s.train;
-    result.final_train_accuracy = double(correct) / s.train;
-    std::printf("  %-6s final weights: training-set loss %.5f  accuracy %.2f%%  (%.1f s)\n",
-                use_stash ? "stash" : "plain", result.final_train_loss, 100.0 * result.final_train_accuracy,
-                seconds_since(start));
-  }
+  run_epochs(s, use_stash, result, step);
   if (stash) {
-    const auto stats = stash->stats();
-    result.peak_activation_bytes = stats.peak_pool_bytes;
-    result.peak_stored_bytes = stats.peak_stored_bytes;
-    result.ratio = stats.ratio();
+    stash_statistics(*stash, result);
     if (mask_bits) result.peak_activation_bytes += std::size_t(batch) * 2 * 32 * sizeof(std::uint32_t);
-    result.spilled = stats.spilled_segments;
   }
   return result;
 }
