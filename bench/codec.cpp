@@ -846,10 +846,10 @@ int run(int argc, char** argv) {
   const std::time_t now = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M %Z", std::localtime(&now));
-  std::printf("bench_codec: kompress %d.%d.%d, %s; %s, %d threads (Kokkos %s %d.%d.%d), %s, compiled for %s%s\n",
+  std::printf("bench_codec: kompress %d.%d.%d, %s; %s, %d threads (Kokkos %s %d.%d.%d), %s, compiled for %s (encoder: %s)%s\n",
               kompress::version.major, kompress::version.minor, kompress::version.patch, date, cpu_model().c_str(), threads,
               host_exec::name(), KOKKOS_VERSION_MAJOR, KOKKOS_VERSION_MINOR, KOKKOS_VERSION_PATCH,
-              __VERSION__, instruction_set(),
+              __VERSION__, instruction_set(), encoder_instruction_set().c_str(),
 #ifdef NDEBUG
               ""
 #else

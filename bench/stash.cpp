@@ -511,10 +511,11 @@ int run(int argc, char** argv) {
   const std::time_t now = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M %Z", std::localtime(&now));
-  std::printf("bench_stash: kompress %d.%d.%d, %s; %s, %d threads (Kokkos %s), compiled for %s, "
+  std::printf("bench_stash: kompress %d.%d.%d, %s; %s, %d threads (Kokkos %s), compiled for %s (encoder: %s), "
               "block size %d; load average: %s\n",
               kompress::version.major, kompress::version.minor, kompress::version.patch, date,
-              cpu_model().c_str(), threads, host_exec::name(), instruction_set(), opts.block_size,
+              cpu_model().c_str(), threads, host_exec::name(), instruction_set(),
+              encoder_instruction_set().c_str(), opts.block_size,
               load_average().c_str());
   std::fflush(stdout);
   const auto start = clock_type::now();

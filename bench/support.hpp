@@ -2,6 +2,8 @@
 // What every kompress benchmark shares: option parsing, timing, averages, and the description
 // of the machine and build printed beside the numbers.
 
+#include <kompress/kernels/compress_kernels.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -107,6 +109,16 @@ inline const char* instruction_set() {
 #else
   return "the compiler's default";
 #endif
+}
+
+/// What the codec's encoder runs on: the compile target, or AVX2+FMA where the library chose
+/// it at run time (kernels/compress_kernels.hpp: block size 32 on x86-64).
+inline std::string encoder_instruction_set() {
+#ifdef KOMPRESS_HOST_AVX2_DISPATCH
+  if (kompress::detail::host_has_avx2_fma())
+    return "AVX2+FMA, chosen at run time (block size 32)";
+#endif
+  return instruction_set();
 }
 
 /// Whether the CPU converts float16 in hardware (the float16 baselines use it when so).
