@@ -281,6 +281,33 @@ struct dataset {
   std::vector<int> labels;
 };
 
+/// A minibatch's labels and images, gathered in `order` from the dataset (both models).
+struct batch_loader {
+  Kokkos::View<int*, memory_space> labels, indices;
+  Kokkos::View<int*, memory_space>::host_mirror_type labels_host, indices_host;
+
+  explicit batch_loader(int batch)
+      : labels("labels", batch), indices("indices", batch),
+        labels_host(Kokkos::create_mirror_view(labels)),
+        indices_host(Kokkos::create_mirror_view(indices)) {}
+
+  /// Rows [first, first + rows) of `order`: labels into `labels`, images into `x` ([rows, 784]).
+  void load(const exec_space& exec, const dataset& data, const std::vector<int>& order, int first,
+            int rows, const matrix& x) const {
+    for (int i = 0; i < rows; ++i) {
+      indices_host(i) = order[std::size_t(first + i)];
+      labels_host(i) = data.labels[std::size_t(order[std::size_t(first + i)])];
+    }
+    Kokkos::deep_copy(exec, indices, indices_host);
+    Kokkos::deep_copy(exec, labels, labels_host);
+    const auto images = data.images;
+    const auto idx = indices;
+    Kokkos::parallel_for(
+        "gather", Kokkos::MDRangePolicy<exec_space, Kokkos::Rank<2>>(exec, {0, 0}, {rows, 784}),
+        KOKKOS_LAMBDA(int i, int j) { x(i, j) = images(idx(i), j); });
+  }
+};
+
 dataset load_mnist(const fs::path& dir) {
   const fs::path images_path = dir / "mnist_t10k_images_10000x28x28.u8";
   const fs::path labels_path = dir / "mnist_t10k_labels_10000.u8";
@@ -461,9 +488,8 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
   matrix check("check", batch, 1024);  // --verify: a copy of what was saved
   mask_matrix mask1("mask1", batch, 32), mask2("mask2", batch, 32);
   const bool mask_bits = use_stash && s.mask_bits;
-  Kokkos::View<int*, memory_space> labels("labels", batch), indices("indices", batch);
-  auto labels_host = Kokkos::create_mirror_view(labels);
-  auto indices_host = Kokkos::create_mirror_view(indices);
+  batch_loader loader(batch);
+  const auto labels = loader.labels;
 
   // The stash: a budget of half what the plain run keeps (about 1.45 MB at batch 128). The
   // workspace and the compressed activations take under half of it.
@@ -488,17 +514,7 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
     const matrix xm(xb.data(), rows, 784), a1m(a1b.data(), rows, 1024), a2m(a2b.data(), rows, 1024),
         logitsm(logitsb.data(), rows, 10), d3m(d3b.data(), rows, 10), d2m(d2b.data(), rows, 1024),
         d1m(d1b.data(), rows, 1024);
-    for (int i = 0; i < rows; ++i) {
-      indices_host(i) = order[std::size_t(first + i)];
-      labels_host(i) = data.labels[std::size_t(order[std::size_t(first + i)])];
-    }
-    Kokkos::deep_copy(exec, indices, indices_host);
-    Kokkos::deep_copy(exec, labels, labels_host);
-    const auto images = data.images;
-    const auto idx = indices;
-    Kokkos::parallel_for(
-        "gather", Kokkos::MDRangePolicy<exec_space, Kokkos::Rank<2>>(exec, {0, 0}, {rows, 784}),
-        KOKKOS_LAMBDA(int i, int j) { xm(i, j) = images(idx(i), j); });
+    loader.load(exec, data, order, first, rows, xm);
 
     // Forward. What backward needs: x (fc1's input), a1 (fc2's input, ReLU 1's output),
     // a2 (fc3's input, ReLU 2's output).
@@ -721,9 +737,8 @@ run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
   index_tensor arg1("arg1", batch, 8, 14, 14), arg2("arg2", batch, 16, 7, 7);
   mask_matrix mask1("mask1", batch, c1_size / 32), mask2("mask2", batch, c2_size / 32);
   vector check("check", std::size_t(batch) * p1_size);  // --verify: a copy of what was saved
-  Kokkos::View<int*, memory_space> labels("labels", batch), indices("indices", batch);
-  auto labels_host = Kokkos::create_mirror_view(labels);
-  auto indices_host = Kokkos::create_mirror_view(indices);
+  batch_loader loader(batch);
+  const auto labels = loader.labels;
 
   // Saved for backward: the image, pool 1's output, pool 2's output (as floats: 12.5 KB an
   // image); beside them, in both runs, the ReLU masks (1,176 bytes) and the argmax (2,352).
@@ -831,18 +846,8 @@ run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
   auto step = [&](const std::vector<int>& order, int first, int rows, bool training, int adam_step,
                   double& loss_sum, int& correct_sum) {
     const rows_of r = rows_view(rows);
-    for (int i = 0; i < rows; ++i) {
-      indices_host(i) = order[std::size_t(first + i)];
-      labels_host(i) = data.labels[std::size_t(order[std::size_t(first + i)])];
-    }
-    Kokkos::deep_copy(exec, indices, indices_host);
-    Kokkos::deep_copy(exec, labels, labels_host);
-    const auto images = data.images;
-    const auto idx = indices;
     const matrix xm = r.x;
-    Kokkos::parallel_for(
-        "gather", Kokkos::MDRangePolicy<exec_space, Kokkos::Rank<2>>(exec, {0, 0}, {rows, 784}),
-        KOKKOS_LAMBDA(int i, int j) { xm(i, j) = images(idx(i), j); });
+    loader.load(exec, data, order, first, rows, xm);
 
     kompress::stash_handle saved[3];
     const tensor kept[3] = {r.x4, r.p1, r.p2_4};
