@@ -177,7 +177,7 @@ inline namespace v0 {
 
 /// Enqueues the compression of `in` into `out` on `exec` and returns without waiting. `out`
 /// must hold max_compressed_size(in) bytes. Once `exec` is fenced, `out` holds the stream;
-/// its length is in the stream's header (kompress::compressed_length) and, in the overload
+/// its length is in the stream's header (kompress::inspect(out).compressed_bytes) and, in the overload
 /// that takes one, in `length`, a rank-0 View of std::uint64_t that `exec` can write. Until
 /// then `in` must not change and neither `out` nor `length` may be read. Argument errors
 /// throw before anything is enqueued.

@@ -11,49 +11,9 @@
 
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <type_traits>
 
 namespace kompress::detail {
-
-/// The value range as order keys, packed in 16 bytes at any alignment: the range kernel's
-/// result, kept in the output's header bytes until the header replaces it.
-template <class T>
-struct packed_range {
-  using key = order_key_t<T>;
-  std::byte bytes[2 * sizeof(key)];
-
-  KOMPRESS_FUNCTION key low() const { return load<key>(bytes); }
-  KOMPRESS_FUNCTION key high() const { return load<key>(bytes + sizeof(key)); }
-  KOMPRESS_FUNCTION void set(key lo, key hi) {
-    store<key>(bytes, lo);
-    store<key>(bytes + sizeof(key), hi);
-  }
-};
-
-/// A Kokkos reducer of packed_range whose result stays in memory the execution space writes
-/// (the front of the output), so the reduction needs no wait.
-template <class T, class Space>
-struct range_reducer {
-  using key = order_key_t<T>;
-  using reducer = range_reducer;
-  using value_type = packed_range<T>;
-  using result_view_type = Kokkos::View<value_type, Space, Kokkos::MemoryUnmanaged>;
-
-  result_view_type result;
-
-  KOKKOS_INLINE_FUNCTION void join(value_type& into, const value_type& from) const {
-    const key lo = from.low() < into.low() ? from.low() : into.low();
-    const key hi = from.high() > into.high() ? from.high() : into.high();
-    into.set(lo, hi);
-  }
-  KOKKOS_INLINE_FUNCTION void init(value_type& value) const {
-    value.set(std::numeric_limits<key>::max(), std::numeric_limits<key>::min());
-  }
-  KOKKOS_INLINE_FUNCTION value_type& reference() const { return *result.data(); }
-  KOKKOS_INLINE_FUNCTION result_view_type view() const { return result; }
-  KOKKOS_INLINE_FUNCTION bool references_scalar() const { return false; }
-};
 
 /// What compression decides from the value range: the header's data-dependent fields and the
 /// codec. A pure function of (base header, range), evaluated on the device by every kernel
@@ -173,20 +133,9 @@ void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
   auto* const range = reinterpret_cast<packed_range<T>*>(out);  // alignment 1
   static_assert(sizeof(packed_range<T>) <= header_bytes);
 
-  constexpr std::uint64_t range_segment = 4096;
-  const bool has_fill = (base.flags & flag_fill_value) != 0;
-  const bits_t<T> fill_bits = static_cast<bits_t<T>>(base.fill_bits);
-  const bits_t<T> fill_enabled = has_fill ? ~bits_t<T>(0) : bits_t<T>(0);
-  Kokkos::parallel_reduce(
-      "kompress::compress::value_range",
-      Kokkos::RangePolicy<Exec>(exec, 0, (count + range_segment - 1) / range_segment),
-      KOKKOS_LAMBDA(std::uint64_t s, packed_range<T>& partial) {
-        const std::uint64_t end = (s + 1) * range_segment < count ? (s + 1) * range_segment : count;
-        order_key_t<T> lo = partial.low(), hi = partial.high();
-        segment_range<T>(in, s * range_segment, end, fill_bits, fill_enabled, lo, hi);
-        partial.set(lo, hi);
-      },
-      range_reducer<T, memory_space>{typename range_reducer<T, memory_space>::result_view_type(range)});
+  enqueue_value_range(exec, in, count, (base.flags & flag_fill_value) != 0,
+                      static_cast<bits_t<T>>(base.fill_bits),
+                      Kokkos::View<packed_range<T>, memory_space, Kokkos::MemoryUnmanaged>(range));
 
   const chunk_encoder<T, BlockSize> encoder{in,   range, data, ends, checksums, base, layout,
                                             values_per_chunk, full_chunk_bytes};

@@ -66,26 +66,78 @@ KOKKOS_INLINE_FUNCTION void segment_range(const T* data, std::uint64_t begin, st
   high = hi > high ? hi : high;
 }
 
-template <class Exec, class T>
-value_range compute_value_range(const Exec& exec, const T* data, std::uint64_t count,
-                                bool has_fill, bits_t<T> fill_bits) {
+/// The value range as order keys, packed in 16 bytes at any alignment (compression keeps it in
+/// the output's header bytes until the header replaces it). low > high if no value counted.
+template <class T>
+struct packed_range {
   using key = order_key_t<T>;
-  value_range range;
-  if (count == 0) return range;
+  std::byte bytes[2 * sizeof(key)];
+
+  KOMPRESS_FUNCTION key low() const { return load<key>(bytes); }
+  KOMPRESS_FUNCTION key high() const { return load<key>(bytes + sizeof(key)); }
+  KOMPRESS_FUNCTION void set(key lo, key hi) {
+    store<key>(bytes, lo);
+    store<key>(bytes + sizeof(key), hi);
+  }
+};
+
+/// A Kokkos reducer of packed_range into a View: in memory the execution space writes, the
+/// reduction needs no wait.
+template <class T, class Space>
+struct range_reducer {
+  using key = order_key_t<T>;
+  using reducer = range_reducer;
+  using value_type = packed_range<T>;
+  using result_view_type = Kokkos::View<value_type, Space, Kokkos::MemoryUnmanaged>;
+
+  result_view_type result;
+
+  KOKKOS_INLINE_FUNCTION void join(value_type& into, const value_type& from) const {
+    const key lo = from.low() < into.low() ? from.low() : into.low();
+    const key hi = from.high() > into.high() ? from.high() : into.high();
+    into.set(lo, hi);
+  }
+  KOKKOS_INLINE_FUNCTION void init(value_type& value) const {
+    value.set(std::numeric_limits<key>::max(), std::numeric_limits<key>::min());
+  }
+  KOKKOS_INLINE_FUNCTION value_type& reference() const { return *result.data(); }
+  KOKKOS_INLINE_FUNCTION result_view_type view() const { return result; }
+  KOKKOS_INLINE_FUNCTION bool references_scalar() const { return false; }
+};
+
+/// Enqueues the reduction of the value range of [data, data + count) (finite values, not the
+/// fill value) into `result`. Asynchronous when `result` is in memory the execution space
+/// writes.
+template <class Exec, class T, class ResultView>
+void enqueue_value_range(const Exec& exec, const T* data, std::uint64_t count, bool has_fill,
+                         bits_t<T> fill_bits, const ResultView& result) {
   constexpr std::uint64_t segment = 4096;
   const bits_t<T> fill_enabled = has_fill ? ~bits_t<T>(0) : bits_t<T>(0);
-  key low = std::numeric_limits<key>::max(), high = std::numeric_limits<key>::min();
   Kokkos::parallel_reduce(
       "kompress::value_range",
       Kokkos::RangePolicy<Exec>(exec, 0, (count + segment - 1) / segment),
-      KOKKOS_LAMBDA(std::uint64_t s, key& lo, key& hi) {
+      KOKKOS_LAMBDA(std::uint64_t s, packed_range<T>& partial) {
         const std::uint64_t end = (s + 1) * segment < count ? (s + 1) * segment : count;
+        order_key_t<T> lo = partial.low(), hi = partial.high();
         segment_range<T>(data, s * segment, end, fill_bits, fill_enabled, lo, hi);
+        partial.set(lo, hi);
       },
-      Kokkos::Min<key>(low), Kokkos::Max<key>(high));
-  if (low <= high) {
-    range.min = static_cast<double>(from_order_key<T>(low));
-    range.max = static_cast<double>(from_order_key<T>(high));
+      range_reducer<T, typename ResultView::memory_space>{result});
+}
+
+/// The value range, on the host (waits for `exec`).
+template <class Exec, class T>
+value_range compute_value_range(const Exec& exec, const T* data, std::uint64_t count,
+                                bool has_fill, bits_t<T> fill_bits) {
+  value_range range;
+  if (count == 0) return range;
+  packed_range<T> keys;
+  enqueue_value_range(exec, data, count, has_fill, fill_bits,
+                      Kokkos::View<packed_range<T>, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(&keys));
+  exec.fence("kompress::value_range: read on the host");
+  if (keys.low() <= keys.high()) {
+    range.min = static_cast<double>(from_order_key<T>(keys.low()));
+    range.max = static_cast<double>(from_order_key<T>(keys.high()));
   }
   return range;
 }

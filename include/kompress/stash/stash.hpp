@@ -99,9 +99,8 @@ struct stash_entry {
   std::uint32_t generation = 1;
   bool live = false;  ///< published: a handle names it
   int pins = 0;       ///< restores in progress
-  /// Enqueued by save_async and not yet settled: its one segment holds a worst-case range of
-  /// reserved_bytes in the pool (stream_bytes 0) until the save is known to have finished.
-  bool pending = false;
+  /// While a save_async is pending (the stash holds the instance it was enqueued on, by slot),
+  /// its one segment holds a worst-case range of reserved_bytes in the pool (stream_bytes 0).
   std::size_t reserved_bytes = 0;
   element_type type = element_type::float32;
   int rank = 0;
@@ -341,8 +340,9 @@ struct stash<ExecutionSpace>::state {
   std::mutex workspace_mutex;  // the workspace and the host staging buffer
   Kokkos::View<std::byte*, Kokkos::HostSpace> host_staging;
 
-  // save_async: the instance each pending entry was enqueued on, by slot; one settlement at a
-  // time (it waits on those instances), with its scratch list.
+  // save_async: the instance each pending entry was enqueued on, by slot (set exactly while the
+  // entry is pending); one settlement at a time (it waits on those instances), with its
+  // scratch list.
   std::vector<std::optional<ExecutionSpace>> saved_on;
   std::mutex settle_mutex;
   struct settle_job {
@@ -623,7 +623,6 @@ struct stash<ExecutionSpace>::state {
     segment.offset = *offset;
     local.segments.push_back(segment);
     local.used = requested;
-    local.pending = true;
     local.reserved_bytes = reserved;
 
     std::lock_guard lock(mutex);
@@ -646,7 +645,7 @@ struct stash<ExecutionSpace>::state {
       for (std::uint32_t slot = only.value_or(0);
            slot < (only ? *only + 1 : std::uint32_t(entries.size())); ++slot) {
         const detail::stash_entry& entry = entries[slot];
-        if (entry.live && entry.pending)
+        if (entry.live && saved_on[slot])
           settle_jobs.push_back({slot, entry.segments.front().offset, entry.reserved_bytes,
                                  *saved_on[slot]});
       }
@@ -669,7 +668,6 @@ struct stash<ExecutionSpace>::state {
       pool_stored_bytes += job.length;
       entry.segments.front().stream_bytes = job.length;
       entry.absolute_bound = job.abs_bound;
-      entry.pending = false;
       entry.reserved_bytes = 0;
       saved_on[job.slot].reset();
       --counters.pending_saves;
@@ -685,7 +683,8 @@ struct stash<ExecutionSpace>::state {
     bool pending;
     {
       std::lock_guard lock(mutex);
-      pending = lookup(handle, who).pending;
+      lookup(handle, who);  // throws for a bad handle
+      pending = saved_on[handle.slot].has_value();
     }
     if (pending) settle(handle.slot);
   }
