@@ -1,8 +1,13 @@
 #pragma once
 // The compressed collectives (need MPI; link kompress::mpi): alltoall, alltoallv and
 // allreduce on Kokkos Views, blocking and nonblocking, compressed on the wire within a bound.
+// Includes the codec they are built on, not the stash.
 
-#include <kompress/kompress.hpp>
+#include <kompress/version.hpp>
+#include <kompress/error.hpp>
+#include <kompress/bound.hpp>
+#include <kompress/format.hpp>
+#include <kompress/compress.hpp>
 
 #include <kompress/comm/allreduce.hpp>
 #include <kompress/comm/alltoall.hpp>

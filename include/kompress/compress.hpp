@@ -9,6 +9,8 @@
 // input first.
 
 #include <kompress/bound.hpp>
+#include <kompress/concepts.hpp>
+#include <kompress/detail/arguments.hpp>
 #include <kompress/error.hpp>
 #include <kompress/format.hpp>
 #include <kompress/kernels/compress_kernels.hpp>
@@ -28,32 +30,11 @@
 namespace kompress {
 inline namespace v0 {
 
-namespace detail_concepts {
-template <class V>
-concept view = Kokkos::is_view_v<V>;
-}
-
-template <class E>
-concept execution_space = Kokkos::is_execution_space_v<E>;
-
-/// A Kokkos::View of float or double (const or not), any rank.
-template <class V>
-concept float_view = detail_concepts::view<V> &&
-                     (std::is_same_v<typename V::non_const_value_type, float> ||
-                      std::is_same_v<typename V::non_const_value_type, double>);
-
-/// A rank-1 Kokkos::View of std::byte (const or not): a compressed stream.
-template <class V>
-concept byte_view = detail_concepts::view<V> && V::rank == 1 &&
-                    std::is_same_v<typename V::non_const_value_type, std::byte>;
-
 /// The largest stream `compress` can write for `count` elements of T; compress never exceeds
 /// it, incompressible data included.
 template <class T>
 std::size_t max_compressed_size(std::size_t count, int block_size = 32) {
-  if (!detail::supported_block_size(block_size))
-    throw invalid_argument("kompress::max_compressed_size: block size must be 32, 64 or 128 (got " +
-                           std::to_string(block_size) + ")");
+  detail::validate_block_size(block_size, "kompress::max_compressed_size");
   return detail::stream_layout{count, sizeof(T), block_size, detail::default_blocks_per_chunk}
       .max_stream_bytes();
 }
@@ -64,26 +45,7 @@ std::size_t max_compressed_size(const InView& in, const compress_options& option
                                                                     options.block_size);
 }
 
-}  // namespace v0
-
 namespace detail {
-
-template <class V>
-void require_contiguous(const V& view, const char* who, const char* what) {
-  if (view.size() != 0 && (!view.span_is_contiguous() || view.span() != view.size()))
-    throw invalid_argument(std::string(who) + ": " + what +
-                           " must be contiguous (a LayoutLeft or LayoutRight View, or a "
-                           "contiguous subview); got a strided View");
-}
-
-inline void validate_bound(const error_bound& bound, const char* who) {
-  if (!std::isfinite(bound.value) || bound.value < 0.0)
-    throw invalid_argument(std::string(who) + ": the error bound must be finite and >= 0 (got " +
-                           std::to_string(bound.value) + ")");
-  if (bound.mode != bound_mode::absolute && bound.mode != bound_mode::relative)
-    throw invalid_argument(std::string(who) + ": unknown bound mode");
-}
-
 
 template <class F>
 decltype(auto) dispatch_block_size(int block_size, F&& f) {
@@ -143,10 +105,7 @@ void enqueue_compression(const ExecutionSpace& exec, const InView& in, const Out
   static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, typename OutView::memory_space>::accessible,
                 "kompress::compress: the output View must be accessible from the execution space");
   Kokkos::Profiling::ScopedRegion region(who);
-  validate_bound(options.bound, who);
-  if (!supported_block_size(options.block_size))
-    throw invalid_argument(std::string(who) + ": block size must be 32, 64 or 128 (got " +
-                           std::to_string(options.block_size) + ")");
+  validate_options(options, who);
   require_contiguous(in, who, "the input View");
   require_contiguous(out, who, "the output View");
   const std::size_t needed = max_compressed_size<T>(in.size(), options.block_size);
@@ -173,7 +132,6 @@ void enqueue_compression(const ExecutionSpace& exec, const InView& in, const Out
 
 }  // namespace detail
 
-inline namespace v0 {
 
 /// Enqueues the compression of `in` into `out` on `exec` and returns without waiting. `out`
 /// must hold max_compressed_size(in) bytes. Once `exec` is fenced, `out` holds the stream;
@@ -245,6 +203,23 @@ Kokkos::View<std::byte*, typename InView::memory_space> compress(const Execution
                                                                  const InView& in,
                                                                  const error_bound& bound) {
   return compress(exec, in, compress_options{.bound = bound});
+}
+
+/// The absolute bound compress(exec, in, out, options) promises for `in`: the bound itself
+/// when absolute; when relative, that fraction of the range of in's finite values other than
+/// the fill value. Waits for `exec` (the range is read back to the host).
+template <execution_space ExecutionSpace, float_view InView>
+double absolute_bound(const ExecutionSpace& exec, const InView& in, const compress_options& options) {
+  using T = typename InView::non_const_value_type;
+  constexpr const char* who = "kompress::absolute_bound";
+  detail::validate_options(options, who);
+  detail::require_contiguous(in, who, "the input View");
+  if (options.bound.mode == bound_mode::absolute) return options.bound.value;
+  const auto fill = options.fill_value ? detail::to_bits(static_cast<T>(*options.fill_value))
+                                       : detail::bits_t<T>(0);
+  const detail::value_range range =
+      detail::compute_value_range(exec, in.data(), in.size(), options.fill_value.has_value(), fill);
+  return detail::relative_to_absolute(options.bound.value, range.min, range.max);
 }
 
 /// The header of a stream, checked (checksums of the header and chunk tables included).

@@ -5,6 +5,7 @@
 #include <kompress/bound.hpp>
 #include <kompress/detail/bytes.hpp>
 #include <kompress/detail/checksum.hpp>
+#include <kompress/detail/arguments.hpp>
 #include <kompress/error.hpp>
 
 #include <cmath>
@@ -42,8 +43,6 @@ struct stream_info {
   }
 };
 
-}  // namespace v0
-
 namespace detail {
 
 inline constexpr std::uint8_t stream_magic[4] = {'K', 'M', 'P', 'Z'};
@@ -62,10 +61,6 @@ constexpr element_type element_type_of() {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                 "kompress: element type must be float or double");
   return std::is_same_v<T, float> ? element_type::float32 : element_type::float64;
-}
-
-constexpr bool supported_block_size(int block_size) {
-  return block_size == 32 || block_size == 64 || block_size == 128;
 }
 
 /// Sizes of every part of a stream, from its element count and block geometry alone.
@@ -260,4 +255,5 @@ inline stream_info to_info(const stream_header& h) {
 }
 
 }  // namespace detail
+}  // namespace v0
 }  // namespace kompress

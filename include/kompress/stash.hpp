@@ -2,7 +2,6 @@
 // The compressed activation stash: save Views compressed within an error bound under a memory
 // budget, restore them for the backward pass (docs/stash.md).
 
-#include <kompress/stash/errors.hpp>
 #include <kompress/stash/handle.hpp>
 #include <kompress/stash/policy.hpp>
 #include <kompress/stash/pool.hpp>

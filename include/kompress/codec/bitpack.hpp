@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <utility>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 /// Widths 0..max_width are encodable; a block needing more is stored raw.
 inline constexpr int max_width = 30;
@@ -79,4 +79,4 @@ KOMPRESS_FUNCTION void unpack(int width, const std::byte* in, std::uint32_t* val
                                      std::make_integer_sequence<int, max_width + 1>{});
 }
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

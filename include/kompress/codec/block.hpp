@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 inline constexpr std::uint8_t descriptor_raw = 0x1F;
 inline constexpr std::uint8_t descriptor_constant = 0x3F;
@@ -284,4 +284,4 @@ KOMPRESS_FUNCTION int decode_block(const std::byte* in, std::size_t available,
   return bytes;
 }
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

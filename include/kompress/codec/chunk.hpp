@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 /// Encodes `count` values into `out` (room for count * sizeof(T) + blocks bytes); returns the
 /// chunk's length in bytes.
@@ -48,4 +48,4 @@ KOMPRESS_FUNCTION bool decode_chunk(const std::byte* in, std::uint64_t bytes,
   return position == bytes;
 }
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

@@ -12,7 +12,7 @@
 #error "kompress: -ffast-math breaks the rounding the error bound relies on; compile without it"
 #endif
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 /// Codes stay below 2^50 in magnitude: rounding with the 1.5 * 2^52 constant is exact there,
 /// and a code converts to double and back without loss.
@@ -96,4 +96,4 @@ KOMPRESS_FUNCTION value_codec<T> make_value_codec(double bound, double max_abs) 
   return codec;
 }
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

@@ -14,8 +14,6 @@
 namespace kompress {
 inline namespace v0 {
 
-}  // namespace v0
-
 namespace detail {
 
 /// A plain MPI nonblocking call, for raw mode: the request keeps the Views alive.
@@ -95,7 +93,6 @@ std::unique_ptr<operation> make_allreduce(const Exec& exec, const SendView& send
 
 }  // namespace detail
 
-inline namespace v0 {
 
 /// Sum of `send` over all ranks into `recv` (pass the same View twice for in place).
 template <execution_space Exec, float_view SendView, float_view RecvView>

@@ -21,8 +21,6 @@ inline namespace v0 {
 template <class R>
 concept count_range = std::ranges::sized_range<R> && std::integral<std::ranges::range_value_t<R>>;
 
-}  // namespace v0
-
 namespace detail {
 
 template <class R>
@@ -83,7 +81,6 @@ std::unique_ptr<operation> make_exchange(const Exec& exec, const SendView& send,
 
 }  // namespace detail
 
-inline namespace v0 {
 
 /// MPI_Alltoall: block i of `send` (send.size() / p elements) goes to rank i; block j of
 /// `recv` comes from rank j.

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 template <class T>
 using host_values = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
@@ -69,8 +69,7 @@ class exchange_operation final : public operation {
     comm_ = duplicate ? owned_.get() : comm;
     shape_ = shape_of(comm_, who);
     check_layout(layout_, shape_.size, send_.size(), recv_.size(), who);
-    if (options_.block_size != 32 && options_.block_size != 64 && options_.block_size != 128)
-      throw invalid_argument(std::string(who) + ": block size must be 32, 64 or 128");
+    validate_block_size(options_.block_size, who);
     start();
   }
 
@@ -224,4 +223,4 @@ class exchange_operation final : public operation {
   collective_report report_;
 };
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

@@ -4,14 +4,13 @@
 // advances it without blocking. Move-only.
 
 #include <kompress/comm/options.hpp>
+#include <kompress/error.hpp>
 
 #include <memory>
 #include <utility>
 
 namespace kompress {
 inline namespace v0 {
-
-}  // namespace v0
 
 namespace detail {
 /// A collective as a state machine: progress(true) runs it to completion.
@@ -24,7 +23,6 @@ class operation {
 };
 }  // namespace detail
 
-inline namespace v0 {
 
 class request {
  public:

@@ -11,7 +11,7 @@
 #include <limits>
 #include <vector>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 template <class T>
 MPI_Datatype mpi_type() {
@@ -221,4 +221,4 @@ class ring_allreduce_operation final : public operation {
   collective_report report_;
 };
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

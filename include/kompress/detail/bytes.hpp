@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 static_assert(std::endian::native == std::endian::little,
               "kompress: the stream format is little-endian and only little-endian hosts are "
@@ -89,4 +89,4 @@ KOMPRESS_FUNCTION double magnitude(double x) {
   return from_bits<double>(to_bits(x) & 0x7FFFFFFFFFFFFFFFull);
 }
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

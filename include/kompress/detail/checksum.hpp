@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 inline constexpr std::uint64_t checksum_p1 = 0x9E3779B185EBCA87ull;
 inline constexpr std::uint64_t checksum_p2 = 0xC2B2AE3D27D4EB4Full;
@@ -58,4 +58,4 @@ KOMPRESS_FUNCTION std::uint64_t checksum_of(const std::byte* data, std::size_t l
   return c.value();
 }
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

@@ -11,20 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace kompress {
-inline namespace v0 {
-
-/// An MPI call failed; the message carries MPI's own error string.
-class mpi_error : public error {
- public:
-  mpi_error(const std::string& what, int code) : error(what), code_(code) {}
-  int code() const { return code_; }
-
- private:
-  int code_;
-};
-
-}  // namespace v0
+namespace kompress::inline v0 {
 
 namespace detail {
 
@@ -127,4 +114,4 @@ inline comm_shape shape_of(MPI_Comm comm, const char* who) {
 }
 
 }  // namespace detail
-}  // namespace kompress
+}  // namespace kompress::inline v0

@@ -20,9 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace kompress {
-namespace dlrm {
-inline namespace v0 {
+namespace kompress::inline v0::dlrm {
 
 /// One embedding table: the rank that owns it and its embedding dimension.
 struct table {
@@ -58,8 +56,7 @@ class embedding_exchange {
                              " table weights for " + std::to_string(tables_.size()) + " tables");
     kompress::detail::validate_bound(options_.forward_bound, who);
     kompress::detail::validate_bound(options_.backward_bound, who);
-    if (!kompress::detail::supported_block_size(options_.block_size))
-      throw invalid_argument(std::string(who) + ": block size must be 32, 64 or 128");
+    kompress::detail::validate_block_size(options_.block_size, who);
     global_column_.resize(tables_.size());
     local_column_.resize(tables_.size());
     local_width_.assign(shape_.size, 0);
@@ -263,6 +260,4 @@ class embedding_exchange {
   std::uint64_t iteration_ = 0;
 };
 
-}  // namespace v0
-}  // namespace dlrm
-}  // namespace kompress
+}  // namespace kompress::inline v0::dlrm

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 /// rows x cols values starting at `base`, `stride` values between row starts.
 template <class T>
@@ -221,4 +221,4 @@ class segment_exchange final : public operation {
   collective_report report_;
 };
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

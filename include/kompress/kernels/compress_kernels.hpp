@@ -13,7 +13,7 @@
 #include <cstring>
 #include <type_traits>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 /// What compression decides from the value range: the header's data-dependent fields and the
 /// codec. A pure function of (base header, range), evaluated on the device by every kernel
@@ -34,7 +34,7 @@ KOKKOS_INLINE_FUNCTION compression_plan<T> plan_compression(const stream_header&
   const double max = empty ? nan : static_cast<double>(from_order_key<T>(range.high()));
   const double abs_bound = base.mode == bound_mode::absolute
                                ? base.user_bound
-                               : (empty ? 0.0 : base.user_bound * (max - min));
+                               : relative_to_absolute(base.user_bound, min, max);
   const double max_abs = empty ? 0.0 : Kokkos::fmax(Kokkos::fabs(min), Kokkos::fabs(max));
   plan.codec = make_value_codec<T>(abs_bound, max_abs);
   plan.codec.has_fill = (base.flags & flag_fill_value) != 0;
@@ -225,4 +225,4 @@ void decompress_chunks(const Exec& exec, const std::byte* in, const stream_heade
     throw_format(who, "malformed block data in chunk " + std::to_string(first_bad));
 }
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

@@ -12,7 +12,7 @@
 #include <limits>
 #include <type_traits>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 struct value_range {
   double min = INFINITY;
@@ -20,6 +20,13 @@ struct value_range {
   bool empty() const { return !(min <= max); }
   double max_abs() const { return empty() ? 0.0 : std::fmax(std::fabs(min), std::fabs(max)); }
 };
+
+/// The absolute bound that a relative bound `fraction` resolves to over the range [min, max]
+/// of the counted values; 0 when none counted (min > max or NaN). The one place in kompress where a
+/// relative bound becomes an absolute one.
+KOKKOS_INLINE_FUNCTION double relative_to_absolute(double fraction, double min, double max) {
+  return min <= max ? fraction * (max - min) : 0.0;
+}
 
 /// Signed integers ordered like the floats whose bit patterns they come from (for non-NaN
 /// values): integer min/max reductions vectorize where floating-point ones, which must honour
@@ -142,4 +149,4 @@ value_range compute_value_range(const Exec& exec, const T* data, std::uint64_t c
   return range;
 }
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

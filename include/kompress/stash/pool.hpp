@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 class first_fit_allocator {
  public:
@@ -128,4 +128,4 @@ class first_fit_allocator {
   std::size_t in_use_ = 0;
 };
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

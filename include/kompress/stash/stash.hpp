@@ -37,7 +37,7 @@
 #include <kompress/error.hpp>
 #include <kompress/format.hpp>
 #include <kompress/kernels/value_range.hpp>
-#include <kompress/stash/errors.hpp>
+#include <kompress/error.hpp>
 #include <kompress/stash/handle.hpp>
 #include <kompress/stash/policy.hpp>
 #include <kompress/stash/pool.hpp>
@@ -66,6 +66,7 @@
 #include <vector>
 
 namespace kompress {
+inline namespace v0 {
 namespace detail {
 
 /// Tuning of the stash, chosen per backend; the measured gain is written beside each value
@@ -157,10 +158,12 @@ inline std::size_t segment_values(std::size_t segment_bytes, std::size_t element
 
 }  // namespace detail
 
-inline namespace v0 {
 
-template <execution_space ExecutionSpace = Kokkos::DefaultExecutionSpace>
+template <class ExecutionSpace = Kokkos::DefaultExecutionSpace>
 class stash {
+  static_assert(execution_space<ExecutionSpace>,
+                "kompress::stash: the template argument must be a Kokkos execution space");
+
  public:
   using execution_space = ExecutionSpace;
   using memory_space = typename ExecutionSpace::memory_space;
@@ -306,7 +309,7 @@ class stash {
 // ----------------------------------------------------------------------------------------------
 // The implementation. Host-side bookkeeping sits behind one mutex; compression, copies and file
 // I/O run outside it, on ranges the bookkeeping has handed out.
-template <execution_space ExecutionSpace>
+template <class ExecutionSpace>
 struct stash<ExecutionSpace>::state {
   using bytes_view = Kokkos::View<std::byte*, memory_space>;
   using unmanaged_bytes = Kokkos::View<std::byte*, memory_space, Kokkos::MemoryUnmanaged>;
@@ -363,9 +366,7 @@ struct stash<ExecutionSpace>::state {
         const detail::stash_tuning& tuning_)
       : exec(exec_), options(options_), tuning(tuning_) {
     constexpr const char* who = "kompress::stash";
-    if (!detail::supported_block_size(options.block_size))
-      throw invalid_argument(std::string(who) + ": block size must be 32, 64 or 128 (got " +
-                             std::to_string(options.block_size) + ")");
+    detail::validate_block_size(options.block_size, who);
     if (options.segment_bytes < 8)
       throw invalid_argument(std::string(who) + ": segment_bytes must be at least 8 (got " +
                              std::to_string(options.segment_bytes) + ")");
@@ -492,11 +493,7 @@ struct stash<ExecutionSpace>::state {
   template <class View>
   void check_save(const View& view, const error_bound& requested, const char* who) const {
     detail::validate_bound(requested, who);
-    if (view.size() != 0 && (!view.span_is_contiguous() || view.span() != view.size()))
-      throw invalid_argument(std::string(who) +
-                             ": the View must be contiguous (LayoutLeft, LayoutRight or a "
-                             "contiguous subview); got a strided View: copy it into a "
-                             "contiguous one first");
+    detail::require_contiguous(view, who, "the View");
     const budget_policy& policy = options.policy;
     if (policy.what == budget_policy::action::loosen_bound && policy.ceiling.mode != requested.mode)
       throw invalid_argument(std::string(who) + ": the loosen_bound ceiling (" +
@@ -1042,9 +1039,7 @@ struct stash<ExecutionSpace>::state {
     if (out.size() != entry.count)
       throw invalid_argument(std::string(who) + ": the entry holds " + std::to_string(entry.count) +
                              " values but the output View has " + std::to_string(out.size()));
-    if (out.size() != 0 && (!out.span_is_contiguous() || out.span() != out.size()))
-      throw invalid_argument(std::string(who) + ": the output View must be contiguous; got a "
-                                                "strided View");
+    detail::require_contiguous(out, who, "the output View");
     if (int(View::rank) == 1 || entry.count == 0) return;  // rank 1: the values in memory order
     bool same = int(View::rank) == entry.rank;
     for (int r = 0; same && r < entry.rank; ++r) {

@@ -1,0 +1,46 @@
+#pragma once
+// The argument checks every public entry point shares: one message per mistake, naming the
+// function that was called.
+
+#include <kompress/bound.hpp>
+#include <kompress/error.hpp>
+
+#include <cmath>
+#include <string>
+
+namespace kompress::inline v0::detail {
+
+constexpr bool supported_block_size(int block_size) {
+  return block_size == 32 || block_size == 64 || block_size == 128;
+}
+
+inline void validate_block_size(int block_size, const char* who) {
+  if (!supported_block_size(block_size))
+    throw invalid_argument(std::string(who) + ": block size must be 32, 64 or 128 (got " +
+                           std::to_string(block_size) + ")");
+}
+
+inline void validate_bound(const error_bound& bound, const char* who) {
+  if (!std::isfinite(bound.value) || bound.value < 0.0)
+    throw invalid_argument(std::string(who) + ": the error bound must be finite and >= 0 (got " +
+                           std::to_string(bound.value) + ")");
+  if (bound.mode != bound_mode::absolute && bound.mode != bound_mode::relative)
+    throw invalid_argument(std::string(who) + ": unknown bound mode");
+}
+
+/// The codec options every layer embeds (collectives, DLRM exchange, stash), checked once.
+inline void validate_options(const compress_options& options, const char* who) {
+  validate_bound(options.bound, who);
+  validate_block_size(options.block_size, who);
+}
+
+/// Codecs read and write Views as flat arrays in memory order.
+template <class V>
+void require_contiguous(const V& view, const char* who, const char* what) {
+  if (view.size() != 0 && (!view.span_is_contiguous() || view.span() != view.size()))
+    throw invalid_argument(std::string(who) + ": " + what +
+                           " must be contiguous (a LayoutLeft or LayoutRight View, or a "
+                           "contiguous subview); got a strided View");
+}
+
+}  // namespace kompress::inline v0::detail
