@@ -25,7 +25,7 @@
 //
 // The thread count is Kokkos's (OMP_NUM_THREADS); bench/run sets it to 2.
 
-#include "support/test_data.hpp"
+#include "real_data.hpp"
 
 #include "support.hpp"
 

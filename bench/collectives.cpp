@@ -16,7 +16,7 @@
 // alltoall moves `bytes` per peer (a send buffer of p x bytes per rank); allreduce sums a
 // buffer of `bytes` per rank.
 //
-// Data: the real arrays of the data folder (tests/support/test_data.hpp), tiled to the buffer
+// Data: the real arrays of the data folder (support/real_data.hpp), tiled to the buffer
 // size, each rank starting at a different offset: "dlrm" (DLRM embedding lookups,
 // dlrm_flights_lookup_fwd_1024x10x128.f32) and "act" (MLP activations after a ReLU,
 // act_mlp_relu2_out_1024x1024.f32).
@@ -51,7 +51,7 @@
 // Run ranks with OMP_NUM_THREADS=1: the codec then runs on one core per rank, and 2 ranks fill
 // a 2-core machine. More ranks than cores oversubscribe; the header says so.
 
-#include "support/test_data.hpp"
+#include "real_data.hpp"
 
 #include "support.hpp"
 

@@ -2,7 +2,7 @@
 // to honour, in both bound modes: |x - x'| <= e element by element, no slack.
 
 #include "support/codec_checks.hpp"
-#include "support/test_data.hpp"
+#include "real_data.hpp"
 
 #include <doctest/doctest.h>
 

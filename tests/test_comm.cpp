@@ -1,7 +1,7 @@
 // The compressed collectives against plain MPI, element by element, within the documented
 // bound; run under mpiexec -n 2, 3 and 4.
 
-#include "support/test_data.hpp"
+#include "real_data.hpp"
 
 #include <kompress/comm.hpp>
 

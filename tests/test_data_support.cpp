@@ -1,8 +1,8 @@
-// tests/support/test_data.hpp: the data folder is found, every array is listed with the right
+// support/real_data.hpp: the data folder is found, every array is listed with the right
 // shape, type, family and fill value, and a missing file is a clear error.
 #include <doctest/doctest.h>
 
-#include <support/test_data.hpp>
+#include "real_data.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
 #include <kompress/stash.hpp>
 
 #include "support/codec_checks.hpp"
-#include "support/test_data.hpp"
+#include "real_data.hpp"
 
 #include <doctest/doctest.h>
 

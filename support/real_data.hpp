@@ -1,5 +1,7 @@
 #pragma once
-// Access to the real test data (../shared/data beside the repository; see its README.md).
+// The real data the tests, benchmarks and examples read (../shared/data beside the
+// repository; see its README.md): where it is, the list of float arrays with their shapes,
+// fill values and families, and reading one.
 //
 // The folder is $KOMPRESS_DATA_DIR when set (ctest sets it for every test), else
 // KOMPRESS_DEFAULT_DATA_DIR, which CMake compiles in (the KOMPRESS_DATA_DIR cache variable).

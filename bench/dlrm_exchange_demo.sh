@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The main demo (scripts/dev demo): the DLRM embedding exchange on 4 ranks over a 1 Gb/s link.
 #
-#   examples/dlrm_exchange_demo.sh <build_dir> [--link GBPS|shm] [--ranks N] [example args...]
+#   bench/dlrm_exchange_demo.sh <build_dir> [--link GBPS|shm] [--ranks N] [example args...]
 #
-# Runs <build_dir>/examples/kompress_dlrm_exchange (examples/dlrm_exchange.cpp) in a private
+# Runs <build_dir>/bench/bench_dlrm_exchange (bench/dlrm_exchange.cpp) in a private
 # network namespace whose loopback is rate-limited with tc to GBPS Gb/s (default 1), with
 # MPICH forced onto TCP over it, so every byte between ranks crosses the shaped link; the
 # example reads the rate from KOMPRESS_LINK_GBPS and says so in its header. This is the test
@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 set -- ${args[@]+"${args[@]}"}
-exe=$build_dir/examples/kompress_dlrm_exchange
+exe=$build_dir/bench/bench_dlrm_exchange
 [ -x "$exe" ] || { log "$exe not built (it needs MPI)"; exit 2; }
 export OMP_NUM_THREADS=1 OMP_PROC_BIND=false KOKKOS_DISABLE_WARNINGS=1
 

@@ -3,7 +3,7 @@
 // measured in the same run, with the error each one puts on the embeddings and on what the
 // model computes from them (the pairwise dot-product interaction).
 //
-//   mpiexec -n 4 kompress_dlrm_exchange [--iterations 10] [--batch 1024] [--pooling 4]
+//   mpiexec -n 4 bench_dlrm_exchange [--iterations 10] [--batch 1024] [--pooling 4]
 //       [--zipf 1.05] [--seed 2024] [--bound 1e-2] [--block-size 32] [--per-table] [--csv PATH]
 //
 // The model: the ten trained tables of dim 128 of the data folder's DLRM
@@ -44,11 +44,11 @@
 // "BOUND VIOLATED"; an exact variant that is not bit-exact prints "NOT EXACT"; either makes
 // the exit status 1.
 //
-// The link: the header says which. examples/dlrm_exchange_demo.sh (scripts/dev demo) runs this
+// The link: the header says which. bench/dlrm_exchange_demo.sh (scripts/dev demo) runs this
 // in a private network namespace whose loopback is rate-limited with tc and sets
 // KOMPRESS_LINK_GBPS; without it the ranks talk over shared memory.
 
-#include "support/test_data.hpp"
+#include "real_data.hpp"
 
 #include <kompress/dlrm.hpp>
 
@@ -994,7 +994,7 @@ int main(int argc, char** argv) {
     try {
       status = run_example(parse(argc, argv));
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "kompress_dlrm_exchange: %s\n", e.what());
+      std::fprintf(stderr, "bench_dlrm_exchange: %s\n", e.what());
       std::fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 2);
     }

@@ -6,7 +6,7 @@
 // accuracy of their final weights over the whole training set, the memory the saved activations
 // took in each, and the compression ratio (docs/stash.md discusses them).
 //
-//   kompress_stash_training [--epochs 5] [--train 8000] [--eval 2000] [--batch 128]
+//   bench_stash_training [--epochs 5] [--train 8000] [--eval 2000] [--batch 128]
 //                           [--lr 1e-3] [--schedule cosine|constant] [--warmup 0.2]
 //                           [--bound 1e-2] [--seed 1] [--data DIR] [--verify]
 //                           [--mask bits|restored] [--async] [--quick] [--max-loss-gap PERCENT]
@@ -927,7 +927,7 @@ int main(int argc, char* argv[]) {
     else if (arg == "--check-gradients") s.check_gradients = true;
     else if (arg == "--quick") s.epochs = 1, s.train = 1024, s.eval = 512, s.verify = true;
     else {
-      std::fprintf(stderr, "stash_training: unknown argument '%s' (see the top of examples/stash_training.cpp)\n",
+      std::fprintf(stderr, "stash_training: unknown argument '%s' (see the top of bench/stash_training.cpp)\n",
                    arg.c_str());
       return 2;
     }
