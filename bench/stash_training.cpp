@@ -21,20 +21,16 @@
 // both runs' memory: the ReLU masks as bits and the pools' argmax (which of the 2x2 window's
 // four won) as one byte per output. --check-gradients compares the CNN's backward pass with
 // central differences of the loss at a few entries of every parameter on the plain run's first
-// step (they agree to a few percent: float precision and the kinks of ReLU and max bound it).
-// Measured (defaults, REL 1e-2; docs/stash.md, "The small CNN"): final training losses
-// +0.09%, -2.8%, -0.20% apart on seeds 1-3 (-0.11%, -0.96% on seeds 4-5; seed 2 at REL 1e-4:
-// +0.05%); saved-activation memory 2057 KB plain, 745-777 KB stash (2.65-2.76x), the saves
-// compressed 6.35-7.34x; 14-15 s plain and 18-23 s stash training on 2 threads.
+// step (float precision and the kinks of ReLU and max bound how well they agree). The CNN's
+// measured loss gaps and memory are in docs/stash.md, "The small CNN".
 //
 // The recipe: Adam, its learning rate rising linearly from 0 to --lr over the first --warmup of
 // all steps (a fraction: 0.2, one epoch of five), then decaying to 0 along a cosine over the
 // rest (--schedule constant keeps it at --lr after the warmup; --warmup 0 --schedule constant is
-// the plain Adam 1e-3 of earlier versions). This is what lets the MLP's two runs end within 1%
-// of each other on every seed tried, and both halves are needed: with a constant rate the end point
-// is a different sample of the training's scatter in each run (2-14% apart), and without the
-// warmup the runs can part early (1.6% apart on seed 1) (docs/stash.md, "Training through the
-// stash").
+// the plain Adam 1e-3 of earlier versions). Both halves are needed for the plain and stashed
+// runs to end close together: with a constant rate the end point is a different sample of the
+// training's scatter in each run, and without the warmup the runs can part early (docs/stash.md,
+// "Training through the stash", has the measurements).
 //
 // "Final training loss" is the loss of the final weights over the whole training set, one
 // forward pass after training (also printed: the mean over the last epoch's minibatches, which
