@@ -313,3 +313,56 @@ TEST_CASE("codec: compress_async on two execution space instances at once") {
   CHECK(std::memcmp(out_a.data(), expect_a.data(), expect_a.size()) == 0);
   CHECK(std::memcmp(out_b.data(), expect_b.data(), expect_b.size()) == 0);
 }
+
+// --- reproducers from the codec audit (issue 13) ----------------------------------------------
+
+namespace {
+
+/// Doubles of magnitude in [2^1000, DBL_MAX], both signs, in runs of 128 whose spread stays
+/// within 2^29 quantization steps of a 1e293 bound, so that their blocks are quantized.
+std::vector<double> above_2_to_1000(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const auto uniform = [&] { return double(rng() >> 11) * 0x1p-53; };
+  std::vector<double> values(n);
+  double center = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i % 128 == 0)
+      center = (rng() & 1 ? 1.0 : -1.0) * std::ldexp(1.0 + uniform(), 1000 + int(rng() % 24));
+    const double v = center * (1.0 + 2e-7 * (uniform() - 0.5));
+    values[i] = std::fmin(std::fmax(v, -std::numeric_limits<double>::max()),
+                          std::numeric_limits<double>::max());
+  }
+  return values;
+}
+
+}  // namespace
+
+// The verification `x - q*s` was contracted into an FMA on the AVX2 + FMA encoder: it tested
+// the exact product, while the decoder rounds it (to +Inf next to DBL_MAX). This file is also
+// built as codec_adversarial.portable (no run-time dispatch) and, where the CPU has AVX2 + FMA,
+// as codec_adversarial.fma (the whole test, decoder included, compiled with -mavx2 -mfma).
+TEST_CASE("codec: doubles above 2^1000 under ABS bounds near 1e300 stay within the bound") {
+  const double max = std::numeric_limits<double>::max();
+  std::vector<double> near_max(32);
+  for (std::size_t i = 0; i < near_max.size(); ++i) near_max[i] = max - double(i) * 1e303;
+  for (const int block_size : {32, 64, 128}) {
+    CAPTURE(block_size);
+    auto result = require_round_trip<double>(near_max, {.bound = kompress::absolute(1e300),
+                                                        .block_size = block_size});
+    CHECK(std::isfinite(result.decoded[0]));
+  }
+  // Where q * s rounds past DBL_MAX, and across the binades above 2^1000.
+  std::mt19937_64 rng(5);
+  std::vector<double> values = above_2_to_1000(8192, 1013);
+  for (const double step : {1e299, 1e301, 1e303, 1e304})
+    for (std::size_t i = 0; i < 2048; ++i)
+      values.push_back((i / 32 % 2 ? -1.0 : 1.0) * (max - double(rng() % 4096) * step));
+  for (const double bound : {1e293, 1e295, 1e297, 1e299, 1e300, 3e300, 1e301}) {
+    for (const int block_size : {32, 64, 128}) {
+      CAPTURE(bound);
+      CAPTURE(block_size);
+      require_round_trip<double>(values, {.bound = kompress::absolute(bound), .block_size = block_size});
+    }
+  }
+}
+

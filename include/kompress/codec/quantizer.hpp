@@ -11,6 +11,11 @@
 #ifdef __FAST_MATH__
 #error "kompress: -ffast-math breaks the rounding the error bound relies on; compile without it"
 #endif
+// The `+ 0.0` that keeps products rounded on their own (below) may be folded away without
+// signed zeros (GCC says so with this macro; -fassociative-math implies it).
+#ifdef __NO_SIGNED_ZEROS__
+#error "kompress: -fno-signed-zeros breaks the rounding the error bound relies on; compile without it"
+#endif
 
 namespace kompress::detail {
 
@@ -50,9 +55,14 @@ struct value_codec {
     return t + rounding_constant;
   }
 
-  /// The decoder's value for a code; the encoder verifies against exactly this.
+  /// The decoder's value for a code; the encoder verifies against exactly this, by calling
+  /// this same function. `+ 0.0` makes the product round on its own wherever it is inlined:
+  /// contracted, `code * step + 0.0` is fma(code, step, 0) = fl(code * step), the same value,
+  /// and the verifier's `x - reconstruct(...)` then has no product left to fuse. Without it a
+  /// compiler may fuse `x - code * step` into one FMA that tests the exact product instead of
+  /// the rounded one the decoder returns (+Inf next to DBL_MAX). error-bound.md, "Verification".
   KOMPRESS_FUNCTION static T reconstruct(double code, double step) {
-    return static_cast<T>(code * step);
+    return static_cast<T>(code * step + 0.0);
   }
 };
 
@@ -84,11 +94,14 @@ KOMPRESS_FUNCTION value_codec<T> make_value_codec(double bound, double max_abs) 
     // |d| below e proves the exact |d| <= e.
     codec.accept_threshold = next_toward_zero(e);
   } else {
-    // x - q * step may be fused into one FMA by the compiler or not; the threshold holds in
-    // both cases (error-bound.md, "double data").
+    // d = x - x' is computed from two doubles (reconstruct leaves no product to fuse) and
+    // rounding is monotone, so a threshold below e proves |x - x'| <= e. The threshold's
+    // distance from e does not matter for the proof; it is kept as it was to keep the bytes.
     const double margin = (m + e) * 0x1p-48;
     codec.step = 2.0 * (e - margin);
-    codec.accept_threshold = e - (m + e) * 0x1p-49;
+    const double threshold = e - (m + e) * 0x1p-49;
+    const double below_e = next_toward_zero(e);
+    codec.accept_threshold = threshold < below_e ? threshold : below_e;
   }
   if (!(codec.step > 0.0) || !is_finite(codec.step) || !is_finite(1.0 / codec.step))
     codec.step = 0.0;
