@@ -366,3 +366,24 @@ TEST_CASE("codec: doubles above 2^1000 under ABS bounds near 1e300 stay within t
   }
 }
 
+// max - min overflowed double, and the REL bound became infinite (errors up to 2e4 x the
+// promised r * (max - min)). require_round_trip checks the stream's bound against r * (max - min)
+// computed in long double.
+TEST_CASE_TEMPLATE("codec: REL bounds over ranges that overflow double hold as r x (max - min)", T,
+                   float, double) {
+  using limits = std::numeric_limits<T>;
+  std::vector<T> values(5000);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    values[i] = T(double(limits::max()) * (0.999 * std::sin(0.01 * double(i)) + 0.0005 * std::cos(1.7 * double(i))));
+  values[0] = limits::max();
+  values[1] = limits::lowest();
+  for (const double r : {1e-1, 1e-3, 1e-6, 1e-9, 1e-12, 1.0, 4.0}) {
+    for (const int block_size : {32, 128}) {
+      CAPTURE(r);
+      CAPTURE(block_size);
+      auto result = require_round_trip<T>(values, {.bound = kompress::relative(r), .block_size = block_size});
+      CHECK(std::isfinite(result.info.absolute_bound));
+    }
+  }
+}
+

@@ -75,6 +75,25 @@ KOMPRESS_FUNCTION double next_toward_zero(double positive) {
   return from_bits<double>(to_bits(positive) - 1);
 }
 
+/// The absolute bound of a relative bound r >= 0 over the range [min, max]: r * (max - min),
+/// never infinite. Where max - min fits in a double this is the plain product (the value
+/// streams have always recorded). Where it overflows, the range is taken in halves (exact
+/// here: both ends exceed 2^1022 in magnitude) and the result rounded down by 2^-50, so it is
+/// at most the exact r * (max - min) (three roundings add at most 3 * 2^-53). A bound beyond
+/// DBL_MAX is recorded as DBL_MAX: still below the exact one, and the quantizer caps it anyway.
+KOMPRESS_FUNCTION double relative_abs_bound(double r, double min, double max) {
+  constexpr double largest = 0x1.fffffffffffffp1023;
+  const double range = max - min;
+  double e;
+  if (is_finite(range)) {
+    e = r * range;
+  } else {
+    const double half_range = max * 0.5 - min * 0.5;
+    e = 2.0 * (r * half_range * (1.0 - 0x1p-50));
+  }
+  return is_finite(e) ? e : largest;
+}
+
 /// Chooses the step and verification threshold for an absolute bound `bound`, given the
 /// largest magnitude `max_abs` among the values that will be quantized.
 /// Host and device: compress_async plans on the device, and both must pick the same numbers.

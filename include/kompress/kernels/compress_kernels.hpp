@@ -34,7 +34,7 @@ KOKKOS_INLINE_FUNCTION compression_plan<T> plan_compression(const stream_header&
   const double max = empty ? nan : static_cast<double>(from_order_key<T>(range.high()));
   const double abs_bound = base.mode == bound_mode::absolute
                                ? base.user_bound
-                               : (empty ? 0.0 : base.user_bound * (max - min));
+                               : (empty ? 0.0 : relative_abs_bound(base.user_bound, min, max));
   const double max_abs = empty ? 0.0 : Kokkos::fmax(Kokkos::fabs(min), Kokkos::fabs(max));
   plan.codec = make_value_codec<T>(abs_bound, max_abs);
   plan.codec.has_fill = (base.flags & flag_fill_value) != 0;
