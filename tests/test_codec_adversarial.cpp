@@ -387,3 +387,90 @@ TEST_CASE_TEMPLATE("codec: REL bounds over ranges that overflow double hold as r
   }
 }
 
+namespace {
+
+using host_bytes = Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+template <class T>
+using host_values = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+
+/// A buffer of `bytes` bytes, 8-aligned, filled with a pattern.
+std::vector<std::uint64_t> patterned(std::size_t bytes) {
+  std::vector<std::uint64_t> words((bytes + 7) / 8);
+  for (std::size_t i = 0; i < words.size(); ++i) words[i] = 0x9E3779B97F4A7C15ull * (i + 1);
+  return words;
+}
+
+}  // namespace
+
+// Overlapping input and output: compress silently broke the bound, decompress crashed (the
+// kernels read the chunk table while overwriting it). Each throws before touching anything.
+TEST_CASE_TEMPLATE("codec: overlapping input and output Views are rejected, and nothing is written", T,
+                   float, double) {
+  using host = Kokkos::DefaultHostExecutionSpace;
+  const std::size_t count = 5000;
+  const std::size_t worst = kompress::max_compressed_size<T>(count);
+  const std::size_t buffer_bytes = worst + count * sizeof(T) + 64;
+  const kompress::compress_options options{.bound = kompress::absolute(1e-3)};
+  std::vector<std::uint64_t> storage = patterned(buffer_bytes);
+  auto* const base = reinterpret_cast<std::byte*>(storage.data());
+  const std::vector<std::byte> before(base, base + buffer_bytes);
+  const auto unchanged = [&] { return std::memcmp(base, before.data(), buffer_bytes) == 0; };
+  const auto values_at = [&](std::size_t offset) {
+    return host_values<T>(reinterpret_cast<T*>(base + offset), count);
+  };
+  // The output starting inside the input, the input inside the output, and identical starts.
+  for (const std::size_t in_offset : {std::size_t(0), std::size_t(64), count * sizeof(T) - 8}) {
+    for (const std::size_t out_offset : {std::size_t(0), std::size_t(64)}) {
+      CAPTURE(in_offset);
+      CAPTURE(out_offset);
+      const auto in = values_at(in_offset);
+      const host_bytes out(base + out_offset, worst);
+      CHECK_THROWS_WITH_AS(kompress::compress(host{}, in, out, options),
+                           doctest::Contains("kompress::compress: the input and output Views overlap"),
+                           kompress::invalid_argument);
+      CHECK_THROWS_WITH_AS(kompress::compress_async(host{}, in, out, options),
+                           doctest::Contains("kompress::compress_async: the input and output Views overlap"),
+                           kompress::invalid_argument);
+      host{}.fence();
+      CHECK(unchanged());
+    }
+  }
+  // Adjacent but disjoint is fine.
+  {
+    std::vector<T> values(count);
+    for (std::size_t i = 0; i < count; ++i) values[i] = T(std::sin(0.01 * double(i)));
+    std::memcpy(base, values.data(), count * sizeof(T));
+    const auto in = values_at(0);
+    const host_bytes out(base + count * sizeof(T), worst);
+    const std::size_t length = kompress::compress(host{}, in, out, options);
+    // Decompressing a stream over itself, or over part of it, is rejected with the stream intact.
+    const std::vector<std::byte> stream(out.data(), out.data() + length);
+    for (const std::size_t offset : {std::size_t(0), std::size_t(8), length / 2}) {
+      CAPTURE(offset);
+      const host_values<T> onto(reinterpret_cast<T*>(out.data() + (offset & ~std::size_t(7))), count);
+      const Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in_stream(out.data(), length);
+      CHECK_THROWS_WITH_AS(kompress::decompress(host{}, in_stream, onto),
+                           doctest::Contains("kompress::decompress: the input and output Views overlap"),
+                           kompress::invalid_argument);
+      CHECK(std::memcmp(out.data(), stream.data(), length) == 0);
+    }
+    // The output just before the stream is disjoint: accepted.
+    const host_values<T> before_stream(reinterpret_cast<T*>(base), count);
+    kompress::decompress(host{}, Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(out.data(), length),
+                         before_stream);
+    for (std::size_t i = 0; i < count; ++i) REQUIRE(std::fabs(double(before_stream(i)) - double(values[i])) <= 1e-3);
+  }
+  // The length View of compress_async inside the output or the input is rejected too.
+  {
+    const auto in = values_at(0);
+    const host_bytes out(base + count * sizeof(T) + 8, worst);
+    Kokkos::View<std::uint64_t, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> length_in_out(
+        reinterpret_cast<std::uint64_t*>(out.data() + 16));
+    const std::vector<std::byte> snapshot(base, base + buffer_bytes);
+    CHECK_THROWS_WITH_AS(kompress::compress_async(host{}, in, out, options, length_in_out),
+                         doctest::Contains("overlap"), kompress::invalid_argument);
+    host{}.fence();
+    CHECK(std::memcmp(base, snapshot.data(), buffer_bytes) == 0);
+  }
+}
+

@@ -76,6 +76,25 @@ void require_contiguous(const V& view, const char* who, const char* what) {
                            "contiguous subview); got a strided View");
 }
 
+/// Throws invalid_argument when the memory of two Views overlaps (`what` names them): the
+/// kernels read one while writing the other, so overlap loses data or crashes. Views of no
+/// elements overlap nothing. Contiguity is checked first, so [data, data + size) is the span.
+template <class A, class B>
+void require_disjoint(const A& a, const B& b, const char* who, const char* what) {
+  const auto begin_a = reinterpret_cast<std::uintptr_t>(a.data());
+  const auto begin_b = reinterpret_cast<std::uintptr_t>(b.data());
+  const std::uintptr_t end_a = begin_a + a.size() * sizeof(typename A::value_type);
+  const std::uintptr_t end_b = begin_b + b.size() * sizeof(typename B::value_type);
+  if (a.size() != 0 && b.size() != 0 && begin_a < end_b && begin_b < end_a)
+    throw invalid_argument(std::string(who) + ": " + what +
+                           " overlap; they must be disjoint (got " +
+                           std::to_string(end_a - begin_a) + " and " +
+                           std::to_string(end_b - begin_b) + " bytes sharing " +
+                           std::to_string((end_a < end_b ? end_a : end_b) -
+                                          (begin_a > begin_b ? begin_a : begin_b)) +
+                           ")");
+}
+
 inline void validate_bound(const error_bound& bound, const char* who) {
   if (!std::isfinite(bound.value) || bound.value < 0.0)
     throw invalid_argument(std::string(who) + ": the error bound must be finite and >= 0 (got " +
@@ -149,6 +168,7 @@ void enqueue_compression(const ExecutionSpace& exec, const InView& in, const Out
                            std::to_string(options.block_size) + ")");
   require_contiguous(in, who, "the input View");
   require_contiguous(out, who, "the output View");
+  require_disjoint(in, out, who, "the input and output Views");
   const std::size_t needed = max_compressed_size<T>(in.size(), options.block_size);
   if (out.size() < needed)
     throw invalid_argument(std::string(who) + ": output too small (got " +
@@ -196,6 +216,8 @@ void compress_async(const ExecutionSpace& exec, const InView& in, const OutView&
   static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, typename LengthView::memory_space>::accessible,
                 "kompress::compress_async: the length View must be accessible from the execution "
                 "space");
+  detail::require_disjoint(length, out, "kompress::compress_async", "the length and output Views");
+  detail::require_disjoint(length, in, "kompress::compress_async", "the length and input Views");
   detail::enqueue_compression(exec, in, out, options, length.data(), "kompress::compress_async");
 }
 
@@ -269,6 +291,7 @@ void decompress(const ExecutionSpace& exec, const InView& in, const OutView& out
   Kokkos::Profiling::ScopedRegion region(who);
   detail::require_contiguous(in, who, "the input View");
   detail::require_contiguous(out, who, "the output View");
+  detail::require_disjoint(in, out, who, "the input and output Views");
   const detail::stream_header header = detail::read_header(in, who);
   if (header.type != detail::element_type_of<T>())
     throw invalid_argument(std::string(who) + ": the stream holds " +
