@@ -474,3 +474,57 @@ TEST_CASE_TEMPLATE("codec: overlapping input and output Views are rejected, and 
   }
 }
 
+namespace {
+
+/// A stream with valid checksums whose header claims `count` values while every chunk is
+/// empty: `blocks_per_chunk` 65535 and block size 128 keep the chunk tables small.
+std::vector<std::byte> bomb_stream(std::uint64_t count, kompress::element_type type) {
+  namespace detail = kompress::detail;
+  detail::stream_header h;
+  h.type = type;
+  h.mode = kompress::bound_mode::absolute;
+  h.count = count;
+  h.user_bound = 1e-3;
+  h.abs_bound = 1e-3;
+  h.quant_step = 2e-3;
+  h.block_size = 128;
+  h.blocks_per_chunk = 65535;
+  h.value_min = 0.0;
+  h.value_max = 1.0;
+  const detail::stream_layout layout = h.layout();
+  h.stream_bytes = layout.data_offset();
+  std::vector<std::byte> stream(h.stream_bytes);
+  detail::write_header_fields(stream.data(), h);
+  for (std::uint64_t c = 0; c < layout.chunk_count(); ++c) {
+    detail::store<std::uint64_t>(stream.data() + layout.chunk_end_table_offset() + 8 * c, 0);
+    detail::store<std::uint64_t>(stream.data() + layout.chunk_checksum_table_offset() + 8 * c,
+                                 detail::checksum_of(stream.data(), 0));
+  }
+  detail::store<std::uint64_t>(stream.data() + detail::header_checksum_offset,
+                               detail::header_checksum(stream.data(), layout.data_offset()));
+  return stream;
+}
+
+}  // namespace
+
+// Decompression bombs: a header claiming far more values than its bytes can hold (chunks of 0
+// bytes passed the table checks) made the allocating decompress allocate first and fail later
+// (4 GiB for a 2 KB stream), or throw Kokkos's allocation error instead of format_error.
+TEST_CASE("codec: a stream too short for its element count is rejected before any allocation") {
+  using host = Kokkos::DefaultHostExecutionSpace;
+  const auto check_rejected = [](const std::vector<std::byte>& stream, auto element) {
+    using T = decltype(element);
+    const Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> view(stream.data(), stream.size());
+    CHECK_THROWS_WITH_AS(kompress::inspect(view), doctest::Contains("too short"), kompress::format_error);
+    CHECK_THROWS_AS(kompress::decompress<T>(host{}, view), kompress::format_error);
+  };
+  const auto small = bomb_stream(std::uint64_t(1) << 30, kompress::element_type::float32);
+  CHECK(small.size() < 2300);
+  check_rejected(small, float{});
+  const auto large = bomb_stream(std::uint64_t(1) << 33, kompress::element_type::float64);
+  CHECK(large.size() < 17000);
+  check_rejected(large, double{});
+  // Small counts the same way: a chunk is at least one descriptor byte per block.
+  const auto tiny = bomb_stream(1000, kompress::element_type::float32);
+  check_rejected(tiny, float{});
+}

@@ -320,10 +320,11 @@ void decompress(const InView& in, const OutView& out) {
 template <class T, execution_space ExecutionSpace, byte_view InView>
 Kokkos::View<T*, typename InView::memory_space> decompress(const ExecutionSpace& exec,
                                                            const InView& in) {
-  const stream_info info = inspect(in);
+  // The header is checked against the stream's length before the output is allocated.
+  const detail::stream_header header = detail::read_header(in, "kompress::decompress");
   Kokkos::View<T*, typename InView::memory_space> out(
       Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::decompressed"),
-      info.count);
+      header.count);
   decompress(exec, in, out);
   return out;
 }
