@@ -528,3 +528,79 @@ TEST_CASE("codec: a stream too short for its element count is rejected before an
   const auto tiny = bomb_stream(1000, kompress::element_type::float32);
   check_rejected(tiny, float{});
 }
+
+// --- the kernels' backends (kernels/backend/) -------------------------------------------------
+
+namespace {
+
+/// The stream enqueue_compress_kernels writes with `tuning` forced, as compress would set up.
+template <class T, int BlockSize>
+std::vector<std::byte> compress_with(const std::vector<T>& values, double abs_bound,
+                                     const kompress::detail::kernel_tuning& tuning) {
+  namespace detail = kompress::detail;
+  using host = Kokkos::DefaultHostExecutionSpace;
+  detail::stream_header header;
+  header.type = detail::element_type_of<T>();
+  header.mode = kompress::bound_mode::absolute;
+  header.count = values.size();
+  header.user_bound = abs_bound;
+  header.block_size = BlockSize;
+  std::vector<std::byte> out(kompress::max_compressed_size<T>(values.size(), BlockSize));
+  detail::enqueue_compress_kernels<T, BlockSize>(host{}, values.data(), out.data(), header,
+                                                 nullptr, tuning);
+  host{}.fence();
+  out.resize(detail::load<std::uint64_t>(out.data() + detail::stream_length_offset));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("codec: every encoder, assemble strategy and range segment writes the same bytes", T,
+                   float, double) {
+  namespace detail = kompress::detail;
+  // Chunks of very different lengths, so that destinations hit earlier chunks' sources in
+  // every way: runs of incompressible, smooth and constant chunks.
+  std::mt19937_64 rng(11);
+  std::vector<T> values(300000);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::size_t run = (i / 2048) % 7;
+    if (run == 0 || run == 3) {
+      values[i] = T((double(rng() >> 11) * 0x1p-53 - 0.5) * 1e3);
+    } else if (run == 5) {
+      values[i] = T(2.5);
+    } else {
+      values[i] = T(100.0 * std::sin(1e-3 * double(i)));
+    }
+  }
+  std::vector<detail::encoder_kind> encoders = {detail::encoder_kind::portable};
+  if (detail::host_runs(detail::encoder_kind::avx2_fma)) encoders.push_back(detail::encoder_kind::avx2_fma);
+  const auto reference_tuning = detail::kernel_tuning{.encoder = detail::encoder_kind::portable,
+                                                      .assemble = detail::assemble_kind::serial};
+  for (const double bound : {1e-1, 1e-4, 0.0}) {
+    const auto reference = compress_with<T, 32>(values, bound, reference_tuning);
+    Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
+    const auto library = kompress::compress(Kokkos::DefaultHostExecutionSpace{}, in, kompress::absolute(bound));
+    REQUIRE(library.size() == reference.size());
+    CHECK(std::memcmp(library.data(), reference.data(), reference.size()) == 0);
+    for (const auto encoder : encoders) {
+      for (const auto assemble : {detail::assemble_kind::serial, detail::assemble_kind::parallel}) {
+        for (const std::uint64_t segment : {std::uint64_t(1000), std::uint64_t(4096), std::uint64_t(1) << 20}) {
+          CAPTURE(bound);
+          CAPTURE(int(encoder));
+          CAPTURE(int(assemble));
+          CAPTURE(segment);
+          const auto stream = compress_with<T, 32>(
+              values, bound, {.range_segment = segment, .encoder = encoder, .assemble = assemble});
+          REQUIRE(stream.size() == reference.size());
+          CHECK(std::memcmp(stream.data(), reference.data(), reference.size()) == 0);
+        }
+      }
+    }
+    // Block sizes without an AVX2 variant take the portable encoder whatever is asked.
+    const auto serial_128 = compress_with<T, 128>(values, bound, reference_tuning);
+    const auto parallel_128 = compress_with<T, 128>(
+        values, bound, {.encoder = encoders.back(), .assemble = detail::assemble_kind::parallel});
+    REQUIRE(serial_128.size() == parallel_128.size());
+    CHECK(std::memcmp(serial_128.data(), parallel_128.data(), serial_128.size()) == 0);
+  }
+}

@@ -106,12 +106,13 @@ struct range_reducer {
 };
 
 /// Enqueues the reduction of the value range of [data, data + count) (finite values, not the
-/// fill value) into `result`. Asynchronous when `result` is in memory the execution space
+/// fill value) into `result`, `segment` values per work item (the backend's range_segment,
+/// kernels/backend/tuning.hpp). Asynchronous when `result` is in memory the execution space
 /// writes.
 template <class Exec, class T, class ResultView>
 void enqueue_value_range(const Exec& exec, const T* data, std::uint64_t count, bool has_fill,
-                         bits_t<T> fill_bits, const ResultView& result) {
-  constexpr std::uint64_t segment = 4096;
+                         bits_t<T> fill_bits, const ResultView& result,
+                         std::uint64_t segment = 4096) {
   const bits_t<T> fill_enabled = has_fill ? ~bits_t<T>(0) : bits_t<T>(0);
   Kokkos::parallel_reduce(
       "kompress::value_range",
