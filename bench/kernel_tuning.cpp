@@ -5,12 +5,12 @@
 // detail::enqueue_compress_kernels with one tuning value changed at a time from the backend's
 // own, on all Kokkos threads:
 //   encoder            portable / avx2_fma (block size 32)
-//   assemble           serial / parallel
+//   assemble           0 (one thread) / 1 / 2 parallel waves (default 4)
 //   range segment      1024 / 4096 / 16384 / 65536 values
 //   blocks per chunk   32 / 64 / 128 (changes the bytes: the format's value is 64)
 // and memcpy (split over the threads) as the baseline, in the same run. GB/s is uncompressed
 // bytes over the fastest call; every row is also given as a ratio to the backend's default
-// tuning and to memcpy. Variants are timed in turns (each round times every variant once),
+// tuning and to memcpy; and the share of the moved bytes each assemble wave moves. Variants are timed in turns (each round times every variant once),
 // so that load from other processes falls on all alike. Streams of the byte-preserving variants are compared with the
 // default's, and the run fails if one differs.
 //
@@ -96,6 +96,25 @@ void run_file(const std::string& name, int reps, double min_seconds, std::vector
     return std::vector<std::byte>(outs[v].begin(), outs[v].begin() + std::ptrdiff_t(length));
   };
   const auto reference = stream(0);
+  {
+    // How much of the assembly the parallel strategy takes off the serial thread: a property
+    // of the chunk lengths, free of timing noise.
+    const detail::stream_layout layout = headers[0].layout();
+    const detail::chunk_moves moves{outs[0].data() + layout.data_offset(),
+                                    outs[0].data() + layout.chunk_end_table_offset(),
+                                    layout.max_chunk_bytes(layout.values_per_chunk())};
+    std::uint64_t wave_bytes[detail::max_assemble_waves + 1] = {}, moved_bytes = 0;
+    for (std::uint64_t c = 1; c < layout.chunk_count(); ++c) {
+      const std::uint64_t length = moves.end(c) - moves.begin(c);
+      moved_bytes += length;
+      wave_bytes[moves.wave<detail::max_assemble_waves>(c)] += length;
+    }
+    std::printf("  assemble: %.2f MB moved; by wave 0..%d, then on one thread:", double(moved_bytes) / 1e6,
+                detail::max_assemble_waves - 1);
+    for (const std::uint64_t b : wave_bytes)
+      std::printf(" %.1f%%", moved_bytes ? 100.0 * double(b) / double(moved_bytes) : 0.0);
+    std::printf("\n");
+  }
   for (std::size_t v = 0; v < variants.size(); ++v) {
     const auto out = stream(v);
     if (variants[v].same_bytes && out != reference)
@@ -136,8 +155,9 @@ int main(int argc, char** argv) {
       {"default (backend<host>::tuning())", base},
       {"encoder portable", with([](auto& t) { t.encoder = detail::encoder_kind::portable; })},
       {"encoder avx2_fma", with([](auto& t) { t.encoder = detail::encoder_kind::avx2_fma; })},
-      {"assemble serial", with([](auto& t) { t.assemble = detail::assemble_kind::serial; })},
-      {"assemble parallel", with([](auto& t) { t.assemble = detail::assemble_kind::parallel; })},
+      {"assemble on one thread (0 waves)", with([](auto& t) { t.assemble_waves = 0; })},
+      {"assemble in 1 parallel wave", with([](auto& t) { t.assemble_waves = 1; })},
+      {"assemble in 2 parallel waves", with([](auto& t) { t.assemble_waves = 2; })},
       {"range segment 1024", with([](auto& t) { t.range_segment = 1024; })},
       {"range segment 16384", with([](auto& t) { t.range_segment = 16384; })},
       {"range segment 65536", with([](auto& t) { t.range_segment = 65536; })},

@@ -555,7 +555,7 @@ std::vector<std::byte> compress_with(const std::vector<T>& values, double abs_bo
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("codec: every encoder, assemble strategy and range segment writes the same bytes", T,
+TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count and range segment writes the same bytes", T,
                    float, double) {
   namespace detail = kompress::detail;
   // Chunks of very different lengths, so that destinations hit earlier chunks' sources in
@@ -575,7 +575,7 @@ TEST_CASE_TEMPLATE("codec: every encoder, assemble strategy and range segment wr
   std::vector<detail::encoder_kind> encoders = {detail::encoder_kind::portable};
   if (detail::host_runs(detail::encoder_kind::avx2_fma)) encoders.push_back(detail::encoder_kind::avx2_fma);
   const auto reference_tuning = detail::kernel_tuning{.encoder = detail::encoder_kind::portable,
-                                                      .assemble = detail::assemble_kind::serial};
+                                                      .assemble_waves = 0};
   for (const double bound : {1e-1, 1e-4, 0.0}) {
     const auto reference = compress_with<T, 32>(values, bound, reference_tuning);
     Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
@@ -583,14 +583,14 @@ TEST_CASE_TEMPLATE("codec: every encoder, assemble strategy and range segment wr
     REQUIRE(library.size() == reference.size());
     CHECK(std::memcmp(library.data(), reference.data(), reference.size()) == 0);
     for (const auto encoder : encoders) {
-      for (const auto assemble : {detail::assemble_kind::serial, detail::assemble_kind::parallel}) {
+      for (const int waves : {0, 1, 2, detail::max_assemble_waves}) {
         for (const std::uint64_t segment : {std::uint64_t(1000), std::uint64_t(4096), std::uint64_t(1) << 20}) {
           CAPTURE(bound);
           CAPTURE(int(encoder));
-          CAPTURE(int(assemble));
+          CAPTURE(waves);
           CAPTURE(segment);
           const auto stream = compress_with<T, 32>(
-              values, bound, {.range_segment = segment, .encoder = encoder, .assemble = assemble});
+              values, bound, {.range_segment = segment, .encoder = encoder, .assemble_waves = waves});
           REQUIRE(stream.size() == reference.size());
           CHECK(std::memcmp(stream.data(), reference.data(), reference.size()) == 0);
         }
@@ -599,7 +599,7 @@ TEST_CASE_TEMPLATE("codec: every encoder, assemble strategy and range segment wr
     // Block sizes without an AVX2 variant take the portable encoder whatever is asked.
     const auto serial_128 = compress_with<T, 128>(values, bound, reference_tuning);
     const auto parallel_128 = compress_with<T, 128>(
-        values, bound, {.encoder = encoders.back(), .assemble = detail::assemble_kind::parallel});
+        values, bound, {.encoder = encoders.back(), .assemble_waves = detail::max_assemble_waves});
     REQUIRE(serial_128.size() == parallel_128.size());
     CHECK(std::memcmp(serial_128.data(), parallel_128.data(), serial_128.size()) == 0);
   }

@@ -39,19 +39,35 @@ struct chunk_moves {
   KOKKOS_INLINE_FUNCTION std::uint64_t begin(std::uint64_t chunk) const {
     return chunk ? end(chunk - 1) : 0;
   }
-  /// Whether chunk c's destination overlaps the source of an earlier chunk, which must then
-  /// move first. Destinations are at most a slot long, so at most two slots can be hit.
-  /// (Later chunks' sources start at (c + 1) * full_chunk_bytes, past any destination of c.)
-  KOKKOS_INLINE_FUNCTION bool waits(std::uint64_t chunk) const {
+  /// Calls f(other) for every earlier chunk whose source chunk c's destination overlaps:
+  /// those must move before c. Destinations are at most a slot long, so at most two slots can
+  /// be hit; later chunks' sources start at (c + 1) * full_chunk_bytes, past any destination of
+  /// c, and chunk 0 never moves.
+  template <class F>
+  KOKKOS_INLINE_FUNCTION void for_each_blocker(std::uint64_t chunk, F&& f) const {
     const std::uint64_t to = begin(chunk), to_end = end(chunk);
-    if (to_end == to) return false;
+    if (to_end == to) return;
     const std::uint64_t first = to / full_chunk_bytes, last = (to_end - 1) / full_chunk_bytes;
     for (std::uint64_t other = first > 0 ? first : 1; other <= last && other < chunk; ++other) {
       const std::uint64_t source = other * full_chunk_bytes;
-      const std::uint64_t length = end(other) - begin(other);
-      if (source < to_end && source + length > to) return true;
+      if (source < to_end && source + (end(other) - begin(other)) > to) f(other);
     }
-    return false;
+  }
+  /// The wave in which chunk c can move, capped at Limit: 0 if nothing blocks it, else one more
+  /// than the latest wave of its blockers. Each wave moves in parallel after the ones before;
+  /// chunks of wave >= Limit move afterwards on one thread, in order.
+  template <int Limit>
+  KOKKOS_INLINE_FUNCTION int wave(std::uint64_t chunk) const {
+    if constexpr (Limit == 0) {
+      return 0;
+    } else {
+      int latest = -1;
+      for_each_blocker(chunk, [&](std::uint64_t other) {
+        const int w = wave<Limit - 1>(other);
+        latest = w > latest ? w : latest;
+      });
+      return latest + 1;
+    }
   }
   KOKKOS_INLINE_FUNCTION void move(std::uint64_t chunk) const {
     move_down(data + begin(chunk), data + chunk * full_chunk_bytes, end(chunk) - begin(chunk));
@@ -69,12 +85,13 @@ struct chunk_moves {
 ///      its length and checksum to the chunk tables (each thread derives the codec from the
 ///      range), by the backend's encoder;
 ///   3. an inclusive scan turning the lengths into chunk ends;
-///   4. the chunks moved down into place (assemble_kind): serial, one thread in chunk order
-///      (a chunk only ever moves towards the front, over space already vacated); or parallel,
-///      every chunk whose destination overlaps no earlier chunk's source moved by its own
-///      thread, then the others in order by one thread. A chunk moved in parallel overwrites
-///      no bytes another chunk still needs, and one moved later only bytes of chunks already
-///      moved, so both give the same bytes. Then the header and its checksum.
+///   4. the chunks moved down into place, in `tuning.assemble_waves` parallel waves and then
+///      one thread: wave 0 moves every chunk whose destination overlaps no earlier chunk's
+///      source, each by its own thread; wave k those whose blockers all moved in waves < k;
+///      one thread then moves the rest in chunk order (a chunk only ever moves towards the
+///      front, over space already vacated) and writes the header and its checksum. A chunk
+///      overwrites only bytes of chunks already moved, so every wave count (0: all on one
+///      thread) gives the same bytes.
 /// The stream does not depend on the thread count: every chunk's bytes depend on its values
 /// alone.
 template <class T, int BlockSize, class Exec>
@@ -108,19 +125,20 @@ void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
         if (final) store<std::uint64_t>(ends + 8 * chunk, end);
       });
   const chunk_moves moves{data, ends, full_chunk_bytes};
-  const bool parallel = tuning.assemble == assemble_kind::parallel;
-  if (parallel && chunks > 1)
+  const int waves = tuning.assemble_waves < max_assemble_waves ? tuning.assemble_waves
+                                                               : max_assemble_waves;
+  for (int w = 0; w < waves && chunks > 1; ++w)
     Kokkos::parallel_for(
-        "kompress::compress::assemble_parallel", Kokkos::RangePolicy<Exec>(exec, 1, chunks),
+        "kompress::compress::assemble_wave", Kokkos::RangePolicy<Exec>(exec, 1, chunks),
         KOKKOS_LAMBDA(std::uint64_t chunk) {
-          if (!moves.waits(chunk)) moves.move(chunk);
+          if (moves.wave<max_assemble_waves>(chunk) == w) moves.move(chunk);
         });
   Kokkos::parallel_for(
       "kompress::compress::assemble", Kokkos::RangePolicy<Exec>(exec, 0, 1),
       KOKKOS_LAMBDA(int) {
         stream_header h = plan_compression<T>(base, *range).header;  // before the header lands
         for (std::uint64_t chunk = 1; chunk < chunks; ++chunk)
-          if (!parallel || moves.waits(chunk)) moves.move(chunk);
+          if (moves.wave<max_assemble_waves>(chunk) >= waves) moves.move(chunk);
         h.stream_bytes = layout.data_offset() + (chunks ? moves.end(chunks - 1) : 0);
         write_header_fields(out, h);
         store<std::uint64_t>(out + header_checksum_offset,

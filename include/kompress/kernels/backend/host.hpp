@@ -60,7 +60,7 @@ struct backend<Exec> {
     kernel_tuning t;
     t.range_segment = 4096;
     t.encoder = host_runs(encoder_kind::avx2_fma) ? encoder_kind::avx2_fma : encoder_kind::portable;
-    t.assemble = assemble_kind::parallel;
+    t.assemble_waves = max_assemble_waves;
     return t;
   }
 

@@ -16,12 +16,9 @@ enum class encoder_kind : std::uint8_t {
   avx2_fma,  ///< the codec compiled once more for AVX2 + FMA (x86-64 hosts that have them)
 };
 
-/// How the compressed chunks, encoded at their worst-case positions, reach their places.
-enum class assemble_kind : std::uint8_t {
-  serial,    ///< one thread moves every chunk down, in order
-  parallel,  ///< chunks whose destination overlaps no other chunk's bytes move in parallel,
-             ///< one thread then moves the rest in order (enqueue_assemble)
-};
+/// The most parallel waves the assemble step runs (the wave of a chunk is computed from up
+/// to 2^max_assemble_waves chunk-table lookups).
+inline constexpr int max_assemble_waves = 4;
 
 struct kernel_tuning {
   /// Blocks per chunk. The stream records it and its bytes depend on it, and streams must
@@ -30,7 +27,10 @@ struct kernel_tuning {
   /// Values per work item of the value-range reduction.
   std::uint64_t range_segment = 4096;
   encoder_kind encoder = encoder_kind::portable;
-  assemble_kind assemble = assemble_kind::parallel;
+  /// How the compressed chunks, encoded at their worst-case positions, reach their places:
+  /// in this many parallel waves (at most max_assemble_waves), then one thread moves the rest
+  /// in order (enqueue_compress_kernels). 0: one thread moves them all.
+  int assemble_waves = max_assemble_waves;
 };
 
 }  // namespace kompress::detail
