@@ -112,7 +112,7 @@ inline const char* instruction_set() {
 }
 
 /// What the codec's encoder runs on: the compile target, or AVX2+FMA where the library chose
-/// it at run time (kernels/compress_kernels.hpp: block size 32 on x86-64).
+/// it at run time (kernels/backend/host.hpp: block size 32 on x86-64).
 inline std::string encoder_instruction_set() {
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
   if (kompress::detail::host_has_avx2_fma())

@@ -313,3 +313,294 @@ TEST_CASE("codec: compress_async on two execution space instances at once") {
   CHECK(std::memcmp(out_a.data(), expect_a.data(), expect_a.size()) == 0);
   CHECK(std::memcmp(out_b.data(), expect_b.data(), expect_b.size()) == 0);
 }
+
+// --- reproducers from the codec audit (issue 13) ----------------------------------------------
+
+namespace {
+
+/// Doubles of magnitude in [2^1000, DBL_MAX], both signs, in runs of 128 whose spread stays
+/// within 2^29 quantization steps of a 1e293 bound, so that their blocks are quantized.
+std::vector<double> above_2_to_1000(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const auto uniform = [&] { return double(rng() >> 11) * 0x1p-53; };
+  std::vector<double> values(n);
+  double center = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i % 128 == 0)
+      center = (rng() & 1 ? 1.0 : -1.0) * std::ldexp(1.0 + uniform(), 1000 + int(rng() % 24));
+    const double v = center * (1.0 + 2e-7 * (uniform() - 0.5));
+    values[i] = std::fmin(std::fmax(v, -std::numeric_limits<double>::max()),
+                          std::numeric_limits<double>::max());
+  }
+  return values;
+}
+
+}  // namespace
+
+// The verification `x - q*s` was contracted into an FMA on the AVX2 + FMA encoder: it tested
+// the exact product, while the decoder rounds it (to +Inf next to DBL_MAX). This file is also
+// built as codec_adversarial.portable (no run-time dispatch) and, where the CPU has AVX2 + FMA,
+// as codec_adversarial.fma (the whole test, decoder included, compiled with -mavx2 -mfma).
+TEST_CASE("codec: doubles above 2^1000 under ABS bounds near 1e300 stay within the bound") {
+  const double max = std::numeric_limits<double>::max();
+  std::vector<double> near_max(32);
+  for (std::size_t i = 0; i < near_max.size(); ++i) near_max[i] = max - double(i) * 1e303;
+  for (const int block_size : {32, 64, 128}) {
+    CAPTURE(block_size);
+    auto result = require_round_trip<double>(near_max, {.bound = kompress::absolute(1e300),
+                                                        .block_size = block_size});
+    CHECK(std::isfinite(result.decoded[0]));
+  }
+  // Where q * s rounds past DBL_MAX, and across the binades above 2^1000.
+  std::mt19937_64 rng(5);
+  std::vector<double> values = above_2_to_1000(8192, 1013);
+  for (const double step : {1e299, 1e301, 1e303, 1e304})
+    for (std::size_t i = 0; i < 2048; ++i)
+      values.push_back((i / 32 % 2 ? -1.0 : 1.0) * (max - double(rng() % 4096) * step));
+  for (const double bound : {1e293, 1e295, 1e297, 1e299, 1e300, 3e300, 1e301}) {
+    for (const int block_size : {32, 64, 128}) {
+      CAPTURE(bound);
+      CAPTURE(block_size);
+      require_round_trip<double>(values, {.bound = kompress::absolute(bound), .block_size = block_size});
+    }
+  }
+}
+
+// max - min overflowed double, and the REL bound became infinite (errors up to 2e4 x the
+// promised r * (max - min)). require_round_trip checks the stream's bound against r * (max - min)
+// computed in long double.
+TEST_CASE_TEMPLATE("codec: REL bounds over ranges that overflow double hold as r x (max - min)", T,
+                   float, double) {
+  using limits = std::numeric_limits<T>;
+  std::vector<T> values(5000);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    values[i] = T(double(limits::max()) * (0.999 * std::sin(0.01 * double(i)) + 0.0005 * std::cos(1.7 * double(i))));
+  values[0] = limits::max();
+  values[1] = limits::lowest();
+  for (const double r : {1e-1, 1e-3, 1e-6, 1e-9, 1e-12, 1.0, 4.0}) {
+    for (const int block_size : {32, 128}) {
+      CAPTURE(r);
+      CAPTURE(block_size);
+      auto result = require_round_trip<T>(values, {.bound = kompress::relative(r), .block_size = block_size});
+      CHECK(std::isfinite(result.info.absolute_bound));
+    }
+  }
+}
+
+namespace {
+
+using host_bytes = Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+template <class T>
+using host_values = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+
+/// A buffer of `bytes` bytes, 8-aligned, filled with a pattern.
+std::vector<std::uint64_t> patterned(std::size_t bytes) {
+  std::vector<std::uint64_t> words((bytes + 7) / 8);
+  for (std::size_t i = 0; i < words.size(); ++i) words[i] = 0x9E3779B97F4A7C15ull * (i + 1);
+  return words;
+}
+
+}  // namespace
+
+// Overlapping input and output: compress silently broke the bound, decompress crashed (the
+// kernels read the chunk table while overwriting it). Each throws before touching anything.
+TEST_CASE_TEMPLATE("codec: overlapping input and output Views are rejected, and nothing is written", T,
+                   float, double) {
+  using host = Kokkos::DefaultHostExecutionSpace;
+  const std::size_t count = 5000;
+  const std::size_t worst = kompress::max_compressed_size<T>(count);
+  const std::size_t buffer_bytes = worst + count * sizeof(T) + 64;
+  const kompress::compress_options options{.bound = kompress::absolute(1e-3)};
+  std::vector<std::uint64_t> storage = patterned(buffer_bytes);
+  auto* const base = reinterpret_cast<std::byte*>(storage.data());
+  const std::vector<std::byte> before(base, base + buffer_bytes);
+  const auto unchanged = [&] { return std::memcmp(base, before.data(), buffer_bytes) == 0; };
+  const auto values_at = [&](std::size_t offset) {
+    return host_values<T>(reinterpret_cast<T*>(base + offset), count);
+  };
+  // The output starting inside the input, the input inside the output, and identical starts.
+  for (const std::size_t in_offset : {std::size_t(0), std::size_t(64), count * sizeof(T) - 8}) {
+    for (const std::size_t out_offset : {std::size_t(0), std::size_t(64)}) {
+      CAPTURE(in_offset);
+      CAPTURE(out_offset);
+      const auto in = values_at(in_offset);
+      const host_bytes out(base + out_offset, worst);
+      CHECK_THROWS_WITH_AS(kompress::compress(host{}, in, out, options),
+                           doctest::Contains("kompress::compress: the input and output Views overlap"),
+                           kompress::invalid_argument);
+      CHECK_THROWS_WITH_AS(kompress::compress_async(host{}, in, out, options),
+                           doctest::Contains("kompress::compress_async: the input and output Views overlap"),
+                           kompress::invalid_argument);
+      host{}.fence();
+      CHECK(unchanged());
+    }
+  }
+  // Adjacent but disjoint is fine.
+  {
+    std::vector<T> values(count);
+    for (std::size_t i = 0; i < count; ++i) values[i] = T(std::sin(0.01 * double(i)));
+    std::memcpy(base, values.data(), count * sizeof(T));
+    const auto in = values_at(0);
+    const host_bytes out(base + count * sizeof(T), worst);
+    const std::size_t length = kompress::compress(host{}, in, out, options);
+    // Decompressing a stream over itself, or over part of it, is rejected with the stream intact.
+    const std::vector<std::byte> stream(out.data(), out.data() + length);
+    for (const std::size_t offset : {std::size_t(0), std::size_t(8), length / 2}) {
+      CAPTURE(offset);
+      const host_values<T> onto(reinterpret_cast<T*>(out.data() + (offset & ~std::size_t(7))), count);
+      const Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in_stream(out.data(), length);
+      CHECK_THROWS_WITH_AS(kompress::decompress(host{}, in_stream, onto),
+                           doctest::Contains("kompress::decompress: the input and output Views overlap"),
+                           kompress::invalid_argument);
+      CHECK(std::memcmp(out.data(), stream.data(), length) == 0);
+    }
+    // The output just before the stream is disjoint: accepted.
+    const host_values<T> before_stream(reinterpret_cast<T*>(base), count);
+    kompress::decompress(host{}, Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(out.data(), length),
+                         before_stream);
+    for (std::size_t i = 0; i < count; ++i) REQUIRE(std::fabs(double(before_stream(i)) - double(values[i])) <= 1e-3);
+  }
+  // The length View of compress_async inside the output or the input is rejected too.
+  {
+    const auto in = values_at(0);
+    const host_bytes out(base + count * sizeof(T) + 8, worst);
+    Kokkos::View<std::uint64_t, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> length_in_out(
+        reinterpret_cast<std::uint64_t*>(out.data() + 16));
+    const std::vector<std::byte> snapshot(base, base + buffer_bytes);
+    CHECK_THROWS_WITH_AS(kompress::compress_async(host{}, in, out, options, length_in_out),
+                         doctest::Contains("overlap"), kompress::invalid_argument);
+    host{}.fence();
+    CHECK(std::memcmp(base, snapshot.data(), buffer_bytes) == 0);
+  }
+}
+
+namespace {
+
+/// A stream with valid checksums whose header claims `count` values while every chunk is
+/// empty: `blocks_per_chunk` 65535 and block size 128 keep the chunk tables small.
+std::vector<std::byte> bomb_stream(std::uint64_t count, kompress::element_type type) {
+  namespace detail = kompress::detail;
+  detail::stream_header h;
+  h.type = type;
+  h.mode = kompress::bound_mode::absolute;
+  h.count = count;
+  h.user_bound = 1e-3;
+  h.abs_bound = 1e-3;
+  h.quant_step = 2e-3;
+  h.block_size = 128;
+  h.blocks_per_chunk = 65535;
+  h.value_min = 0.0;
+  h.value_max = 1.0;
+  const detail::stream_layout layout = h.layout();
+  h.stream_bytes = layout.data_offset();
+  std::vector<std::byte> stream(h.stream_bytes);
+  detail::write_header_fields(stream.data(), h);
+  for (std::uint64_t c = 0; c < layout.chunk_count(); ++c) {
+    detail::store<std::uint64_t>(stream.data() + layout.chunk_end_table_offset() + 8 * c, 0);
+    detail::store<std::uint64_t>(stream.data() + layout.chunk_checksum_table_offset() + 8 * c,
+                                 detail::checksum_of(stream.data(), 0));
+  }
+  detail::store<std::uint64_t>(stream.data() + detail::header_checksum_offset,
+                               detail::header_checksum(stream.data(), layout.data_offset()));
+  return stream;
+}
+
+}  // namespace
+
+// Decompression bombs: a header claiming far more values than its bytes can hold (chunks of 0
+// bytes passed the table checks) made the allocating decompress allocate first and fail later
+// (4 GiB for a 2 KB stream), or throw Kokkos's allocation error instead of format_error.
+TEST_CASE("codec: a stream too short for its element count is rejected before any allocation") {
+  using host = Kokkos::DefaultHostExecutionSpace;
+  const auto check_rejected = [](const std::vector<std::byte>& stream, auto element) {
+    using T = decltype(element);
+    const Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> view(stream.data(), stream.size());
+    CHECK_THROWS_WITH_AS(kompress::inspect(view), doctest::Contains("too short"), kompress::format_error);
+    CHECK_THROWS_AS(kompress::decompress<T>(host{}, view), kompress::format_error);
+  };
+  const auto small = bomb_stream(std::uint64_t(1) << 30, kompress::element_type::float32);
+  CHECK(small.size() < 2300);
+  check_rejected(small, float{});
+  const auto large = bomb_stream(std::uint64_t(1) << 33, kompress::element_type::float64);
+  CHECK(large.size() < 17000);
+  check_rejected(large, double{});
+  // Small counts the same way: a chunk is at least one descriptor byte per block.
+  const auto tiny = bomb_stream(1000, kompress::element_type::float32);
+  check_rejected(tiny, float{});
+}
+
+// --- the kernels' backends (kernels/backend/) -------------------------------------------------
+
+namespace {
+
+/// The stream enqueue_compress_kernels writes with `tuning` forced, as compress would set up.
+template <class T, int BlockSize>
+std::vector<std::byte> compress_with(const std::vector<T>& values, double abs_bound,
+                                     const kompress::detail::kernel_tuning& tuning) {
+  namespace detail = kompress::detail;
+  using host = Kokkos::DefaultHostExecutionSpace;
+  detail::stream_header header;
+  header.type = detail::element_type_of<T>();
+  header.mode = kompress::bound_mode::absolute;
+  header.count = values.size();
+  header.user_bound = abs_bound;
+  header.block_size = BlockSize;
+  std::vector<std::byte> out(kompress::max_compressed_size<T>(values.size(), BlockSize));
+  detail::enqueue_compress_kernels<T, BlockSize>(host{}, values.data(), out.data(), header,
+                                                 nullptr, tuning);
+  host{}.fence();
+  out.resize(detail::load<std::uint64_t>(out.data() + detail::stream_length_offset));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count and range segment writes the same bytes", T,
+                   float, double) {
+  namespace detail = kompress::detail;
+  // Chunks of very different lengths, so that destinations hit earlier chunks' sources in
+  // every way: runs of incompressible, smooth and constant chunks.
+  std::mt19937_64 rng(11);
+  std::vector<T> values(300000);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::size_t run = (i / 2048) % 7;
+    if (run == 0 || run == 3) {
+      values[i] = T((double(rng() >> 11) * 0x1p-53 - 0.5) * 1e3);
+    } else if (run == 5) {
+      values[i] = T(2.5);
+    } else {
+      values[i] = T(100.0 * std::sin(1e-3 * double(i)));
+    }
+  }
+  std::vector<detail::encoder_kind> encoders = {detail::encoder_kind::portable};
+  if (detail::host_runs(detail::encoder_kind::avx2_fma)) encoders.push_back(detail::encoder_kind::avx2_fma);
+  const auto reference_tuning = detail::kernel_tuning{.encoder = detail::encoder_kind::portable,
+                                                      .assemble_waves = 0};
+  for (const double bound : {1e-1, 1e-4, 0.0}) {
+    const auto reference = compress_with<T, 32>(values, bound, reference_tuning);
+    Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
+    const auto library = kompress::compress(Kokkos::DefaultHostExecutionSpace{}, in, kompress::absolute(bound));
+    REQUIRE(library.size() == reference.size());
+    CHECK(std::memcmp(library.data(), reference.data(), reference.size()) == 0);
+    for (const auto encoder : encoders) {
+      for (const int waves : {0, 1, 2, detail::max_assemble_waves}) {
+        for (const std::uint64_t segment : {std::uint64_t(1000), std::uint64_t(4096), std::uint64_t(1) << 20}) {
+          CAPTURE(bound);
+          CAPTURE(int(encoder));
+          CAPTURE(waves);
+          CAPTURE(segment);
+          const auto stream = compress_with<T, 32>(
+              values, bound, {.range_segment = segment, .encoder = encoder, .assemble_waves = waves});
+          REQUIRE(stream.size() == reference.size());
+          CHECK(std::memcmp(stream.data(), reference.data(), reference.size()) == 0);
+        }
+      }
+    }
+    // Block sizes without an AVX2 variant take the portable encoder whatever is asked.
+    const auto serial_128 = compress_with<T, 128>(values, bound, reference_tuning);
+    const auto parallel_128 = compress_with<T, 128>(
+        values, bound, {.encoder = encoders.back(), .assemble_waves = detail::max_assemble_waves});
+    REQUIRE(serial_128.size() == parallel_128.size());
+    CHECK(std::memcmp(serial_128.data(), parallel_128.data(), serial_128.size()) == 0);
+  }
+}

@@ -108,6 +108,7 @@ void enqueue_compression(const ExecutionSpace& exec, const InView& in, const Out
   validate_options(options, who);
   require_contiguous(in, who, "the input View");
   require_contiguous(out, who, "the output View");
+  require_disjoint(in, out, who, "the input and output Views");
   const std::size_t needed = max_compressed_size<T>(in.size(), options.block_size);
   if (out.size() < needed)
     throw invalid_argument(std::string(who) + ": output too small (got " +
@@ -154,6 +155,8 @@ void compress_async(const ExecutionSpace& exec, const InView& in, const OutView&
   static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, typename LengthView::memory_space>::accessible,
                 "kompress::compress_async: the length View must be accessible from the execution "
                 "space");
+  detail::require_disjoint(length, out, "kompress::compress_async", "the length and output Views");
+  detail::require_disjoint(length, in, "kompress::compress_async", "the length and input Views");
   detail::enqueue_compression(exec, in, out, options, length.data(), "kompress::compress_async");
 }
 
@@ -244,6 +247,7 @@ void decompress(const ExecutionSpace& exec, const InView& in, const OutView& out
   Kokkos::Profiling::ScopedRegion region(who);
   detail::require_contiguous(in, who, "the input View");
   detail::require_contiguous(out, who, "the output View");
+  detail::require_disjoint(in, out, who, "the input and output Views");
   const detail::stream_header header = detail::read_header(in, who);
   if (header.type != detail::element_type_of<T>())
     throw invalid_argument(std::string(who) + ": the stream holds " +
@@ -272,10 +276,11 @@ void decompress(const InView& in, const OutView& out) {
 template <class T, execution_space ExecutionSpace, byte_view InView>
 Kokkos::View<T*, typename InView::memory_space> decompress(const ExecutionSpace& exec,
                                                            const InView& in) {
-  const stream_info info = inspect(in);
+  // The header is checked against the stream's length before the output is allocated.
+  const detail::stream_header header = detail::read_header(in, "kompress::decompress");
   Kokkos::View<T*, typename InView::memory_space> out(
       Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::decompressed"),
-      info.count);
+      header.count);
   decompress(exec, in, out);
   return out;
 }

@@ -99,6 +99,16 @@ struct stream_layout {
   KOMPRESS_FUNCTION std::uint64_t max_stream_bytes() const {
     return data_offset() + count * element_size + block_count();
   }
+  /// The shortest a chunk of `values` values can be: a descriptor byte per block (a quantized
+  /// block of width 0 that repeats the previous base has no payload).
+  KOMPRESS_FUNCTION std::uint64_t min_chunk_bytes(std::uint64_t values) const {
+    return (values + block_size - 1) / block_size;
+  }
+  /// The shortest stream of `count` values: a header that claims more values than its bytes
+  /// can hold is rejected before anything is allocated for them.
+  KOMPRESS_FUNCTION std::uint64_t min_stream_bytes() const {
+    return data_offset() + block_count();
+  }
 };
 
 /// The header's fields, as written at the front of every stream.
@@ -205,7 +215,13 @@ inline stream_header parse_header(const std::byte* prefix, std::size_t prefix_by
   if (h.count > (std::uint64_t(1) << 58) / element_size)
     throw_format(who, "element count " + std::to_string(h.count) + " is implausibly large");
   const stream_layout layout = h.layout();
-  if (h.stream_bytes < layout.data_offset() || h.stream_bytes > layout.max_stream_bytes())
+  if (h.stream_bytes < layout.min_stream_bytes())
+    throw_format(who, "stream too short for its element count (header says " +
+                          std::to_string(h.stream_bytes) + " bytes for " +
+                          std::to_string(h.count) + " elements, which need at least " +
+                          std::to_string(layout.min_stream_bytes()) +
+                          ": the tables and a descriptor byte per block)");
+  if (h.stream_bytes > layout.max_stream_bytes())
     throw_format(who, "stream length " + std::to_string(h.stream_bytes) +
                           " in header is impossible for " + std::to_string(h.count) +
                           " elements");
@@ -221,7 +237,9 @@ inline stream_header parse_header(const std::byte* prefix, std::size_t prefix_by
     const std::uint64_t chunks = layout.chunk_count();
     for (std::uint64_t c = 0; c < chunks; ++c) {
       const auto end = load<std::uint64_t>(prefix + header_bytes + 8 * c);
-      if (end < previous || end - previous > layout.max_chunk_bytes(layout.values_in_chunk(c)))
+      const std::uint64_t values = layout.values_in_chunk(c);
+      if (end < previous || end - previous > layout.max_chunk_bytes(values) ||
+          end - previous < layout.min_chunk_bytes(values))
         throw_format(who, "chunk table corrupted at chunk " + std::to_string(c));
       previous = end;
     }

@@ -4,12 +4,17 @@
 // Anything else is a bug: another exception, a crash, a sanitizer report, a hang (-timeout) or
 // a runaway allocation (-rss_limit_mb).
 //
-// Every input is tried twice:
+// Every input is tried three times:
 //   1. as it is: this fuzzes the header parser and the checksum and table checks, which
 //      reject almost every random mutation before a block is decoded;
 //   2. repaired: a copy with every chunk checksum and the header checksum recomputed (where
 //      the header and the chunk-end table parse), so that structurally arbitrary chunk
-//      payloads reach the block decoder.
+//      payloads reach the block decoder;
+//   3. inflated: the element count multiplied by up to 2^40 (the input's last byte says how
+//      much), then repaired: headers that claim far more values than their bytes can hold,
+//      with valid checksums (decompression bombs). Nothing caps the count the harness
+//      decodes: decompress must reject such a stream before it allocates its output, or
+//      -rss_limit_mb reports the allocation.
 //
 // Built by tests/fuzz/CMakeLists.txt with clang++ -fsanitize=fuzzer,address,undefined; run by
 // the ctest test fuzz.decompress (tests/fuzz/fuzz_tests.cmake). Reproduce a crash with
@@ -36,10 +41,6 @@ namespace {
 using host = Kokkos::DefaultHostExecutionSpace;
 using kompress_fuzz::bytes_view;
 
-/// Streams of more elements are inspected but not decoded: the output alone would outgrow
-/// -rss_limit_mb and the time per input, and a stream this small cannot really hold them.
-constexpr std::uint64_t max_decoded_count = std::uint64_t(1) << 22;
-
 [[noreturn]] void bug(const char* what, const char* detail = "") {
   std::fprintf(stderr, "fuzz_decompress: BUG: %s%s%s\n", what, *detail ? ": " : "", detail);
   std::abort();
@@ -57,9 +58,14 @@ void check_info(const kompress::stream_info& info, std::size_t size) {
     bug("inspect's chunk count disagrees with its element count");
   if (info.type != kompress::element_type::float32 && info.type != kompress::element_type::float64)
     bug("inspect accepted an unknown element type");
+  // Every block costs at least its descriptor byte: what bounds the output decompress allocates.
+  const std::uint64_t blocks = (info.count + std::uint64_t(info.block_size) - 1) / std::uint64_t(info.block_size);
+  if (info.compressed_bytes < kompress::detail::header_bytes + 16 * info.chunk_count + blocks)
+    bug("inspect accepted a stream too short for its element count");
 }
 
-/// inspect, then decompress when the stream is accepted and small enough.
+/// inspect, then decompress when the stream is accepted: into a vector of inspect's count, and
+/// through the allocating form, which must check the header before it allocates.
 void exercise(const std::byte* data, std::size_t size) {
   const bytes_view stream(data, size);
   kompress::stream_info info;
@@ -69,7 +75,6 @@ void exercise(const std::byte* data, std::size_t size) {
     return;
   }
   check_info(info, size);
-  if (info.count > max_decoded_count) return;
   try {
     if (info.type == kompress::element_type::float32)
       kompress_fuzz::decode<float>(stream, info.count);
@@ -78,8 +83,7 @@ void exercise(const std::byte* data, std::size_t size) {
   } catch (const kompress::format_error&) {
     // Expected: damage that the header and table checks cannot see, found by the decoder.
   } catch (const kompress::invalid_argument& e) {
-    // The output's type and extent come from inspect: decompress must accept them.
-    bug("decompress rejected the output that inspect's answer describes", e.what());
+    bug("decompress rejected a stream with invalid_argument instead of format_error", e.what());
   }
 }
 
@@ -124,6 +128,21 @@ std::optional<std::vector<std::byte>> with_checksums_recomputed(const std::uint8
   return stream;
 }
 
+/// The input with its element count multiplied by 2^(1 + last byte % 40), checksums then
+/// recomputed; nothing when the header does not parse.
+std::optional<std::vector<std::byte>> with_count_inflated(const std::uint8_t* data,
+                                                          std::size_t size) {
+  namespace detail = kompress::detail;
+  if (size < detail::header_bytes) return std::nullopt;
+  std::vector<std::uint8_t> copy(data, data + size);
+  const std::uint64_t count = detail::load<std::uint64_t>(reinterpret_cast<std::byte*>(copy.data()) + 8);
+  const int shift = 1 + data[size - 1] % 40;
+  const std::uint64_t limit = (std::uint64_t(1) << 58) / 8;
+  const std::uint64_t inflated = (count | 1) < (limit >> shift) ? (count | 1) << shift : limit;
+  detail::store<std::uint64_t>(reinterpret_cast<std::byte*>(copy.data()) + 8, inflated);
+  return with_checksums_recomputed(copy.data(), copy.size());
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -146,6 +165,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (auto repaired = with_checksums_recomputed(data, size);
         repaired && std::memcmp(repaired->data(), data, size) != 0)
       exercise(repaired->data(), repaired->size());
+    if (auto inflated = with_count_inflated(data, size)) exercise(inflated->data(), inflated->size());
   } catch (const kompress::error& e) {
     bug("kompress::error escaped the harness", e.what());  // unreachable: caught above
   } catch (const std::exception& e) {

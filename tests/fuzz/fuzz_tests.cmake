@@ -1,7 +1,7 @@
 # The decompress fuzzer under ctest (included from tests/CMakeLists.txt). Labeled "fuzz".
 #
-#   fuzz.seeds       make_fuzz_seeds writes the seed corpus, ~20 small valid streams, into
-#                    <build>/tests/fuzz_corpus                        (fixture kompress_fuzz_corpus)
+#   fuzz.seeds       make_fuzz_seeds writes the seed corpus, ~20 small valid streams and two
+#                    decompression bombs, into <build>/tests/fuzz_corpus (fixture kompress_fuzz_corpus)
 #   fuzz.build       configures and builds tests/fuzz (a project of its own) with clang++
 #                    -fsanitize=fuzzer,address,undefined in <build>/tests/fuzz_build
 #                                                                     (fixture kompress_fuzzer)

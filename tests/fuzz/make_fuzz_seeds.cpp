@@ -6,10 +6,13 @@
 // std::*_distribution, whose output differs between standard libraries), so the corpus is the
 // same on every machine.
 //
+// Two more seeds are decompression bombs, which decompress must reject (write_bomb_seed).
+//
 // Files are named <case>.kmpz; existing *.kmpz files in the directory are removed first so the
 // corpus never keeps the seeds of an older version of this program.
 
 #include <kompress/kompress.hpp>
+#include <kompress/detail/checksum.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -21,6 +24,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -73,6 +77,46 @@ void write_seed(const std::filesystem::path& directory, const std::string& name,
   if (!file) throw std::runtime_error("make_fuzz_seeds: cannot write " + path.string());
   std::printf("  %-28s %6zu values -> %6zu bytes\n", path.filename().c_str(), values.size(),
               stream.size());
+}
+
+/// A decompression bomb (issue 13): valid checksums, a header claiming `count` values, every
+/// chunk 0 bytes long (block size 128 and 65535 blocks per chunk keep the tables small). It
+/// must be rejected before anything is allocated; the fuzzer mutates it towards streams that
+/// are barely long enough. Checked to be rejected before it is written.
+void write_bomb_seed(const std::filesystem::path& directory, const std::string& name,
+                     std::uint64_t count, kompress::element_type type) {
+  namespace detail = kompress::detail;
+  detail::stream_header h;
+  h.type = type;
+  h.count = count;
+  h.user_bound = h.abs_bound = 1e-3;
+  h.quant_step = 2e-3;
+  h.block_size = 128;
+  h.blocks_per_chunk = 65535;
+  h.value_min = 0.0;
+  h.value_max = 1.0;
+  const detail::stream_layout layout = h.layout();
+  h.stream_bytes = layout.data_offset();
+  std::vector<std::byte> stream(h.stream_bytes);
+  detail::write_header_fields(stream.data(), h);
+  for (std::uint64_t c = 0; c < layout.chunk_count(); ++c) {
+    detail::store<std::uint64_t>(stream.data() + layout.chunk_end_table_offset() + 8 * c, 0);
+    detail::store<std::uint64_t>(stream.data() + layout.chunk_checksum_table_offset() + 8 * c,
+                                 detail::checksum_of(stream.data(), 0));
+  }
+  detail::store<std::uint64_t>(stream.data() + detail::header_checksum_offset,
+                               detail::header_checksum(stream.data(), layout.data_offset()));
+  try {
+    kompress::inspect(const_bytes_view(stream.data(), stream.size()));
+    throw std::runtime_error("make_fuzz_seeds: " + name + ": inspect accepted a decompression bomb");
+  } catch (const kompress::format_error&) {
+  }
+  const std::filesystem::path path = directory / (name + ".kmpz");
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file.write(reinterpret_cast<const char*>(stream.data()), std::streamsize(stream.size()));
+  if (!file) throw std::runtime_error("make_fuzz_seeds: cannot write " + path.string());
+  std::printf("  %-28s %6s claims %llu values\n", path.filename().c_str(), "",
+              static_cast<unsigned long long>(count));
 }
 
 void write_all(const std::filesystem::path& dir) {
@@ -144,6 +188,9 @@ void write_all(const std::filesystem::path& dir) {
              {.bound = absolute(1e-9), .block_size = 64});
   write_seed(dir, "f64_rough_rel_bs32", generate<double>(3001, rough),
              {.bound = relative(1e-2), .fill_value = 0.0});
+  // rejected: more values claimed than the bytes can hold
+  write_bomb_seed(dir, "f32_bomb_2e30", std::uint64_t(1) << 30, kompress::element_type::float32);
+  write_bomb_seed(dir, "f64_bomb_2e33", std::uint64_t(1) << 33, kompress::element_type::float64);
 }
 
 }  // namespace

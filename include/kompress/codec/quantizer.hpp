@@ -11,6 +11,11 @@
 #ifdef __FAST_MATH__
 #error "kompress: -ffast-math breaks the rounding the error bound relies on; compile without it"
 #endif
+// The `+ 0.0` that keeps products rounded on their own (below) may be folded away without
+// signed zeros (GCC says so with this macro; -fassociative-math implies it).
+#ifdef __NO_SIGNED_ZEROS__
+#error "kompress: -fno-signed-zeros breaks the rounding the error bound relies on; compile without it"
+#endif
 
 namespace kompress::inline v0::detail {
 
@@ -50,9 +55,14 @@ struct value_codec {
     return t + rounding_constant;
   }
 
-  /// The decoder's value for a code; the encoder verifies against exactly this.
+  /// The decoder's value for a code; the encoder verifies against exactly this, by calling
+  /// this same function. `+ 0.0` makes the product round on its own wherever it is inlined:
+  /// contracted, `code * step + 0.0` is fma(code, step, 0) = fl(code * step), the same value,
+  /// and the verifier's `x - reconstruct(...)` then has no product left to fuse. Without it a
+  /// compiler may fuse `x - code * step` into one FMA that tests the exact product instead of
+  /// the rounded one the decoder returns (+Inf next to DBL_MAX). error-bound.md, "Verification".
   KOMPRESS_FUNCTION static T reconstruct(double code, double step) {
-    return static_cast<T>(code * step);
+    return static_cast<T>(code * step + 0.0);
   }
 };
 
@@ -63,6 +73,27 @@ KOMPRESS_FUNCTION bool is_finite(double x) {
 }
 KOMPRESS_FUNCTION double next_toward_zero(double positive) {
   return from_bits<double>(to_bits(positive) - 1);
+}
+
+/// The absolute bound of a relative bound r >= 0 over the range [min, max] of the counted
+/// values: r * (max - min), never infinite; 0 when none counted (min > max or NaN). The one
+/// place in kompress where a relative bound becomes an absolute one. Where max - min fits in a
+/// double this is the plain product (the value streams have always recorded). Where it overflows, the range is taken in halves (exact
+/// here: both ends exceed 2^1022 in magnitude) and the result rounded down by 2^-50, so it is
+/// at most the exact r * (max - min) (three roundings add at most 3 * 2^-53). A bound beyond
+/// DBL_MAX is recorded as DBL_MAX: still below the exact one, and the quantizer caps it anyway.
+KOMPRESS_FUNCTION double relative_to_absolute(double r, double min, double max) {
+  if (!(min <= max)) return 0.0;
+  constexpr double largest = 0x1.fffffffffffffp1023;
+  const double range = max - min;
+  double e;
+  if (is_finite(range)) {
+    e = r * range;
+  } else {
+    const double half_range = max * 0.5 - min * 0.5;
+    e = 2.0 * (r * half_range * (1.0 - 0x1p-50));
+  }
+  return is_finite(e) ? e : largest;
 }
 
 /// Chooses the step and verification threshold for an absolute bound `bound`, given the
@@ -84,11 +115,14 @@ KOMPRESS_FUNCTION value_codec<T> make_value_codec(double bound, double max_abs) 
     // |d| below e proves the exact |d| <= e.
     codec.accept_threshold = next_toward_zero(e);
   } else {
-    // x - q * step may be fused into one FMA by the compiler or not; the threshold holds in
-    // both cases (error-bound.md, "double data").
+    // d = x - x' is computed from two doubles (reconstruct leaves no product to fuse) and
+    // rounding is monotone, so a threshold below e proves |x - x'| <= e. The threshold's
+    // distance from e does not matter for the proof; it is kept as it was to keep the bytes.
     const double margin = (m + e) * 0x1p-48;
     codec.step = 2.0 * (e - margin);
-    codec.accept_threshold = e - (m + e) * 0x1p-49;
+    const double threshold = e - (m + e) * 0x1p-49;
+    const double below_e = next_toward_zero(e);
+    codec.accept_threshold = threshold < below_e ? threshold : below_e;
   }
   if (!(codec.step > 0.0) || !is_finite(codec.step) || !is_finite(1.0 / codec.step))
     codec.step = 0.0;

@@ -6,6 +6,7 @@
 #include <kompress/error.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 namespace kompress::inline v0::detail {
@@ -41,6 +42,25 @@ void require_contiguous(const V& view, const char* who, const char* what) {
     throw invalid_argument(std::string(who) + ": " + what +
                            " must be contiguous (a LayoutLeft or LayoutRight View, or a "
                            "contiguous subview); got a strided View");
+}
+
+/// Throws invalid_argument when the memory of two Views overlaps (`what` names them): the
+/// kernels read one while writing the other, so overlap loses data or crashes. Views of no
+/// elements overlap nothing. Contiguity is checked first, so [data, data + size) is the span.
+template <class A, class B>
+void require_disjoint(const A& a, const B& b, const char* who, const char* what) {
+  const auto begin_a = reinterpret_cast<std::uintptr_t>(a.data());
+  const auto begin_b = reinterpret_cast<std::uintptr_t>(b.data());
+  const std::uintptr_t end_a = begin_a + a.size() * sizeof(typename A::value_type);
+  const std::uintptr_t end_b = begin_b + b.size() * sizeof(typename B::value_type);
+  if (a.size() != 0 && b.size() != 0 && begin_a < end_b && begin_b < end_a)
+    throw invalid_argument(std::string(who) + ": " + what +
+                           " overlap; they must be disjoint (got " +
+                           std::to_string(end_a - begin_a) + " and " +
+                           std::to_string(end_b - begin_b) + " bytes sharing " +
+                           std::to_string((end_a < end_b ? end_a : end_b) -
+                                          (begin_a > begin_b ? begin_a : begin_b)) +
+                           ")");
 }
 
 }  // namespace kompress::inline v0::detail

@@ -21,13 +21,6 @@ struct value_range {
   double max_abs() const { return empty() ? 0.0 : std::fmax(std::fabs(min), std::fabs(max)); }
 };
 
-/// The absolute bound that a relative bound `fraction` resolves to over the range [min, max]
-/// of the counted values; 0 when none counted (min > max or NaN). The one place in kompress where a
-/// relative bound becomes an absolute one.
-KOKKOS_INLINE_FUNCTION double relative_to_absolute(double fraction, double min, double max) {
-  return min <= max ? fraction * (max - min) : 0.0;
-}
-
 /// Signed integers ordered like the floats whose bit patterns they come from (for non-NaN
 /// values): integer min/max reductions vectorize where floating-point ones, which must honour
 /// NaN, do not.
@@ -113,12 +106,13 @@ struct range_reducer {
 };
 
 /// Enqueues the reduction of the value range of [data, data + count) (finite values, not the
-/// fill value) into `result`. Asynchronous when `result` is in memory the execution space
+/// fill value) into `result`, `segment` values per work item (the backend's range_segment,
+/// kernels/backend/tuning.hpp). Asynchronous when `result` is in memory the execution space
 /// writes.
 template <class Exec, class T, class ResultView>
 void enqueue_value_range(const Exec& exec, const T* data, std::uint64_t count, bool has_fill,
-                         bits_t<T> fill_bits, const ResultView& result) {
-  constexpr std::uint64_t segment = 4096;
+                         bits_t<T> fill_bits, const ResultView& result,
+                         std::uint64_t segment = 4096) {
   const bits_t<T> fill_enabled = has_fill ? ~bits_t<T>(0) : bits_t<T>(0);
   Kokkos::parallel_reduce(
       "kompress::value_range",

@@ -1,0 +1,33 @@
+#pragma once
+// The default backend, for every execution space no other backend file specializes: the
+// codec as the build compiles it, and the parallel assemble step.
+//
+// A backend is a specialization of `backend<Exec>` (keyed on the execution space) with
+//   static kernel_tuning tuning();                        its tuning (backend/tuning.hpp)
+//   template <class T, int B> static void encode_chunks(  runs `encoder` over chunks [0, n)
+//       const Exec&, std::uint64_t n, const chunk_encoder<T, B>& encoder, encoder_kind);
+// A new one (a CUDA fast path, say) is one file beside this one that specializes it, plus
+// its #include in backend/backend.hpp.
+
+#include <kompress/kernels/backend/tuning.hpp>
+#include <kompress/kernels/chunk_encoder.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+namespace kompress::detail {
+
+template <class Exec>
+struct backend {
+  static kernel_tuning tuning() { return {}; }
+
+  template <class T, int BlockSize>
+  static void encode_chunks(const Exec& exec, std::uint64_t chunks,
+                            const chunk_encoder<T, BlockSize>& encoder, encoder_kind) {
+    Kokkos::parallel_for("kompress::compress::encode_chunks",
+                         Kokkos::RangePolicy<Exec>(exec, 0, chunks), encoder);
+  }
+};
+
+}  // namespace kompress::detail

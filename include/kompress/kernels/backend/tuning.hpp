@@ -1,0 +1,36 @@
+#pragma once
+// The kernels' tuning parameters, one plain struct per backend (CUB's tuning policies). Each
+// backend (backend/portable.hpp, backend/host.hpp) returns its own from
+// `backend<Exec>::tuning()`; docs/performance.md ("Kernel tuning") has the measurements
+// behind every value.
+
+#include <kompress/format.hpp>
+
+#include <cstdint>
+
+namespace kompress::detail {
+
+/// Which chunk encoder compression runs. Both write the same bytes.
+enum class encoder_kind : std::uint8_t {
+  portable,  ///< the codec as compiled for the build's target
+  avx2_fma,  ///< the codec compiled once more for AVX2 + FMA (x86-64 hosts that have them)
+};
+
+/// The most parallel waves the assemble step runs (the wave of a chunk is computed from up
+/// to 2^max_assemble_waves chunk-table lookups).
+inline constexpr int max_assemble_waves = 4;
+
+struct kernel_tuning {
+  /// Blocks per chunk. The stream records it and its bytes depend on it, and streams must
+  /// not depend on the backend: every backend uses the format's value.
+  int blocks_per_chunk = default_blocks_per_chunk;
+  /// Values per work item of the value-range reduction.
+  std::uint64_t range_segment = 4096;
+  encoder_kind encoder = encoder_kind::portable;
+  /// How the compressed chunks, encoded at their worst-case positions, reach their places:
+  /// in this many parallel waves (at most max_assemble_waves), then one thread moves the rest
+  /// in order (enqueue_compress_kernels). 0: one thread moves them all.
+  int assemble_waves = max_assemble_waves;
+};
+
+}  // namespace kompress::detail

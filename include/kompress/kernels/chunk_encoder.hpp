@@ -1,0 +1,72 @@
+#pragma once
+// What every backend's chunk encoder shares: the compression plan derived from the value
+// range, and the functor that encodes one chunk at its worst-case slot.
+
+#include <kompress/codec/chunk.hpp>
+#include <kompress/format.hpp>
+#include <kompress/kernels/value_range.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+namespace kompress::detail {
+
+/// What compression decides from the value range: the header's data-dependent fields and the
+/// codec. A pure function of (base header, range), evaluated on the device by every kernel
+/// that needs it, so nothing goes back to the host between launches.
+template <class T>
+struct compression_plan {
+  stream_header header;
+  value_codec<T> codec;
+};
+
+template <class T>
+KOKKOS_INLINE_FUNCTION compression_plan<T> plan_compression(const stream_header& base,
+                                                            const packed_range<T>& range) {
+  compression_plan<T> plan{base, {}};
+  const bool empty = !(range.low() <= range.high());
+  const double nan = from_bits<double>(0x7FF8000000000000ull);
+  const double min = empty ? nan : static_cast<double>(from_order_key<T>(range.low()));
+  const double max = empty ? nan : static_cast<double>(from_order_key<T>(range.high()));
+  const double abs_bound = base.mode == bound_mode::absolute
+                               ? base.user_bound
+                               : relative_to_absolute(base.user_bound, min, max);
+  const double max_abs = empty ? 0.0 : Kokkos::fmax(Kokkos::fabs(min), Kokkos::fabs(max));
+  plan.codec = make_value_codec<T>(abs_bound, max_abs);
+  plan.codec.has_fill = (base.flags & flag_fill_value) != 0;
+  plan.codec.fill_bits = static_cast<bits_t<T>>(base.fill_bits);
+  plan.header.value_min = min;
+  plan.header.value_max = max;
+  plan.header.abs_bound = plan.codec.step > 0.0 ? abs_bound : 0.0;
+  plan.header.quant_step = plan.codec.step;
+  return plan;
+}
+
+/// Encodes chunk `chunk` at its worst-case slot and records its length and checksum; each
+/// call derives the codec from the value range at the front of the output.
+template <class T, int BlockSize>
+struct chunk_encoder {
+  const T* in;
+  const packed_range<T>* range;
+  std::byte* data;
+  std::byte* ends;
+  std::byte* checksums;
+  stream_header base;
+  stream_layout layout;
+  std::uint64_t values_per_chunk;
+  std::uint64_t full_chunk_bytes;
+
+  KOKKOS_INLINE_FUNCTION void operator()(std::uint64_t chunk) const { encode(chunk); }
+
+  KOKKOS_INLINE_FUNCTION void encode(std::uint64_t chunk) const {
+    const value_codec<T> codec = plan_compression<T>(base, *range).codec;
+    std::byte* const slot = data + chunk * full_chunk_bytes;
+    const std::uint64_t bytes = encode_chunk<T, BlockSize>(
+        in + chunk * values_per_chunk, layout.values_in_chunk(chunk), codec, slot);
+    store<std::uint64_t>(ends + 8 * chunk, bytes);
+    store<std::uint64_t>(checksums + 8 * chunk, checksum_of(slot, bytes));
+  }
+};
+
+}  // namespace kompress::detail
