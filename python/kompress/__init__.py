@@ -55,6 +55,11 @@ def _kokkos_threads() -> int:
 
 
 def _finalize() -> None:
+    # Whatever still holds Kokkos memory: stashes and exchanges are closed; a nonblocking
+    # request Python still references keeps Kokkos from being finalised (the process is ending:
+    # leaving Kokkos up is harmless, freeing a View after finalize would abort).
+    import gc
+    gc.collect()
     for obj in list(_closables):
         obj.close()
     _ext._finalize_kokkos()

@@ -9,8 +9,6 @@
 docs/python.md is the guide.
 """
 
-from __future__ import annotations
-
 import weakref as _weakref
 
 import numpy as _np
@@ -55,7 +53,7 @@ class AllreduceHookState:
         self.__dict__.update(state)
 
 
-def allreduce_hook(state: AllreduceHookState, bucket) -> "_torch.futures.Future[_torch.Tensor]":
+def allreduce_hook(state: AllreduceHookState, bucket) -> _torch.futures.Future[_torch.Tensor]:
     """Averages the bucket's gradients over the ranks with kompress's compressed allreduce.
 
     Where ``fp16_compress_hook`` casts each gradient to half precision (an error relative to

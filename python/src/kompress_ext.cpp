@@ -26,6 +26,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -39,6 +40,16 @@ namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace {
+
+/// Objects of this module alive now that may hold Kokkos memory (requests, stashes,
+/// exchanges): Kokkos is finalised at exit only when none is left, since a View must never
+/// be freed after Kokkos::finalize (the process would abort).
+std::atomic<long> live_kokkos_holders{0};
+struct kokkos_holder {
+  kokkos_holder() { ++live_kokkos_holders; }
+  kokkos_holder(const kokkos_holder&) = delete;
+  ~kokkos_holder() { --live_kokkos_holders; }
+};
 
 using exec_space = Kokkos::DefaultHostExecutionSpace;
 template <class T>
@@ -299,6 +310,7 @@ class py_request {
   kompress::collective_report report() const { return request_.report(); }
 
  private:
+  kokkos_holder holder_;
   kompress::request request_;
   std::vector<nb::object> keep_alive_;
 };
@@ -449,6 +461,7 @@ class py_stash {
     return *stash_;
   }
   const stash_type& get(const char* who) const { return const_cast<py_stash*>(this)->get(who); }
+  kokkos_holder holder_;
   std::optional<stash_type> stash_;
 };
 
@@ -537,6 +550,7 @@ class py_exchange {
   void close() { exchange_.reset(); }
 
  private:
+  kokkos_holder holder_;
   std::optional<kompress::dlrm::embedding_exchange> exchange_;
 };
 
@@ -596,7 +610,9 @@ NB_MODULE(_kompress, m) {
 
   m.def("_initialize_kokkos", &initialize_kokkos, "num_threads"_a);
   m.def("_finalize_kokkos", [] {
-    if (Kokkos::is_initialized()) Kokkos::finalize();
+    if (!Kokkos::is_initialized() || live_kokkos_holders.load() != 0) return false;
+    Kokkos::finalize();
+    return true;
   });
   m.def("_kokkos_concurrency", [] { return exec_space{}.concurrency(); });
   m.def("_mpi_library_version", &mpi_library_version);

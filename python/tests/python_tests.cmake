@@ -15,7 +15,7 @@ set(kompress_python_env
   "PYTHONPATH=${CMAKE_CURRENT_BINARY_DIR}/package"
   "KOMPRESS_DATA_DIR=${KOMPRESS_DATA_DIR}"
   "KOMPRESS_STREAM_TOOL=$<TARGET_FILE:kompress_stream_tool>"
-  "OMP_NUM_THREADS=1" "OMP_PROC_BIND=false"
+  "OMP_NUM_THREADS=1" "OMP_PROC_BIND=false" "GLOO_SOCKET_IFNAME=lo"
   "OMPI_ALLOW_RUN_AS_ROOT=1" "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
   "OMPI_MCA_rmaps_base_oversubscribe=1" "PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe")
 set(pytest ${Python_EXECUTABLE} -m pytest -q -p no:cacheprovider)
