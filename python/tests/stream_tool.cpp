@@ -1,12 +1,16 @@
 // kompress_stream_tool: the C++ side of the Python package's cross-language tests.
 //   kompress_stream_tool compress f32|f64 IN.raw abs|rel BOUND BLOCK_SIZE OUT.kmpz
 //   kompress_stream_tool decompress IN.kmpz OUT.raw
+//   kompress_stream_tool time IN.raw CALLS   seconds per kompress::compress of IN (float32,
+//                                            REL 1e-3, into a preallocated View): the baseline
+//                                            of the Python call-overhead measurement
 // Raw files are headerless native-endian arrays; the stream is written exactly as
 // kompress::compress produced it.
 #include <kompress/kompress.hpp>
 
 #include <Kokkos_Core.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -73,6 +77,21 @@ int main(int argc, char** argv) {
         decompress_file<float>(bytes, args[2]);
       else
         decompress_file<double>(bytes, args[2]);
+      return 0;
+    }
+    if (args.size() == 3 && args[0] == "time") {
+      const auto raw = read_file(args[1]);
+      Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> values(
+          reinterpret_cast<const float*>(raw.data()), raw.size() / sizeof(float));
+      const kompress::compress_options options{.bound = kompress::relative(1e-3)};
+      Kokkos::View<std::byte*, Kokkos::HostSpace> stream("stream", kompress::max_compressed_size(values, options));
+      const int calls = std::stoi(args[2]);
+      std::size_t total = 0;
+      for (int i = 0; i < calls / 10; ++i) total += kompress::compress(Kokkos::DefaultHostExecutionSpace{}, values, stream, options);
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < calls; ++i) total += kompress::compress(Kokkos::DefaultHostExecutionSpace{}, values, stream, options);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::printf("%.9g %zu\n", seconds / calls, total);
       return 0;
     }
     std::fprintf(stderr, "usage: kompress_stream_tool compress f32|f64 IN abs|rel BOUND BLOCK OUT\n"
