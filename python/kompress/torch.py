@@ -149,11 +149,15 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         self.stash = stash if stash is not None else _k.Stash(
             budget_bytes, policy=policy, directory=directory, ceiling_abs=ceiling_abs, ceiling_rel=ceiling_rel,
             growth=growth, segment_bytes=segment_bytes)
-        self._live = {}            # storage key -> weakref of its _Saved (deduplication)
+        self._live = {}            # storage key -> weakrefs of the tensor and its _Saved
         self._mask_bytes = 0       # sign masks held now
         self._passed = {}          # storage key -> bytes of activations passed through
         self.peak_bytes = 0
         super().__init__(self._pack, self._unpack)
+
+    def __enter__(self):
+        super().__enter__()
+        return self
 
     # accounting
     def saved_bytes(self) -> int:
@@ -178,8 +182,8 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
     def _forget(self, saved):
         if saved.positive is not None:
             self._mask_bytes -= saved.positive.nbytes
-        ref = self._live.get(saved.key)
-        if ref is not None and ref() in (None, saved):
+        entry = self._live.get(saved.key)
+        if entry is not None and entry[1]() in (None, saved):
             del self._live[saved.key]
 
     @staticmethod
@@ -202,10 +206,11 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
             self._passed[key] = t.numel() * t.element_size()
             self._note()
             return t
-        ref = self._live.get(key)
-        saved = ref() if ref is not None else None
-        if saved is not None:
-            return saved
+        # Deduplicate only while the first tensor lives: once it is freed, a new tensor may
+        # take its memory with the same shape, and the key alone would mistake one for the other.
+        entry = self._live.get(key)
+        if entry is not None and entry[0]() is not None and entry[1]() is not None:
+            return entry[1]()
         values = t.detach()
         if not values.is_contiguous():
             values = values.contiguous()
@@ -218,7 +223,7 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
             saved.positive = _np.packbits((values > 0).numpy().reshape(-1))
             self._mask_bytes += saved.positive.nbytes
         saved.owner = self
-        self._live[key] = _weakref.ref(saved)
+        self._live[key] = (_weakref.ref(t), _weakref.ref(saved))
         self._note()
         return saved
 
