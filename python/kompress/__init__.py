@@ -83,7 +83,11 @@ def _host(x, who: str):
     if _is_torch(x):
         if x.device.type != "cpu":
             raise InvalidArgument(f"{who}: only CPU tensors are supported yet (got a tensor on {x.device})")
-        return x.detach()
+        x = x.detach()
+        try:
+            return x.numpy()  # the same memory; 1-2 us where __dlpack__ takes 8 (4 KiB calls)
+        except (TypeError, RuntimeError):  # dtypes numpy lacks (bfloat16): DLPack, then the checks
+            return x
     return x
 
 
