@@ -75,15 +75,30 @@ bool is_c_contiguous(const A& a) {
 
 /// The float dtype of `a`, checked contiguous (C order) and on the CPU; throws
 /// kompress::invalid_argument naming `who` and `what` otherwise.
+/// A DLPack dtype as numpy names it: "int64", "float16", "bfloat16", "bool", ...
+std::string dtype_name(nb::dlpack::dtype dt) {
+  std::string kind;
+  switch (dt.code) {
+    case std::uint8_t(nb::dlpack::dtype_code::Int): kind = "int"; break;
+    case std::uint8_t(nb::dlpack::dtype_code::UInt): kind = "uint"; break;
+    case std::uint8_t(nb::dlpack::dtype_code::Float): kind = "float"; break;
+    case std::uint8_t(nb::dlpack::dtype_code::Bfloat): kind = "bfloat"; break;
+    case std::uint8_t(nb::dlpack::dtype_code::Complex): kind = "complex"; break;
+    case std::uint8_t(nb::dlpack::dtype_code::Bool): return "bool";
+    default: kind = "dtype code " + std::to_string(dt.code) + " of ";
+  }
+  std::string name = kind + std::to_string(dt.bits);
+  if (dt.lanes != 1) name += "x" + std::to_string(dt.lanes);
+  return name;
+}
+
 template <class A>
 dtype_code float_array(const A& a, const char* who, const char* what) {
   const auto dt = a.dtype();
   const bool is_float = dt.code == std::uint8_t(nb::dlpack::dtype_code::Float) && dt.lanes == 1;
   if (!is_float || (dt.bits != 32 && dt.bits != 64))
-    throw kompress::invalid_argument(std::string(who) + ": " + what +
-                                     " must be float32 or float64 (got a dtype of code " +
-                                     std::to_string(dt.code) + ", " + std::to_string(dt.bits) +
-                                     " bits)");
+    throw kompress::invalid_argument(std::string(who) + ": " + what + " must be float32 or float64 (got " +
+                                     dtype_name(dt) + ")");
   if (a.size() != 0 && !is_c_contiguous(a))
     throw kompress::invalid_argument(std::string(who) + ": " + what +
                                      " must be C-contiguous (got a strided array; pass "
@@ -98,8 +113,7 @@ auto byte_array(const A& a, const char* who, const char* what) {
   const auto dt = a.dtype();
   if (dt.code != std::uint8_t(nb::dlpack::dtype_code::UInt) || dt.bits != 8 || dt.lanes != 1)
     throw kompress::invalid_argument(std::string(who) + ": " + what + " must be a uint8 array (got " +
-                                     std::to_string(dt.bits) + "-bit elements of code " +
-                                     std::to_string(dt.code) + ")");
+                                     dtype_name(dt) + ")");
   if (a.ndim() != 1 || (a.size() != 0 && a.stride(0) != 1))
     throw kompress::invalid_argument(std::string(who) + ": " + what +
                                      " must be a contiguous one-dimensional uint8 array (got " +

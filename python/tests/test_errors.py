@@ -26,7 +26,8 @@ def test_the_exception_hierarchy_mirrors_cpp():
 @pytest.mark.parametrize("x", [np.arange(10), np.zeros(10, np.float16), np.zeros(10, np.complex64),
                                torch.zeros(10, dtype=torch.int32), torch.zeros(10, dtype=torch.bfloat16)])
 def test_compress_rejects_other_dtypes(x):
-    with pytest.raises(kompress.InvalidArgument, match="kompress.compress: the input must be float32 or float64"):
+    with pytest.raises(kompress.InvalidArgument,
+                       match=r"kompress.compress: the input must be float32 or float64 \(got (int|float|complex|bfloat)\d+\)"):
         kompress.compress(x, abs=1e-3)
 
 
@@ -96,7 +97,7 @@ def test_decompress_rejects_a_wrong_output(stream):
         kompress.decompress(stream, out=np.empty(4999, np.float32))
     with pytest.raises(kompress.InvalidArgument, match="C-contiguous"):
         kompress.decompress(stream, out=np.empty((5000, 2), np.float32)[:, 0])
-    with pytest.raises(kompress.InvalidArgument, match="must be a uint8 array"):
+    with pytest.raises(kompress.InvalidArgument, match=r"must be a uint8 array \(got int8\)"):
         kompress.decompress(stream.view(np.int8))
     with pytest.raises(kompress.InvalidArgument, match="one-dimensional"):
         kompress.decompress(stream[: stream.size // 8 * 8].reshape(8, -1))
