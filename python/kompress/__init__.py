@@ -1,0 +1,376 @@
+"""kompress: error-bounded lossy compression of float32/float64 arrays, and compressed MPI
+collectives, for numpy arrays and CPU torch tensors.
+
+Every decompressed value x' of an input x satisfies |x - x'| <= the stream's absolute bound:
+``abs=e`` asks for e, ``rel=f`` for f * (max - min) of the array's finite values; neither is
+lossless. docs/python.md is the guide; kompress.torch holds the PyTorch integrations.
+
+Arrays are taken without a copy (DLPack / the buffer protocol) and must be C-contiguous:
+a strided array or tensor is rejected with InvalidArgument, never copied behind your back.
+Every call that compresses or communicates releases the GIL.
+"""
+
+from __future__ import annotations
+
+import atexit as _atexit
+import os as _os
+import weakref as _weakref
+
+import numpy as _np
+
+from . import _kompress as _ext
+from ._kompress import (  # noqa: F401  (re-exported)
+    BudgetExceeded,
+    CostModel,
+    Error,
+    FormatError,
+    InvalidArgument,
+    InvalidHandle,
+    Report,
+    Request,
+    StashEntryInfo,
+    StashHandle,
+    StashStats,
+    StreamInfo,
+)
+
+__all__ = [
+    "compress", "compress_into", "decompress", "inspect", "max_compressed_size",
+    "alltoall", "ialltoall", "alltoallv", "ialltoallv", "allreduce", "iallreduce",
+    "measure_cost_model", "Stash", "EmbeddingExchange",
+    "Error", "InvalidArgument", "FormatError", "BudgetExceeded", "InvalidHandle",
+    "Report", "Request", "StreamInfo", "CostModel", "StashStats", "StashEntryInfo", "StashHandle",
+]
+
+# --- Kokkos: initialised here unless the host program did, finalised at exit ----------------
+# Objects that hold Kokkos memory (stashes, exchanges) are closed first, whatever Python
+# still references at exit: a View must never outlive Kokkos.
+_closables: "_weakref.WeakSet" = _weakref.WeakSet()
+
+
+def _kokkos_threads() -> int:
+    """KOMPRESS_NUM_THREADS, else 0: Kokkos's OpenMP default (OMP_NUM_THREADS when set)."""
+    value = _os.environ.get("KOMPRESS_NUM_THREADS", "")
+    return int(value) if value.strip() else 0
+
+
+def _finalize() -> None:
+    # Whatever still holds Kokkos memory: stashes and exchanges are closed; a nonblocking
+    # request Python still references keeps Kokkos from being finalised (the process is ending:
+    # leaving Kokkos up is harmless, freeing a View after finalize would abort).
+    import gc
+    gc.collect()
+    for obj in list(_closables):
+        obj.close()
+    _ext._finalize_kokkos()
+
+
+if _ext._initialize_kokkos(_kokkos_threads()):
+    _atexit.register(_finalize)
+
+
+# --- arrays -----------------------------------------------------------------------------------
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+
+
+def _host(x, who: str):
+    """x as something the extension takes: torch tensors detached (DLPack refuses tensors that
+    require grad; the memory is the same), bytes as a read-only uint8 array."""
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return _np.frombuffer(x, dtype=_np.uint8)
+    if _is_torch(x):
+        if x.device.type != "cpu":
+            raise InvalidArgument(f"{who}: only CPU tensors are supported yet (got a tensor on {x.device})")
+        x = x.detach()
+        try:
+            return x.numpy()  # the same memory; 1-2 us where __dlpack__ takes 8 (4 KiB calls)
+        except (TypeError, RuntimeError):  # dtypes numpy lacks (bfloat16): DLPack, then the checks
+            return x
+    return x
+
+
+def _bound_args(abs, rel):
+    return (None if abs is None else float(abs)), (None if rel is None else float(rel))
+
+
+def _dtype_of(x):
+    if _is_torch(x):
+        import torch
+        return {torch.float32: _np.float32, torch.float64: _np.float64}.get(x.dtype)
+    return getattr(x, "dtype", None)
+
+
+# --- codec ------------------------------------------------------------------------------------
+
+def max_compressed_size(count: int, dtype=_np.float32, block_size: int = 32) -> int:
+    """The largest stream ``compress`` can write for ``count`` values of ``dtype``."""
+    return _ext.max_compressed_size(int(count), _np.dtype(dtype).itemsize, int(block_size))
+
+
+def compress(x, *, abs: float | None = None, rel: float | None = None, fill_value: float | None = None,
+             block_size: int = 32) -> _np.ndarray:
+    """Compresses a float32/float64 array or CPU tensor of any shape (values in C order).
+
+    Returns the stream as a new uint8 numpy array. Bound: ``abs=e`` (|x - x'| <= e), ``rel=f``
+    (e = f * (max - min)) or neither (lossless). Values bit-identical to ``fill_value`` come back
+    exactly and stay out of the relative bound's range. Releases the GIL; blocks until done.
+    """
+    abs, rel = _bound_args(abs, rel)
+    return _ext.compress(_host(x, "kompress.compress"), abs, rel,
+                         None if fill_value is None else float(fill_value), int(block_size))
+
+
+def compress_into(x, out, *, abs: float | None = None, rel: float | None = None,
+                  fill_value: float | None = None, block_size: int = 32) -> int:
+    """Compresses into ``out`` (a uint8 array of at least max_compressed_size bytes); returns
+    the stream's length (the stream is ``out[:length]``). No allocation."""
+    abs, rel = _bound_args(abs, rel)
+    return _ext.compress_into(_host(x, "kompress.compress_into"), _host(out, "kompress.compress_into"),
+                              abs, rel, None if fill_value is None else float(fill_value), int(block_size))
+
+
+def inspect(stream) -> StreamInfo:
+    """The stream's header, checked (checksums included); raises FormatError if malformed."""
+    return _ext.inspect(_host(stream, "kompress.inspect"))
+
+
+def decompress(stream, out=None):
+    """Decompresses a stream. Without ``out``: a new one-dimensional numpy array of the
+    stream's dtype and count (a stream records its element count, not a shape: reshape it, or
+    pass ``out``). With ``out`` (a C-contiguous array or CPU tensor of the stream's dtype and
+    count, any shape): decodes into it and returns it. Raises FormatError for a corrupted or
+    truncated stream (``out`` is then left untouched) and InvalidArgument for a wrong ``out``."""
+    stream = _host(stream, "kompress.decompress")
+    if out is None:
+        info = _ext.inspect(stream)
+        out = _np.empty(info.count, dtype=info.dtype)
+        _ext.decompress_into(stream, out)
+        return out
+    _ext.decompress_into(stream, _host(out, "kompress.decompress"))
+    return out
+
+
+# --- collectives --------------------------------------------------------------------------
+
+def _comm_handle(comm, who):
+    if comm is None:
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+    handle = getattr(comm, "handle", None)
+    if not isinstance(handle, int):
+        raise InvalidArgument(f"{who}: comm must be an mpi4py communicator (got {type(comm).__name__})")
+    return handle
+
+
+def _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost):
+    s = _ext._CollectiveSettings()
+    s.abs, s.rel = _bound_args(abs, rel)
+    s.mode = str(mode)
+    s.reduction_bound = str(reduction_bound)
+    s.block_size = int(block_size)
+    s.measure_error = bool(measure_error)
+    s.cost = cost
+    return s
+
+
+_collective_doc = """
+    Bound options as in C++ (kompress::collective_options): ``abs=`` or ``rel=`` (default
+    rel=1e-3), ``mode`` 'compressed' | 'raw' | 'auto' (auto: compress only where ``cost``, a
+    CostModel, says it pays), ``block_size``, ``measure_error`` (report the largest error of what
+    this rank sent). Arrays: C-contiguous float32/float64 numpy arrays or CPU tensors of one
+    dtype. ``comm``: an mpi4py communicator (default COMM_WORLD). Collective: every rank of
+    ``comm`` must call it, with the same options. The GIL is released while it runs.
+"""
+
+
+def alltoall(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
+             measure_error=False, cost=None) -> Report:
+    """MPI_Alltoall, compressed: block i of ``send`` (send.size / p values) goes to rank i;
+    block j of ``recv`` comes from rank j. Blocks until ``recv`` holds the result."""
+    who = "kompress.alltoall"
+    send, recv = _host(send, who), _host(recv, who)
+    return _ext._alltoall(send, recv, _comm_handle(comm, who),
+                          _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost), False, send, recv)
+
+
+def ialltoall(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
+              measure_error=False, cost=None) -> Request:
+    """Nonblocking alltoall: returns a Request; ``recv`` holds the result once ``wait()``
+    returned (or ``test()`` returned True). The request keeps both arrays alive."""
+    who = "kompress.ialltoall"
+    send, recv = _host(send, who), _host(recv, who)
+    return _ext._alltoall(send, recv, _comm_handle(comm, who),
+                          _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost), True, send, recv)
+
+
+def _counts(values):
+    return [int(v) for v in values]
+
+
+def alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, comm=None, *, abs=None, rel=None,
+              mode="compressed", block_size=32, measure_error=False, cost=None) -> Report:
+    """MPI_Alltoallv, compressed: counts and displacements in elements, one per rank."""
+    who = "kompress.alltoallv"
+    send, recv = _host(send, who), _host(recv, who)
+    return _ext._alltoallv(send, _counts(send_counts), _counts(send_displs), recv, _counts(recv_counts),
+                           _counts(recv_displs), _comm_handle(comm, who),
+                           _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost), False, send, recv)
+
+
+def ialltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, comm=None, *, abs=None, rel=None,
+               mode="compressed", block_size=32, measure_error=False, cost=None) -> Request:
+    """Nonblocking alltoallv; see ialltoall."""
+    who = "kompress.ialltoallv"
+    send, recv = _host(send, who), _host(recv, who)
+    return _ext._alltoallv(send, _counts(send_counts), _counts(send_displs), recv, _counts(recv_counts),
+                           _counts(recv_displs), _comm_handle(comm, who),
+                           _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost), True, send, recv)
+
+
+def allreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
+              block_size=32, measure_error=False, cost=None) -> Report:
+    """Sum of ``send`` over the ranks into ``recv`` (pass one array twice for in place).
+    ``reduction_bound``: 'per_hop' (each compression within the bound, the sum within p times
+    it) or 'total' (the sum within the bound). Report.absolute_bound is the guarantee."""
+    who = "kompress.allreduce"
+    send, recv = _host(send, who), _host(recv, who)
+    return _ext._allreduce(send, recv, _comm_handle(comm, who),
+                           _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost), False,
+                           send, recv)
+
+
+def iallreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
+               block_size=32, measure_error=False, cost=None) -> Request:
+    """Nonblocking allreduce; see ialltoall."""
+    who = "kompress.iallreduce"
+    send, recv = _host(send, who), _host(recv, who)
+    return _ext._allreduce(send, recv, _comm_handle(comm, who),
+                           _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost), True,
+                           send, recv)
+
+
+for _f in (alltoall, ialltoall, alltoallv, ialltoallv, allreduce, iallreduce):
+    _f.__doc__ = (_f.__doc__ or "") + _collective_doc
+
+
+def measure_cost_model(comm=None, probe_bytes: int = 4 << 20) -> CostModel:
+    """Measures the link (ranks 0 and 1) and the codec; every rank gets the same CostModel.
+    Collective."""
+    return _ext._measure_cost_model(_comm_handle(comm, "kompress.measure_cost_model"), int(probe_bytes))
+
+
+# --- the activation stash -----------------------------------------------------------------
+
+class Stash:
+    """kompress::stash: a fixed budget of memory holding compressed arrays.
+
+    ``policy`` decides what a save that does not fit does: 'throw' (BudgetExceeded, the stash
+    unchanged), 'spill_host', 'spill_file' (``directory=``), 'loosen_bound' (retry with the bound
+    times ``growth`` up to ``ceiling_abs=``/``ceiling_rel=``). docs/stash.md has the details.
+    """
+
+    def __init__(self, budget_bytes: int, *, policy: str = "throw", directory: str | None = None,
+                 ceiling_abs: float | None = None, ceiling_rel: float | None = None, growth: float = 2.0,
+                 segment_bytes: int = 64 << 10, block_size: int = 32):
+        options = _ext._stash_options(int(budget_bytes), str(policy), str(directory or ""),
+                                      *_bound_args(ceiling_abs, ceiling_rel), float(growth), int(segment_bytes),
+                                      int(block_size))
+        self._stash = _ext._Stash(options)
+        _closables.add(self)
+
+    def save(self, x, *, abs: float | None = None, rel: float | None = None) -> StashHandle:
+        """Compresses ``x`` (C-contiguous float32/float64) into the stash; returns its handle."""
+        return self._stash.save(_host(x, "kompress.Stash.save"), *_bound_args(abs, rel))
+
+    def restore(self, handle: StashHandle, out=None, *, drop: bool = False):
+        """Decompresses the entry into ``out`` (or a new 1-D numpy array) and returns it; every
+        value within the entry's absolute_bound. ``drop=True`` releases the entry too."""
+        if out is None:
+            info = self._stash.info(handle)
+            out = _np.empty(info.count, dtype=info.dtype)
+        self._stash.restore(handle, _host(out, "kompress.Stash.restore"), bool(drop))
+        return out
+
+    def drop(self, handle: StashHandle) -> None:
+        self._stash.drop(handle)
+
+    def __contains__(self, handle) -> bool:
+        return self._stash.contains(handle)
+
+    def info(self, handle: StashHandle) -> StashEntryInfo:
+        return self._stash.info(handle)
+
+    def stats(self) -> StashStats:
+        return self._stash.stats()
+
+    def reset_peaks(self) -> None:
+        self._stash.reset_peaks()
+
+    def close(self) -> None:
+        """Releases the pool (and the spill file); every handle becomes invalid."""
+        self._stash.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._stash.closed
+
+
+# --- the DLRM embedding exchange ----------------------------------------------------------
+
+class EmbeddingExchange:
+    """kompress::dlrm::embedding_exchange (docs/dlrm.md) on an mpi4py communicator.
+
+    ``tables``: one (owner rank, dim) per table, in table order, the same on every rank.
+    forward: [global batch x local width] -> [local batch x total width];
+    backward: [local batch x total width] -> [global batch x local width].
+    ``table_weights``: per-table multipliers of the bound; ``bound_schedule``: a callable
+    (iteration, table, "forward" | "backward") -> multiplier. kompress.torch.EmbeddingAllToAll
+    wraps it as an autograd function.
+    """
+
+    def __init__(self, tables, local_batch: int, comm=None, *, forward_abs=None, forward_rel=None,
+                 backward_abs=None, backward_rel=None, compress_forward: bool = True,
+                 compress_backward: bool = True, table_weights=None, bound_schedule=None, block_size: int = 32):
+        who = "kompress.EmbeddingExchange"
+        options = _ext._ExchangeOptions()
+        options.set_bounds(*_bound_args(forward_abs, forward_rel), *_bound_args(backward_abs, backward_rel))
+        options.compress_forward = bool(compress_forward)
+        options.compress_backward = bool(compress_backward)
+        if table_weights is not None:
+            options.table_weights = [float(w) for w in table_weights]
+        if bound_schedule is not None:
+            if not callable(bound_schedule):
+                raise InvalidArgument(f"{who}: bound_schedule must be callable (iteration, table, direction)")
+            options.set_schedule(bound_schedule)
+        options.block_size = int(block_size)
+        self.tables = [(int(owner), int(dim)) for owner, dim in tables]
+        self._exchange = _ext._EmbeddingExchange(_comm_handle(comm, who), self.tables, int(local_batch), options)
+        _closables.add(self)
+
+    local_batch = property(lambda self: self._exchange.local_batch)
+    global_batch = property(lambda self: self._exchange.global_batch)
+    local_width = property(lambda self: self._exchange.local_width)
+    total_width = property(lambda self: self._exchange.total_width)
+    iteration = property(lambda self: self._exchange.iteration)
+
+    def _run(self, forward, nonblocking, x, out, who):
+        x, out = _host(x, who), _host(out, who)
+        return self._exchange.run(forward, x, out, nonblocking, x, out)
+
+    def forward(self, pooled_local, pooled_out) -> Report:
+        """Blocking forward exchange; counts one iteration."""
+        return self._run(True, False, pooled_local, pooled_out, "kompress.EmbeddingExchange.forward")
+
+    def iforward(self, pooled_local, pooled_out) -> Request:
+        return self._run(True, True, pooled_local, pooled_out, "kompress.EmbeddingExchange.iforward")
+
+    def backward(self, grad_in, grad_out) -> Report:
+        return self._run(False, False, grad_in, grad_out, "kompress.EmbeddingExchange.backward")
+
+    def ibackward(self, grad_in, grad_out) -> Request:
+        return self._run(False, True, grad_in, grad_out, "kompress.EmbeddingExchange.ibackward")
+
+    def close(self) -> None:
+        self._exchange.close()

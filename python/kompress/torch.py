@@ -1,0 +1,290 @@
+"""kompress in a PyTorch training loop (CPU tensors).
+
+- ``allreduce_hook`` / ``AllreduceHookState``: a DDP communication hook that sums gradient
+  buckets with kompress's error-bounded allreduce.
+- ``compressed_activations``: saved-tensor hooks keeping activations compressed in a
+  kompress Stash between forward and backward.
+- ``EmbeddingAllToAll``: the DLRM embedding exchange as a module (autograd function inside).
+
+docs/python.md is the guide.
+"""
+
+import weakref as _weakref
+
+import numpy as _np
+import torch as _torch
+
+import kompress as _k
+
+__all__ = ["AllreduceHookState", "allreduce_hook", "compressed_activations", "EmbeddingAllToAll"]
+
+
+# --- DDP communication hook ---------------------------------------------------------------
+
+class AllreduceHookState:
+    """State of :func:`allreduce_hook`: the communicator and the bound.
+
+    Args:
+        comm: the mpi4py communicator whose ranks are the DDP ranks, in the same order
+            (default COMM_WORLD).
+        abs / rel: the bound of each compression (default rel=1e-3, relative to the range of
+            each bucket's values at each hop). See kompress.allreduce.
+        mode: 'compressed', 'raw' (plain MPI_Allreduce) or 'auto' (compress where ``cost`` says
+            it pays).
+        reduction_bound: 'per_hop' or 'total' (the averaged gradient within the bound).
+
+    After each bucket, ``last_report`` holds the kompress.Report of its allreduce, and
+    ``wire_bytes`` / ``payload_bytes`` accumulate over the whole run.
+    """
+
+    def __init__(self, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
+                 block_size=32, cost=None):
+        if comm is None:
+            from mpi4py import MPI
+            comm = MPI.COMM_WORLD
+        self.comm = comm
+        self.abs, self.rel = abs, (1e-3 if abs is None and rel is None else rel)
+        self.mode, self.reduction_bound, self.block_size, self.cost = mode, reduction_bound, block_size, cost
+        self.last_report = None
+        self.payload_bytes = 0
+        self.wire_bytes = 0
+
+    def __setstate__(self, state):  # DDP pickles hook states for some code paths
+        self.__dict__.update(state)
+
+
+def allreduce_hook(state: AllreduceHookState, bucket) -> _torch.futures.Future[_torch.Tensor]:
+    """Averages the bucket's gradients over the ranks with kompress's compressed allreduce.
+
+    Where ``fp16_compress_hook`` casts each gradient to half precision (an error relative to
+    each value, with no bound on the sum), this compresses the bucket within an error bound:
+    every averaged gradient differs from the exact average by at most
+    ``state.last_report.absolute_bound / world_size`` (per_hop: each hop's compression is
+    within the bound, the sum within world_size times it).
+
+    The allreduce runs on ``state.comm`` (MPI), not on DDP's process group, so the hook blocks
+    in the backward pass (the GIL released) and returns a completed future; DDP's process group
+    (e.g. gloo) still does the parameter broadcast. Only float32/float64 CPU buckets.
+
+    Example::
+
+        >>> state = kompress.torch.AllreduceHookState(MPI.COMM_WORLD, rel=1e-3)
+        >>> ddp_model.register_comm_hook(state, kompress.torch.allreduce_hook)
+    """
+    buffer = bucket.buffer()
+    if buffer.dtype not in (_torch.float32, _torch.float64):
+        raise _k.InvalidArgument(f"kompress.torch.allreduce_hook: the bucket must hold float32 or float64 "
+                                 f"gradients (got {buffer.dtype})")
+    size = state.comm.Get_size()
+    flat = buffer if buffer.is_contiguous() else buffer.contiguous()
+    flat.div_(size)
+    report = _k.allreduce(flat, flat, state.comm, abs=state.abs, rel=state.rel, mode=state.mode,
+                          reduction_bound=state.reduction_bound, block_size=state.block_size, cost=state.cost)
+    if flat.data_ptr() != buffer.data_ptr():
+        buffer.copy_(flat)
+    state.last_report = report
+    state.payload_bytes += report.payload_bytes
+    state.wire_bytes += report.wire_bytes
+    future = _torch.futures.Future()
+    future.set_result(buffer)
+    return future
+
+
+# --- saved-tensor hooks -----------------------------------------------------------------------
+
+class _Saved:
+    """One compressed activation: its stash entry and, for exact_sign, its positive mask.
+    Dropped from the stash when the last reference (the autograd graph's) goes."""
+
+    __slots__ = ("stash", "handle", "shape", "dtype", "positive", "bound", "key", "owner", "__weakref__")
+
+    def __init__(self, key):
+        self.stash = self.handle = self.positive = self.owner = None
+        self.key = key
+
+    def __del__(self):
+        if self.stash is not None and not self.stash.closed and self.handle in self.stash:
+            self.stash.drop(self.handle)
+        if self.owner is not None:
+            self.owner._forget(self)
+
+
+class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
+    """Keeps the activations autograd saves for backward compressed in a kompress Stash.
+
+    Inside ``with kompress.torch.compressed_activations(rel=1e-2):`` every float32/float64 CPU
+    tensor autograd saves with at least ``min_numel`` elements is compressed into the stash in
+    the forward pass and restored, every value within the bound, when backward needs it; its
+    stash entry is dropped when the graph releases it. Integer and boolean tensors, smaller
+    tensors, parameters (leaves that require grad, and views of them) and non-CPU tensors pass
+    through untouched. A tensor saved twice (a ReLU's output that the next Linear also saves)
+    is compressed once.
+
+    Args:
+        abs / rel: the bound (rel: relative to each tensor's value range).
+        budget_bytes: the stash's budget (its pool, allocated on entry).
+        min_numel: smaller tensors are kept as they are.
+        policy, directory, ceiling_abs, ceiling_rel, growth, segment_bytes: as kompress.Stash.
+        exact_sign: keep one bit per value saying whether it was > 0, and make the restored
+            value's sign agree (a value in (0, e] that would come back as 0 or below comes back
+            as the smallest normal number; a value <= 0 that would come back positive comes
+            back as 0; both stay within the bound). Functions whose backward reads only where
+            their output is positive (ReLU) then see exactly the mask the plain run sees. Costs
+            1/32 (float32) of the raw size.
+        stash: an existing kompress.Stash to use instead of making one.
+
+    Non-contiguous activations are copied to a contiguous tensor before compression.
+    ``stats()`` gives the stash's statistics; ``saved_bytes()`` the bytes held now (streams in the
+    pool, sign masks and tensors passed through); ``peak_bytes`` their high-water mark.
+    """
+
+    def __init__(self, *, abs=None, rel=None, budget_bytes: int = 256 << 20, min_numel: int = 1 << 14,
+                 policy: str = "throw", directory=None, ceiling_abs=None, ceiling_rel=None, growth: float = 2.0,
+                 segment_bytes: int = 64 << 10, exact_sign: bool = True, stash: "_k.Stash | None" = None):
+        if abs is None and rel is None:
+            rel = 1e-2
+        self.abs, self.rel = abs, rel
+        self.min_numel = int(min_numel)
+        self.exact_sign = bool(exact_sign)
+        self.stash = stash if stash is not None else _k.Stash(
+            budget_bytes, policy=policy, directory=directory, ceiling_abs=ceiling_abs, ceiling_rel=ceiling_rel,
+            growth=growth, segment_bytes=segment_bytes)
+        self._live = {}            # storage key -> weakrefs of the tensor and its _Saved
+        self._mask_bytes = 0       # sign masks held now
+        self._passed = {}          # storage key -> bytes of activations passed through
+        self.peak_bytes = 0
+        super().__init__(self._pack, self._unpack)
+
+    def __enter__(self):
+        super().__enter__()
+        return self
+
+    # accounting
+    def saved_bytes(self) -> int:
+        """Bytes the saved activations hold now: the stash's pool in use (streams and
+        workspace), the sign masks, and the activations passed through since the last
+        reset_peaks() (autograd frees those without telling the hooks)."""
+        return self.stash.stats().pool_bytes + self._mask_bytes + sum(self._passed.values())
+
+    def reset_peaks(self) -> None:
+        """Starts a new measurement (e.g. each training step): peak_bytes, the stash's peaks and
+        the count of activations passed through."""
+        self._passed.clear()
+        self.stash.reset_peaks()
+        self.peak_bytes = self.saved_bytes()
+
+    def _note(self):
+        self.peak_bytes = max(self.peak_bytes, self.saved_bytes())
+
+    def stats(self):
+        return self.stash.stats()
+
+    def _forget(self, saved):
+        if saved.positive is not None:
+            self._mask_bytes -= saved.positive.nbytes
+        entry = self._live.get(saved.key)
+        if entry is not None and entry[1]() in (None, saved):
+            del self._live[saved.key]
+
+    @staticmethod
+    def _key(t):
+        return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype,
+                t._version)
+
+    @staticmethod
+    def _is_parameter(t):
+        if isinstance(t, _torch.nn.Parameter) or (t.is_leaf and t.requires_grad):
+            return True
+        base = t._base
+        return base is not None and base.is_leaf and base.requires_grad
+
+    def _pack(self, t):
+        if t.dtype not in (_torch.float32, _torch.float64) or self._is_parameter(t):
+            return t
+        key = self._key(t)
+        if t.device.type != "cpu" or t.numel() < self.min_numel:
+            self._passed[key] = t.numel() * t.element_size()
+            self._note()
+            return t
+        # Deduplicate only while the first tensor lives: once it is freed, a new tensor may
+        # take its memory with the same shape, and the key alone would mistake one for the other.
+        entry = self._live.get(key)
+        if entry is not None and entry[0]() is not None and entry[1]() is not None:
+            return entry[1]()
+        values = t.detach()
+        if not values.is_contiguous():
+            values = values.contiguous()
+        saved = _Saved(key)
+        saved.handle = self.stash.save(values, abs=self.abs, rel=self.rel)
+        saved.stash = self.stash
+        saved.shape, saved.dtype = values.shape, values.dtype
+        saved.bound = self.stash.info(saved.handle).absolute_bound
+        if self.exact_sign:
+            saved.positive = _np.packbits((values > 0).numpy().reshape(-1))
+            self._mask_bytes += saved.positive.nbytes
+        saved.owner = self
+        self._live[key] = (_weakref.ref(t), _weakref.ref(saved))
+        self._note()
+        return saved
+
+    def _unpack(self, saved):
+        if not isinstance(saved, _Saved):
+            return saved
+        out = _torch.empty(saved.shape, dtype=saved.dtype)
+        self.stash.restore(saved.handle, out)
+        if saved.positive is not None and saved.bound > 0:
+            count = out.numel()
+            positive = _torch.from_numpy(_np.unpackbits(saved.positive, count=count).view(_np.bool_)).view(saved.shape)
+            tiny = _torch.finfo(saved.dtype).tiny
+            out = _torch.where(positive & (out <= 0), _torch.full_like(out, tiny), out)
+            out = _torch.where(~positive & (out > 0), _torch.zeros_like(out), out)
+        return out
+
+
+# --- the DLRM embedding exchange ----------------------------------------------------------
+
+class _ExchangeFunction(_torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, pooled_local, exchange, reports):
+        x = pooled_local.detach()
+        if not x.is_contiguous():
+            x = x.contiguous()
+        out = _torch.empty((exchange.local_batch, exchange.total_width), dtype=x.dtype)
+        reports["forward"] = exchange.forward(x, out)
+        ctx.exchange, ctx.reports = exchange, reports
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        exchange = ctx.exchange
+        g = grad.detach()
+        if not g.is_contiguous():
+            g = g.contiguous()
+        out = _torch.empty((exchange.global_batch, exchange.local_width), dtype=g.dtype)
+        ctx.reports["backward"] = exchange.backward(g, out)
+        return out, None, None
+
+
+class EmbeddingAllToAll(_torch.nn.Module):
+    """The DLRM embedding exchange as a module: takes the pooled embeddings of this rank's
+    tables for the global batch, ``[global batch x local width]`` (this rank's tables' columns
+    side by side, in table order), and returns every table's pooled embeddings for this rank's
+    slice of the batch, ``[local batch x total width]``. Its backward sends the gradients back
+    through the reverse all-to-all, compressed with the backward bound.
+
+    Args: as kompress.EmbeddingExchange (tables as (owner, dim) pairs, local_batch, comm,
+    forward_abs/forward_rel, backward_abs/backward_rel, table_weights, bound_schedule, ...).
+    ``last_reports`` holds the kompress.Report of the last forward and backward exchange.
+    Every rank must call it in the same order (it is a collective, blocking in both passes).
+    """
+
+    def __init__(self, tables, local_batch, comm=None, **options):
+        super().__init__()
+        self.exchange = _k.EmbeddingExchange(tables, local_batch, comm, **options)
+        self.last_reports = {}
+
+    def forward(self, pooled_local):
+        if pooled_local.device.type != "cpu":
+            raise _k.InvalidArgument("kompress.torch.EmbeddingAllToAll: only CPU tensors are supported yet")
+        self.last_reports = {}
+        return _ExchangeFunction.apply(pooled_local, self.exchange, self.last_reports)

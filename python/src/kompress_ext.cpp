@@ -1,0 +1,809 @@
+// kompress._kompress: the nanobind extension behind the `kompress` Python package.
+//
+// Arrays come in through DLPack / the buffer protocol as nb::ndarray (numpy arrays, CPU torch
+// tensors) and are wrapped, without a copy, in unmanaged host Views. Every call that compresses
+// or communicates releases the GIL. Argument checks that need Python objects happen before the
+// GIL is released; everything else is kompress's own checking, whose exceptions become the
+// Python classes registered at the bottom (kompress.Error and subclasses).
+//
+// The Python layer (python/kompress/*.py) gives these functions their keyword arguments,
+// allocates outputs and converts torch tensors; this file stays a thin typed bridge.
+
+#include <kompress/kompress.hpp>
+#include <kompress/comm.hpp>
+#include <kompress/dlrm.hpp>
+#include <kompress/stash.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+/// Objects of this module alive now that may hold Kokkos memory (requests, stashes,
+/// exchanges): Kokkos is finalised at exit only when none is left, since a View must never
+/// be freed after Kokkos::finalize (the process would abort).
+std::atomic<long> live_kokkos_holders{0};
+struct kokkos_holder {
+  kokkos_holder() { ++live_kokkos_holders; }
+  kokkos_holder(const kokkos_holder&) = delete;
+  ~kokkos_holder() { --live_kokkos_holders; }
+};
+
+using exec_space = Kokkos::DefaultHostExecutionSpace;
+template <class T>
+using host_view = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+// Any dtype, shape and strides (checked below): inputs may be read-only (bytes, memory maps),
+// outputs must be writable.
+using in_array = nb::ndarray<nb::ro, nb::device::cpu>;
+using array = nb::ndarray<nb::device::cpu>;
+
+// --- arrays -----------------------------------------------------------------------------------
+
+enum class dtype_code { float32, float64 };
+
+template <class A>
+bool is_c_contiguous(const A& a) {
+  std::int64_t expected = 1;
+  for (std::size_t d = a.ndim(); d-- > 0;) {
+    if (a.shape(d) != 1 && a.stride(d) != expected) return false;
+    expected *= std::int64_t(a.shape(d));
+  }
+  return true;
+}
+
+/// The float dtype of `a`, checked contiguous (C order) and on the CPU; throws
+/// kompress::invalid_argument naming `who` and `what` otherwise.
+/// A DLPack dtype as numpy names it: "int64", "float16", "bfloat16", "bool", ...
+std::string dtype_name(nb::dlpack::dtype dt) {
+  std::string kind;
+  switch (dt.code) {
+    case std::uint8_t(nb::dlpack::dtype_code::Int): kind = "int"; break;
+    case std::uint8_t(nb::dlpack::dtype_code::UInt): kind = "uint"; break;
+    case std::uint8_t(nb::dlpack::dtype_code::Float): kind = "float"; break;
+    case std::uint8_t(nb::dlpack::dtype_code::Bfloat): kind = "bfloat"; break;
+    case std::uint8_t(nb::dlpack::dtype_code::Complex): kind = "complex"; break;
+    case std::uint8_t(nb::dlpack::dtype_code::Bool): return "bool";
+    default: kind = "dtype code " + std::to_string(dt.code) + " of ";
+  }
+  std::string name = kind + std::to_string(dt.bits);
+  if (dt.lanes != 1) name += "x" + std::to_string(dt.lanes);
+  return name;
+}
+
+template <class A>
+dtype_code float_array(const A& a, const char* who, const char* what) {
+  const auto dt = a.dtype();
+  const bool is_float = dt.code == std::uint8_t(nb::dlpack::dtype_code::Float) && dt.lanes == 1;
+  if (!is_float || (dt.bits != 32 && dt.bits != 64))
+    throw kompress::invalid_argument(std::string(who) + ": " + what + " must be float32 or float64 (got " +
+                                     dtype_name(dt) + ")");
+  if (a.size() != 0 && !is_c_contiguous(a))
+    throw kompress::invalid_argument(std::string(who) + ": " + what +
+                                     " must be C-contiguous (got a strided array; pass "
+                                     "np.ascontiguousarray(x) or x.contiguous())");
+  return dt.bits == 32 ? dtype_code::float32 : dtype_code::float64;
+}
+
+/// A rank-1 contiguous uint8 array: a stream, or the buffer a stream is written into.
+template <class A>
+auto byte_array(const A& a, const char* who, const char* what) {
+  using byte = std::conditional_t<std::is_same_v<A, in_array>, const std::byte, std::byte>;
+  const auto dt = a.dtype();
+  if (dt.code != std::uint8_t(nb::dlpack::dtype_code::UInt) || dt.bits != 8 || dt.lanes != 1)
+    throw kompress::invalid_argument(std::string(who) + ": " + what + " must be a uint8 array (got " +
+                                     dtype_name(dt) + ")");
+  if (a.ndim() != 1 || (a.size() != 0 && a.stride(0) != 1))
+    throw kompress::invalid_argument(std::string(who) + ": " + what +
+                                     " must be a contiguous one-dimensional uint8 array (got " +
+                                     std::to_string(a.ndim()) + " dimensions)");
+  return host_view<byte>(static_cast<byte*>(a.data()), a.size());
+}
+
+template <class T>
+host_view<T> view_of(const array& a) {
+  return host_view<T>(static_cast<T*>(a.data()), a.size());
+}
+template <class T>
+host_view<const T> view_of(const in_array& a) {
+  return host_view<const T>(static_cast<const T*>(a.data()), a.size());
+}
+
+/// Calls f(T{}) with T the element type of `code`.
+template <class F>
+decltype(auto) dispatch(dtype_code code, F&& f) {
+  if (code == dtype_code::float32) return f(float{});
+  return f(double{});
+}
+
+kompress::error_bound make_bound(const char* who, std::optional<double> abs, std::optional<double> rel) {
+  if (abs && rel)
+    throw kompress::invalid_argument(std::string(who) + ": give one of abs= and rel=, not both");
+  if (abs) return kompress::absolute(*abs);
+  if (rel) return kompress::relative(*rel);
+  return kompress::lossless();
+}
+
+// --- codec ------------------------------------------------------------------------------------
+
+std::size_t max_compressed_size(std::size_t count, int element_bytes, int block_size) {
+  if (element_bytes == 4) return kompress::max_compressed_size<float>(count, block_size);
+  if (element_bytes == 8) return kompress::max_compressed_size<double>(count, block_size);
+  throw kompress::invalid_argument("kompress.max_compressed_size: element size must be 4 or 8 bytes (got " +
+                                   std::to_string(element_bytes) + ")");
+}
+
+/// Compresses `in` into a new uint8 numpy array of exactly the stream's length.
+nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>> compress(const in_array& in, std::optional<double> abs,
+                                                          std::optional<double> rel,
+                                                          std::optional<double> fill_value, int block_size) {
+  constexpr const char* who = "kompress.compress";
+  const dtype_code code = float_array(in, who, "the input");
+  const kompress::compress_options options{.bound = make_bound(who, abs, rel), .fill_value = fill_value,
+                                           .block_size = block_size};
+  std::size_t length = 0;
+  std::unique_ptr<std::uint8_t[]> stream;
+  {
+    nb::gil_scoped_release release;
+    dispatch(code, [&](auto t) {
+      using T = decltype(t);
+      const auto values = view_of<T>(in);
+      // The worst case is allocated, filled, then copied to a buffer of the stream's length:
+      // a copy of the compressed bytes only, and no slack kept alive with the result.
+      std::unique_ptr<std::uint8_t[]> scratch(
+          new std::uint8_t[kompress::max_compressed_size(values, options)]);
+      host_view<std::byte> out(reinterpret_cast<std::byte*>(scratch.get()),
+                               kompress::max_compressed_size(values, options));
+      length = kompress::compress(exec_space{}, values, out, options);
+      stream.reset(new std::uint8_t[length]);
+      std::memcpy(stream.get(), scratch.get(), length);
+    });
+  }
+  std::uint8_t* data = stream.release();
+  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<std::uint8_t*>(p); });
+  return nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(data, {length}, owner);
+}
+
+/// Compresses `in` into the caller's uint8 buffer `out`; returns the stream's length.
+std::size_t compress_into(const in_array& in, const array& out, std::optional<double> abs,
+                          std::optional<double> rel, std::optional<double> fill_value, int block_size) {
+  constexpr const char* who = "kompress.compress_into";
+  const dtype_code code = float_array(in, who, "the input");
+  const auto bytes = byte_array(out, who, "the output");
+  const kompress::compress_options options{.bound = make_bound(who, abs, rel), .fill_value = fill_value,
+                                           .block_size = block_size};
+  nb::gil_scoped_release release;
+  return dispatch(code, [&](auto t) {
+    using T = decltype(t);
+    return kompress::compress(exec_space{}, view_of<T>(in), bytes, options);
+  });
+}
+
+kompress::stream_info inspect(const in_array& stream) {
+  const auto bytes = byte_array(stream, "kompress.inspect", "the stream");
+  nb::gil_scoped_release release;
+  return kompress::inspect(bytes);
+}
+
+void decompress_into(const in_array& stream, const array& out) {
+  constexpr const char* who = "kompress.decompress";
+  const auto bytes = byte_array(stream, who, "the stream");
+  const dtype_code code = float_array(out, who, "the output");
+  nb::gil_scoped_release release;
+  dispatch(code, [&](auto t) {
+    using T = decltype(t);
+    kompress::decompress(exec_space{}, bytes, view_of<T>(out));
+  });
+}
+
+// --- MPI --------------------------------------------------------------------------------------
+
+/// mpi4py's Comm.handle (an integer) as an MPI_Comm: a pointer in Open MPI, an int in MPICH.
+template <class Comm = MPI_Comm>
+Comm comm_of(std::uintptr_t handle) {
+  if constexpr (std::is_pointer_v<Comm>)
+    return reinterpret_cast<Comm>(handle);
+  else
+    return static_cast<Comm>(handle);
+}
+
+std::string mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  MPI_Get_library_version(text, &length);
+  return std::string(text, std::size_t(length));
+}
+
+/// The collective options, built in one place from the Python keywords (when the C++ options
+/// change shape, only this function does).
+struct collective_settings {
+  std::optional<double> abs, rel;
+  std::string mode = "compressed";
+  std::string reduction_bound = "per_hop";
+  int block_size = 32;
+  bool measure_error = false;
+  std::optional<kompress::cost_model> cost;
+};
+
+kompress::collective_options make_collective_options(const collective_settings& s, const char* who) {
+  kompress::collective_options options;
+  if (s.abs || s.rel) options.bound = make_bound(who, s.abs, s.rel);
+  if (s.mode == "compressed")
+    options.mode = kompress::transfer_mode::compressed;
+  else if (s.mode == "raw")
+    options.mode = kompress::transfer_mode::raw;
+  else if (s.mode == "auto" || s.mode == "automatic")
+    options.mode = kompress::transfer_mode::automatic;
+  else
+    throw kompress::invalid_argument(std::string(who) +
+                                     ": mode must be 'compressed', 'raw' or 'auto' (got '" + s.mode + "')");
+  if (s.reduction_bound == "per_hop")
+    options.reduction_bound = kompress::allreduce_bound::per_hop;
+  else if (s.reduction_bound == "total")
+    options.reduction_bound = kompress::allreduce_bound::total;
+  else
+    throw kompress::invalid_argument(std::string(who) + ": reduction_bound must be 'per_hop' or 'total' (got '" +
+                                     s.reduction_bound + "')");
+  options.block_size = s.block_size;
+  options.measure_error = s.measure_error;
+  if (s.cost) options.cost = *s.cost;
+  return options;
+}
+
+/// Send and receive arrays of one float dtype.
+template <class S>
+dtype_code pair_dtype(const S& send, const array& recv, const char* who) {
+  const dtype_code a = float_array(send, who, "the send array");
+  const dtype_code b = float_array(recv, who, "the receive array");
+  if (a != b)
+    throw kompress::invalid_argument(std::string(who) +
+                                     ": the send and receive arrays must have the same dtype (got " +
+                                     (a == dtype_code::float32 ? "float32" : "float64") + " and " +
+                                     (b == dtype_code::float32 ? "float32" : "float64") + ")");
+  return a;
+}
+
+/// A nonblocking collective in flight: the kompress::request and the arrays it reads and
+/// writes, kept alive until it completes.
+class py_request {
+ public:
+  py_request(kompress::request request, std::vector<nb::object> keep_alive)
+      : request_(std::move(request)), keep_alive_(std::move(keep_alive)) {}
+  py_request(const py_request&) = delete;
+  py_request& operator=(const py_request&) = delete;
+  ~py_request() {
+    // An unfinished request waits in its destructor; other ranks may need this process's
+    // Python threads meanwhile.
+    if (request_.valid()) {
+      nb::gil_scoped_release release;
+      request_ = kompress::request{};
+    }
+  }
+
+  kompress::collective_report wait() {
+    kompress::collective_report report;
+    {
+      nb::gil_scoped_release release;
+      report = request_.wait();
+    }
+    keep_alive_.clear();
+    return report;
+  }
+
+  bool test() {
+    bool done;
+    {
+      nb::gil_scoped_release release;
+      done = request_.test();
+    }
+    if (done) keep_alive_.clear();
+    return done;
+  }
+
+  kompress::collective_report report() const { return request_.report(); }
+
+ private:
+  kokkos_holder holder_;
+  kompress::request request_;
+  std::vector<nb::object> keep_alive_;
+};
+
+nb::object alltoall(const in_array& send, const array& recv, std::uintptr_t comm, const collective_settings& s,
+                    bool nonblocking, nb::handle send_obj, nb::handle recv_obj) {
+  const char* who = nonblocking ? "kompress.ialltoall" : "kompress.alltoall";
+  const dtype_code code = pair_dtype(send, recv, who);
+  const auto options = make_collective_options(s, who);
+  if (!nonblocking) {
+    kompress::collective_report report;
+    {
+      nb::gil_scoped_release release;
+      report = dispatch(code, [&](auto t) {
+        using T = decltype(t);
+        return kompress::alltoall(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+      });
+    }
+    return nb::cast(report);
+  }
+  kompress::request request;
+  {
+    nb::gil_scoped_release release;
+    request = dispatch(code, [&](auto t) {
+      using T = decltype(t);
+      return kompress::ialltoall(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+    });
+  }
+  return nb::cast(new py_request(std::move(request), {nb::borrow(send_obj), nb::borrow(recv_obj)}),
+                  nb::rv_policy::take_ownership);
+}
+
+nb::object alltoallv(const in_array& send, const std::vector<std::int64_t>& send_counts,
+                     const std::vector<std::int64_t>& send_displs, const array& recv,
+                     const std::vector<std::int64_t>& recv_counts, const std::vector<std::int64_t>& recv_displs,
+                     std::uintptr_t comm, const collective_settings& s, bool nonblocking, nb::handle send_obj,
+                     nb::handle recv_obj) {
+  const char* who = nonblocking ? "kompress.ialltoallv" : "kompress.alltoallv";
+  const dtype_code code = pair_dtype(send, recv, who);
+  const auto options = make_collective_options(s, who);
+  if (!nonblocking) {
+    kompress::collective_report report;
+    {
+      nb::gil_scoped_release release;
+      report = dispatch(code, [&](auto t) {
+        using T = decltype(t);
+        return kompress::alltoallv(exec_space{}, view_of<T>(send), send_counts, send_displs, view_of<T>(recv),
+                                   recv_counts, recv_displs, comm_of(comm), options);
+      });
+    }
+    return nb::cast(report);
+  }
+  kompress::request request;
+  {
+    nb::gil_scoped_release release;
+    request = dispatch(code, [&](auto t) {
+      using T = decltype(t);
+      return kompress::ialltoallv(exec_space{}, view_of<T>(send), send_counts, send_displs, view_of<T>(recv),
+                                  recv_counts, recv_displs, comm_of(comm), options);
+    });
+  }
+  return nb::cast(new py_request(std::move(request), {nb::borrow(send_obj), nb::borrow(recv_obj)}),
+                  nb::rv_policy::take_ownership);
+}
+
+nb::object allreduce(const in_array& send, const array& recv, std::uintptr_t comm, const collective_settings& s,
+                     bool nonblocking, nb::handle send_obj, nb::handle recv_obj) {
+  const char* who = nonblocking ? "kompress.iallreduce" : "kompress.allreduce";
+  const dtype_code code = pair_dtype(send, recv, who);
+  const auto options = make_collective_options(s, who);
+  if (!nonblocking) {
+    kompress::collective_report report;
+    {
+      nb::gil_scoped_release release;
+      report = dispatch(code, [&](auto t) {
+        using T = decltype(t);
+        return kompress::allreduce(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+      });
+    }
+    return nb::cast(report);
+  }
+  kompress::request request;
+  {
+    nb::gil_scoped_release release;
+    request = dispatch(code, [&](auto t) {
+      using T = decltype(t);
+      return kompress::iallreduce(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+    });
+  }
+  return nb::cast(new py_request(std::move(request), {nb::borrow(send_obj), nb::borrow(recv_obj)}),
+                  nb::rv_policy::take_ownership);
+}
+
+kompress::cost_model measure_cost_model(std::uintptr_t comm, std::size_t probe_bytes) {
+  nb::gil_scoped_release release;
+  return kompress::measure_cost_model(exec_space{}, comm_of(comm), probe_bytes);
+}
+
+// --- the activation stash ---------------------------------------------------------------------
+
+using stash_type = kompress::stash<exec_space>;
+
+/// kompress::stash, closable: the Python package closes every stash before it finalises
+/// Kokkos, so that no View outlives Kokkos whatever Python keeps alive at exit.
+class py_stash {
+ public:
+  explicit py_stash(const kompress::stash_options& options) : stash_(std::in_place, exec_space{}, options) {}
+
+  kompress::stash_handle save(const in_array& in, std::optional<double> abs, std::optional<double> rel) {
+    constexpr const char* who = "kompress.Stash.save";
+    const dtype_code code = float_array(in, who, "the array");
+    const auto bound = make_bound(who, abs, rel);
+    auto& s = get(who);
+    nb::gil_scoped_release release;
+    return dispatch(code, [&](auto t) {
+      using T = decltype(t);
+      return s.save(exec_space{}, view_of<T>(in), bound);
+    });
+  }
+
+  void restore(const kompress::stash_handle& handle, const array& out, bool drop) {
+    constexpr const char* who = "kompress.Stash.restore";
+    const dtype_code code = float_array(out, who, "the output");
+    auto& s = get(who);
+    nb::gil_scoped_release release;
+    dispatch(code, [&](auto t) {
+      using T = decltype(t);
+      if (drop)
+        s.restore_and_drop(exec_space{}, handle, view_of<T>(out));
+      else
+        s.restore(exec_space{}, handle, view_of<T>(out));
+    });
+  }
+
+  void drop(const kompress::stash_handle& handle) { get("kompress.Stash.drop").drop(handle); }
+  bool contains(const kompress::stash_handle& handle) const { return stash_ && stash_->contains(handle); }
+  kompress::stash_entry_info info(const kompress::stash_handle& handle) const {
+    return get("kompress.Stash.info").info(handle);
+  }
+  kompress::stash_stats stats() const { return get("kompress.Stash.stats").stats(); }
+  void reset_peaks() { get("kompress.Stash.reset_peaks").reset_peaks(); }
+  void close() { stash_.reset(); }
+  bool closed() const { return !stash_; }
+
+ private:
+  stash_type& get(const char* who) {
+    if (!stash_) throw kompress::invalid_argument(std::string(who) + ": the stash is closed");
+    return *stash_;
+  }
+  const stash_type& get(const char* who) const { return const_cast<py_stash*>(this)->get(who); }
+  kokkos_holder holder_;
+  std::optional<stash_type> stash_;
+};
+
+kompress::stash_options make_stash_options(std::size_t budget_bytes, const std::string& policy,
+                                           const std::string& directory, std::optional<double> ceiling_abs,
+                                           std::optional<double> ceiling_rel, double growth,
+                                           std::size_t segment_bytes, int block_size) {
+  constexpr const char* who = "kompress.Stash";
+  kompress::stash_options options{.budget_bytes = budget_bytes, .segment_bytes = segment_bytes,
+                                  .block_size = block_size};
+  if (policy == "throw")
+    options.policy = kompress::budget_policy::throw_error();
+  else if (policy == "spill_host")
+    options.policy = kompress::budget_policy::spill_to_host();
+  else if (policy == "spill_file") {
+    if (directory.empty())
+      throw kompress::invalid_argument(std::string(who) + ": policy 'spill_file' needs directory=");
+    options.policy = kompress::budget_policy::spill_to_file(directory);
+  } else if (policy == "loosen_bound") {
+    if (!ceiling_abs && !ceiling_rel)
+      throw kompress::invalid_argument(std::string(who) +
+                                       ": policy 'loosen_bound' needs ceiling_abs= or ceiling_rel=");
+    options.policy = kompress::budget_policy::loosen_bound(make_bound(who, ceiling_abs, ceiling_rel), growth);
+  } else
+    throw kompress::invalid_argument(std::string(who) +
+                                     ": policy must be 'throw', 'spill_host', 'spill_file' or "
+                                     "'loosen_bound' (got '" + policy + "')");
+  return options;
+}
+
+// --- the DLRM embedding exchange --------------------------------------------------------------
+
+class py_exchange {
+ public:
+  py_exchange(std::uintptr_t comm, const std::vector<std::pair<int, std::size_t>>& tables, std::size_t local_batch,
+              kompress::dlrm::exchange_options options) {
+    std::vector<kompress::dlrm::table> t;
+    for (const auto& [owner, dim] : tables) t.push_back({.owner = owner, .dim = dim});
+    nb::gil_scoped_release release;  // the constructor agrees on the model with an allreduce
+    exchange_.emplace(comm_of(comm), std::move(t), local_batch, std::move(options));
+  }
+
+  nb::object run(bool forward, const in_array& in, const array& out, bool nonblocking, nb::handle in_obj,
+                 nb::handle out_obj) {
+    const char* who = forward ? "kompress.EmbeddingExchange.forward" : "kompress.EmbeddingExchange.backward";
+    const dtype_code code = pair_dtype(in, out, who);
+    if (in.ndim() != 2 || out.ndim() != 2)
+      throw kompress::invalid_argument(std::string(who) + ": the arrays must be two-dimensional [rows x width] (got " +
+                                       std::to_string(in.ndim()) + " and " + std::to_string(out.ndim()) +
+                                       " dimensions)");
+    auto& ex = get(who);
+    kompress::request request;
+    kompress::collective_report report;
+    {
+      nb::gil_scoped_release release;
+      dispatch(code, [&](auto t) {
+        using T = decltype(t);
+        using view2 = Kokkos::View<T**, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+        using const_view2 =
+            Kokkos::View<const T**, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+        const_view2 vin(static_cast<const T*>(in.data()), in.shape(0), in.shape(1));
+        view2 vout(static_cast<T*>(out.data()), out.shape(0), out.shape(1));
+        // The one place that names the exchange's calls (blocking and nonblocking).
+        if (forward) {
+          if (nonblocking)
+            request = ex.forward_async(exec_space{}, vin, vout);
+          else
+            report = ex.forward(exec_space{}, vin, vout);
+        } else {
+          if (nonblocking)
+            request = ex.backward_async(exec_space{}, vin, vout);
+          else
+            report = ex.backward(exec_space{}, vin, vout);
+        }
+      });
+    }
+    if (!nonblocking) return nb::cast(report);
+    return nb::cast(new py_request(std::move(request), {nb::borrow(in_obj), nb::borrow(out_obj)}),
+                    nb::rv_policy::take_ownership);
+  }
+
+  kompress::dlrm::embedding_exchange& get(const char* who) {
+    if (!exchange_) throw kompress::invalid_argument(std::string(who) + ": the exchange is closed");
+    return *exchange_;
+  }
+  void close() { exchange_.reset(); }
+
+ private:
+  kokkos_holder holder_;
+  std::optional<kompress::dlrm::embedding_exchange> exchange_;
+};
+
+// --- Kokkos -----------------------------------------------------------------------------------
+
+/// Initialises Kokkos unless the host program did; true if this call did. Kokkos's OpenMP
+/// backend takes omp_get_max_threads(), i.e. OMP_NUM_THREADS when set.
+bool initialize_kokkos(int num_threads) {
+  if (Kokkos::is_initialized() || Kokkos::is_finalized()) return false;
+  Kokkos::InitializationSettings settings;
+  settings.set_disable_warnings(true);
+  if (num_threads > 0) settings.set_num_threads(num_threads);
+  Kokkos::initialize(settings);
+  return true;
+}
+
+}  // namespace
+
+NB_MODULE(_kompress, m) {
+  m.doc() = "kompress's C++ bindings; use the kompress package, not this module.";
+
+  // Exceptions: kompress::error's hierarchy, mirrored. Most derived first in the translator.
+  static nb::object error_type = nb::steal(PyErr_NewException("kompress.Error", PyExc_RuntimeError, nullptr));
+  static nb::object invalid_argument_type = nb::steal(PyErr_NewException(
+      "kompress.InvalidArgument", nb::make_tuple(error_type, nb::handle(PyExc_ValueError)).ptr(), nullptr));
+  static nb::object format_error_type =
+      nb::steal(PyErr_NewException("kompress.FormatError", error_type.ptr(), nullptr));
+  static nb::object budget_exceeded_type =
+      nb::steal(PyErr_NewException("kompress.BudgetExceeded", error_type.ptr(), nullptr));
+  static nb::object invalid_handle_type =
+      nb::steal(PyErr_NewException("kompress.InvalidHandle", invalid_argument_type.ptr(), nullptr));
+  m.attr("Error") = error_type;
+  m.attr("InvalidArgument") = invalid_argument_type;
+  m.attr("FormatError") = format_error_type;
+  m.attr("BudgetExceeded") = budget_exceeded_type;
+  m.attr("InvalidHandle") = invalid_handle_type;
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const kompress::invalid_handle& e) {
+      PyErr_SetString(invalid_handle_type.ptr(), e.what());
+    } catch (const kompress::budget_exceeded& e) {
+      nb::object exc = budget_exceeded_type(e.what());
+      exc.attr("needed_bytes") = e.needed_bytes();
+      exc.attr("budget_bytes") = e.budget_bytes();
+      exc.attr("in_use_bytes") = e.in_use_bytes();
+      exc.attr("largest_free_bytes") = e.largest_free_bytes();
+      PyErr_SetObject(budget_exceeded_type.ptr(), exc.ptr());
+    } catch (const kompress::invalid_argument& e) {
+      PyErr_SetString(invalid_argument_type.ptr(), e.what());
+    } catch (const kompress::format_error& e) {
+      PyErr_SetString(format_error_type.ptr(), e.what());
+    } catch (const kompress::error& e) {
+      PyErr_SetString(error_type.ptr(), e.what());
+    }
+  });
+
+  m.def("_initialize_kokkos", &initialize_kokkos, "num_threads"_a);
+  m.def("_finalize_kokkos", [] {
+    if (!Kokkos::is_initialized() || live_kokkos_holders.load() != 0) return false;
+    Kokkos::finalize();
+    return true;
+  });
+  m.def("_kokkos_concurrency", [] { return exec_space{}.concurrency(); });
+  m.def("_mpi_library_version", &mpi_library_version);
+
+  nb::class_<kompress::stream_info>(m, "StreamInfo", "What a stream's header says (kompress.inspect).")
+      .def_ro("format_major", &kompress::stream_info::format_major)
+      .def_ro("format_minor", &kompress::stream_info::format_minor)
+      .def_prop_ro("dtype", [](const kompress::stream_info& i) {
+        return i.type == kompress::element_type::float32 ? "float32" : "float64";
+      })
+      .def_ro("count", &kompress::stream_info::count)
+      .def_prop_ro("mode", [](const kompress::stream_info& i) {
+        return i.requested_bound.mode == kompress::bound_mode::relative ? "rel" : "abs";
+      })
+      .def_prop_ro("requested_bound", [](const kompress::stream_info& i) { return i.requested_bound.value; })
+      .def_ro("absolute_bound", &kompress::stream_info::absolute_bound)
+      .def_ro("quantization_step", &kompress::stream_info::quantization_step)
+      .def_prop_ro("fill_value", [](const kompress::stream_info& i) -> std::optional<double> {
+        if (!i.has_fill_value) return std::nullopt;
+        return i.fill_value;
+      })
+      .def_ro("block_size", &kompress::stream_info::block_size)
+      .def_ro("blocks_per_chunk", &kompress::stream_info::blocks_per_chunk)
+      .def_ro("chunk_count", &kompress::stream_info::chunk_count)
+      .def_ro("compressed_bytes", &kompress::stream_info::compressed_bytes)
+      .def_prop_ro("uncompressed_bytes", &kompress::stream_info::uncompressed_bytes)
+      .def_ro("value_min", &kompress::stream_info::value_min)
+      .def_ro("value_max", &kompress::stream_info::value_max)
+      .def_prop_ro("ratio", &kompress::stream_info::ratio)
+      .def("__repr__", [](const kompress::stream_info& i) {
+        return "StreamInfo(dtype=" + std::string(i.type == kompress::element_type::float32 ? "float32" : "float64") +
+               ", count=" + std::to_string(i.count) + ", compressed_bytes=" + std::to_string(i.compressed_bytes) +
+               ", absolute_bound=" + std::to_string(i.absolute_bound) + ")";
+      });
+
+  m.def("max_compressed_size", &max_compressed_size, "count"_a, "element_bytes"_a, "block_size"_a = 32);
+  m.def("compress", &compress, "x"_a, "abs"_a.none(), "rel"_a.none(), "fill_value"_a.none(), "block_size"_a);
+  m.def("compress_into", &compress_into, "x"_a, "out"_a, "abs"_a.none(), "rel"_a.none(), "fill_value"_a.none(),
+        "block_size"_a);
+  m.def("inspect", &inspect, "stream"_a);
+  m.def("decompress_into", &decompress_into, "stream"_a, "out"_a);
+
+  // Collectives.
+  nb::class_<kompress::cost_model>(m, "CostModel", "The cost model of automatic mode (docs/collectives.md).")
+      .def(nb::init<>())
+      .def_rw("link_bytes_per_second", &kompress::cost_model::link_bytes_per_second)
+      .def_rw("compress_bytes_per_second", &kompress::cost_model::compress_bytes_per_second)
+      .def_rw("decompress_bytes_per_second", &kompress::cost_model::decompress_bytes_per_second)
+      .def_rw("min_message_bytes", &kompress::cost_model::min_message_bytes)
+      .def("worth_compressing", &kompress::cost_model::worth_compressing, "bytes"_a);
+
+  nb::class_<collective_settings>(m, "_CollectiveSettings")
+      .def(nb::init<>())
+      .def_rw("abs", &collective_settings::abs, nb::arg().none())
+      .def_rw("rel", &collective_settings::rel, nb::arg().none())
+      .def_rw("mode", &collective_settings::mode)
+      .def_rw("reduction_bound", &collective_settings::reduction_bound)
+      .def_rw("block_size", &collective_settings::block_size)
+      .def_rw("measure_error", &collective_settings::measure_error)
+      .def_rw("cost", &collective_settings::cost, nb::arg().none());
+
+  nb::class_<kompress::collective_report>(m, "Report", "What one collective did on the calling rank.")
+      .def_ro("payload_bytes", &kompress::collective_report::payload_bytes)
+      .def_ro("wire_bytes", &kompress::collective_report::wire_bytes)
+      .def_ro("messages", &kompress::collective_report::messages)
+      .def_ro("compressed_messages", &kompress::collective_report::compressed_messages)
+      .def_ro("absolute_bound", &kompress::collective_report::absolute_bound)
+      .def_ro("max_error", &kompress::collective_report::max_error)
+      .def_prop_ro("ratio", &kompress::collective_report::ratio)
+      .def_prop_ro("sent_raw", &kompress::collective_report::sent_raw)
+      .def("__repr__", [](const kompress::collective_report& r) {
+        return "Report(payload_bytes=" + std::to_string(r.payload_bytes) +
+               ", wire_bytes=" + std::to_string(r.wire_bytes) + ", messages=" + std::to_string(r.messages) +
+               ", compressed_messages=" + std::to_string(r.compressed_messages) +
+               ", absolute_bound=" + std::to_string(r.absolute_bound) + ")";
+      });
+
+  nb::class_<py_request>(m, "Request", "A nonblocking collective in flight; wait() completes it.")
+      .def("wait", &py_request::wait, "Completes the collective (blocks, GIL released); returns its Report.")
+      .def("test", &py_request::test, "Advances without blocking; True once the result is in place.")
+      .def_prop_ro("report", &py_request::report);
+
+  m.def("_alltoall", &alltoall);
+  m.def("_alltoallv", &alltoallv);
+  m.def("_allreduce", &allreduce);
+  m.def("_measure_cost_model", &measure_cost_model);
+
+  // Stash.
+  nb::class_<kompress::stash_handle>(m, "StashHandle", "Names one entry of one stash.")
+      .def_ro("stash_id", &kompress::stash_handle::stash_id)
+      .def_ro("slot", &kompress::stash_handle::slot)
+      .def_ro("generation", &kompress::stash_handle::generation)
+      .def("__eq__", [](const kompress::stash_handle& a, const kompress::stash_handle& b) { return a == b; });
+  nb::class_<kompress::stash_entry_info>(m, "StashEntryInfo")
+      .def_prop_ro("dtype", [](const kompress::stash_entry_info& i) {
+        return i.type == kompress::element_type::float32 ? "float32" : "float64";
+      })
+      .def_ro("count", &kompress::stash_entry_info::count)
+      .def_ro("raw_bytes", &kompress::stash_entry_info::raw_bytes)
+      .def_ro("stored_bytes", &kompress::stash_entry_info::stored_bytes)
+      .def_ro("absolute_bound", &kompress::stash_entry_info::absolute_bound)
+      .def_ro("segments", &kompress::stash_entry_info::segments)
+      .def_prop_ro("used_bound", [](const kompress::stash_entry_info& i) { return i.used_bound.value; })
+      .def_prop_ro("loosened", [](const kompress::stash_entry_info& i) {
+        return i.used_bound.value != i.requested_bound.value;
+      })
+      .def_prop_ro("spilled_segments", [](const kompress::stash_entry_info& i) {
+        return i.placement.host_segments + i.placement.file_segments;
+      })
+      .def_prop_ro("ratio", &kompress::stash_entry_info::ratio);
+  nb::class_<kompress::stash_stats>(m, "StashStats")
+      .def_ro("budget_bytes", &kompress::stash_stats::budget_bytes)
+      .def_ro("workspace_bytes", &kompress::stash_stats::workspace_bytes)
+      .def_ro("entries", &kompress::stash_stats::entries)
+      .def_ro("raw_bytes", &kompress::stash_stats::raw_bytes)
+      .def_ro("stored_bytes", &kompress::stash_stats::stored_bytes)
+      .def_ro("pool_bytes", &kompress::stash_stats::pool_bytes)
+      .def_ro("host_spilled_bytes", &kompress::stash_stats::host_spilled_bytes)
+      .def_ro("file_spilled_bytes", &kompress::stash_stats::file_spilled_bytes)
+      .def_ro("peak_raw_bytes", &kompress::stash_stats::peak_raw_bytes)
+      .def_ro("peak_stored_bytes", &kompress::stash_stats::peak_stored_bytes)
+      .def_ro("peak_pool_bytes", &kompress::stash_stats::peak_pool_bytes)
+      .def_ro("saves", &kompress::stash_stats::saves)
+      .def_ro("restores", &kompress::stash_stats::restores)
+      .def_ro("drops", &kompress::stash_stats::drops)
+      .def_ro("spilled_segments", &kompress::stash_stats::spilled_segments)
+      .def_ro("loosened_saves", &kompress::stash_stats::loosened_saves)
+      .def_ro("total_raw_bytes", &kompress::stash_stats::total_raw_bytes)
+      .def_ro("total_stored_bytes", &kompress::stash_stats::total_stored_bytes)
+      .def_prop_ro("ratio", &kompress::stash_stats::ratio);
+  nb::class_<kompress::stash_options>(m, "_StashOptions");
+  m.def("_stash_options", &make_stash_options);
+  nb::class_<py_stash>(m, "_Stash")
+      .def(nb::init<const kompress::stash_options&>())
+      .def("save", &py_stash::save, "x"_a, "abs"_a.none(), "rel"_a.none())
+      .def("restore", &py_stash::restore, "handle"_a, "out"_a, "drop"_a)
+      .def("drop", &py_stash::drop)
+      .def("contains", &py_stash::contains)
+      .def("info", &py_stash::info)
+      .def("stats", &py_stash::stats)
+      .def("reset_peaks", &py_stash::reset_peaks)
+      .def("close", &py_stash::close)
+      .def_prop_ro("closed", &py_stash::closed);
+
+  // DLRM.
+  nb::class_<kompress::dlrm::exchange_options>(m, "_ExchangeOptions")
+      .def(nb::init<>())
+      .def("set_bounds",
+           [](kompress::dlrm::exchange_options& o, std::optional<double> fabs, std::optional<double> frel,
+              std::optional<double> babs, std::optional<double> brel) {
+             constexpr const char* who = "kompress.EmbeddingExchange";
+             if (fabs || frel) o.forward_bound = make_bound(who, fabs, frel);
+             if (babs || brel) o.backward_bound = make_bound(who, babs, brel);
+           },
+           nb::arg().none(), nb::arg().none(), nb::arg().none(), nb::arg().none())
+      .def_rw("compress_forward", &kompress::dlrm::exchange_options::compress_forward)
+      .def_rw("compress_backward", &kompress::dlrm::exchange_options::compress_backward)
+      .def_rw("table_weights", &kompress::dlrm::exchange_options::table_weights)
+      .def_rw("block_size", &kompress::dlrm::exchange_options::block_size)
+      .def("set_schedule", [](kompress::dlrm::exchange_options& o, nb::callable schedule) {
+        // Called from C++ with the GIL released: take it for the Python call. The callable
+        // gets (iteration, table, "forward" | "backward").
+        auto shared = std::make_shared<nb::object>(schedule);
+        o.bound_schedule = [shared](std::uint64_t iteration, int table, kompress::dlrm::direction d) {
+          nb::gil_scoped_acquire acquire;
+          return nb::cast<double>((*shared)(iteration, table,
+                                            d == kompress::dlrm::direction::forward ? "forward" : "backward"));
+        };
+      });
+  nb::class_<py_exchange>(m, "_EmbeddingExchange")
+      .def(nb::init<std::uintptr_t, const std::vector<std::pair<int, std::size_t>>&, std::size_t,
+                    kompress::dlrm::exchange_options>())
+      .def("run", &py_exchange::run)
+      .def_prop_ro("local_batch", [](py_exchange& e) { return e.get("kompress.EmbeddingExchange").local_batch(); })
+      .def_prop_ro("global_batch", [](py_exchange& e) { return e.get("kompress.EmbeddingExchange").global_batch(); })
+      .def_prop_ro("local_width", [](py_exchange& e) { return e.get("kompress.EmbeddingExchange").local_width(); })
+      .def_prop_ro("total_width", [](py_exchange& e) { return e.get("kompress.EmbeddingExchange").total_width(); })
+      .def_prop_ro("iteration", [](py_exchange& e) { return e.get("kompress.EmbeddingExchange").iteration(); })
+      .def("close", &py_exchange::close);
+}

@@ -1,0 +1,41 @@
+"""Shared helpers of the kompress Python tests (run by ctest: python/tests/python_tests.cmake)."""
+import json
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+try:
+    import torch
+    torch.set_num_threads(1)  # the machine's cores are shared with Kokkos and other ranks
+except ImportError:  # pragma: no cover
+    torch = None
+
+
+def data_dir() -> pathlib.Path:
+    path = pathlib.Path(os.environ.get("KOMPRESS_DATA_DIR", pathlib.Path(__file__).parents[3] / "shared" / "data"))
+    if not (path / "manifest.json").is_file():
+        pytest.fail(f"the test data is not at {path} (set KOMPRESS_DATA_DIR)")
+    return path
+
+
+def load(name: str) -> np.ndarray:
+    """A file of the shared data, read in place, in its shape and dtype (manifest.json)."""
+    entry = next(e for e in json.loads((data_dir() / "manifest.json").read_text()) if e["file"] == name)
+    return np.fromfile(data_dir() / name, dtype="<" + {"float32": "f4", "float64": "f8"}[entry["dtype"]]).reshape(
+        entry["shape"])
+
+
+def assert_within(x, y, bound: float) -> None:
+    """|x - x'| <= bound, exactly (in double), NaN where NaN was; no slack."""
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    assert x.shape == y.shape
+    nan = np.isnan(x)
+    assert np.array_equal(nan, np.isnan(y)), "NaN not kept in place"
+    finite = np.isfinite(x)
+    assert np.array_equal(x[~finite & ~nan], y[~finite & ~nan]), "infinities not kept exactly"
+    err = np.abs(x[finite] - y[finite])
+    worst = float(err.max()) if err.size else 0.0
+    assert worst <= bound, f"bound violated: max error {worst!r} > {bound!r}"

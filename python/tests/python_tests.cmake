@@ -1,0 +1,50 @@
+# The Python package's pytest suite under ctest (label "python"). Included by
+# python/CMakeLists.txt in the top-level build with KOMPRESS_ENABLE_PYTHON=ON.
+if(DEFINED ENV{KOMPRESS_DATA_DIR} AND NOT "$ENV{KOMPRESS_DATA_DIR}" STREQUAL "")
+  set(kompress_python_data_default "$ENV{KOMPRESS_DATA_DIR}")
+else()
+  cmake_path(SET kompress_python_data_default NORMALIZE "${PROJECT_SOURCE_DIR}/../shared/data")
+endif()
+set(KOMPRESS_DATA_DIR "${kompress_python_data_default}" CACHE PATH "Folder of the real test data")
+
+set(tests_dir "${CMAKE_CURRENT_SOURCE_DIR}/tests")
+# One thread each for torch and Kokkos: the tests run two at a time, and MPI ones put up to four
+# ranks on the machine. As root (the dev root, CI containers) Open MPI needs the two ALLOW
+# variables; --oversubscribe lets 4 ranks run on fewer cores.
+set(kompress_python_env
+  "PYTHONPATH=${CMAKE_CURRENT_BINARY_DIR}/package"
+  "KOMPRESS_DATA_DIR=${KOMPRESS_DATA_DIR}"
+  "KOMPRESS_STREAM_TOOL=$<TARGET_FILE:kompress_stream_tool>"
+  "OMP_NUM_THREADS=1" "OMP_PROC_BIND=false" "GLOO_SOCKET_IFNAME=lo"
+  "OMPI_ALLOW_RUN_AS_ROOT=1" "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+  "OMPI_MCA_rmaps_base_oversubscribe=1" "PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe")
+set(pytest ${Python_EXECUTABLE} -m pytest -q -p no:cacheprovider)
+
+function(kompress_python_test name file)
+  cmake_parse_arguments(PARSE_ARGV 2 arg "" "TIMEOUT" "RANKS;LABELS")
+  if(NOT arg_TIMEOUT)
+    set(arg_TIMEOUT 120)
+  endif()
+  if(NOT arg_RANKS)
+    add_test(NAME python.${name} COMMAND ${pytest} "${tests_dir}/${file}")
+    set_tests_properties(python.${name} PROPERTIES ENVIRONMENT "${kompress_python_env}"
+      LABELS "python;${arg_LABELS}" TIMEOUT ${arg_TIMEOUT})
+    return()
+  endif()
+  foreach(ranks IN LISTS arg_RANKS)
+    set(test python.${name}.np${ranks})
+    add_test(NAME ${test}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${ranks} ${MPIEXEC_PREFLAGS}
+              ${pytest} -x "${tests_dir}/${file}" ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(${test} PROPERTIES ENVIRONMENT "${kompress_python_env}"
+      LABELS "python;mpi;${arg_LABELS}" PROCESSORS ${ranks} TIMEOUT ${arg_TIMEOUT})
+  endforeach()
+endfunction()
+
+kompress_python_test(codec test_codec.py)
+kompress_python_test(errors test_errors.py)
+kompress_python_test(collectives test_collectives.py RANKS 1 2 4)
+kompress_python_test(dlrm test_dlrm.py RANKS 2 4)
+kompress_python_test(ddp test_ddp.py RANKS 2)
+kompress_python_test(stash test_stash.py)
+kompress_python_test(saved_tensors test_saved_tensors.py TIMEOUT 300)

@@ -1,0 +1,104 @@
+// kompress_stream_tool: the C++ side of the Python package's cross-language tests.
+//   kompress_stream_tool compress f32|f64 IN.raw abs|rel BOUND BLOCK_SIZE OUT.kmpz
+//   kompress_stream_tool decompress IN.kmpz OUT.raw
+//   kompress_stream_tool time IN.raw CALLS   seconds per kompress::compress of IN (float32,
+//                                            REL 1e-3, into a preallocated View): the baseline
+//                                            of the Python call-overhead measurement
+// Raw files are headerless native-endian arrays; the stream is written exactly as
+// kompress::compress produced it.
+#include <kompress/kompress.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::vector<char> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_file(const std::string& path, const void* data, std::size_t bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(static_cast<const char*>(data), std::streamsize(bytes));
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+template <class T>
+void compress_file(const std::vector<char>& raw, const kompress::compress_options& options,
+                   const std::string& out_path) {
+  Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> values(
+      reinterpret_cast<const T*>(raw.data()), raw.size() / sizeof(T));
+  Kokkos::View<std::byte*, Kokkos::HostSpace> stream("stream", kompress::max_compressed_size(values, options));
+  const std::size_t length = kompress::compress(Kokkos::DefaultHostExecutionSpace{}, values, stream, options);
+  write_file(out_path, stream.data(), length);
+}
+
+template <class T>
+void decompress_file(const std::vector<char>& bytes, const std::string& out_path) {
+  Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> stream(
+      reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
+  auto values = kompress::decompress<T>(Kokkos::DefaultHostExecutionSpace{}, stream);
+  write_file(out_path, values.data(), values.size() * sizeof(T));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  try {
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.size() == 7 && args[0] == "compress") {
+      const double bound = std::stod(args[4]);
+      const kompress::compress_options options{
+          .bound = args[3] == "rel" ? kompress::relative(bound) : kompress::absolute(bound),
+          .block_size = std::stoi(args[5])};
+      const auto raw = read_file(args[2]);
+      if (args[1] == "f32")
+        compress_file<float>(raw, options, args[6]);
+      else
+        compress_file<double>(raw, options, args[6]);
+      return 0;
+    }
+    if (args.size() == 3 && args[0] == "decompress") {
+      const auto bytes = read_file(args[1]);
+      Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> stream(
+          reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
+      if (kompress::inspect(stream).type == kompress::element_type::float32)
+        decompress_file<float>(bytes, args[2]);
+      else
+        decompress_file<double>(bytes, args[2]);
+      return 0;
+    }
+    if (args.size() == 3 && args[0] == "time") {
+      const auto raw = read_file(args[1]);
+      Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> values(
+          reinterpret_cast<const float*>(raw.data()), raw.size() / sizeof(float));
+      const kompress::compress_options options{.bound = kompress::relative(1e-3)};
+      Kokkos::View<std::byte*, Kokkos::HostSpace> stream("stream", kompress::max_compressed_size(values, options));
+      const int calls = std::stoi(args[2]);
+      std::size_t total = 0;
+      for (int i = 0; i < calls / 10; ++i) total += kompress::compress(Kokkos::DefaultHostExecutionSpace{}, values, stream, options);
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < calls; ++i) total += kompress::compress(Kokkos::DefaultHostExecutionSpace{}, values, stream, options);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::printf("%.9g %zu\n", seconds / calls, total);
+      return 0;
+    }
+    std::fprintf(stderr, "usage: kompress_stream_tool compress f32|f64 IN abs|rel BOUND BLOCK OUT\n"
+                         "       kompress_stream_tool decompress IN OUT\n");
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kompress_stream_tool: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,164 @@
+"""The codec from Python: round trips within the bound on real data and adversarial arrays,
+numpy and torch alike, and streams passed between Python and C++ byte for byte."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+import kompress
+from conftest import assert_within, load
+
+REAL = ["sz_testfloat_8x8x128.f32", "sz_testdouble_8x8x8x128.f64", "nyx_temperature_32x32x32.f32",
+        "hacc_x_32768.f32", "mitgcm_ocean_theta_15x40x90.f64", "pop_temp_384x320.f32",
+        "act_mlp_fc1_out_1024x1024.f32", "era5_t2m_uk_744x33x49.f32", "nemo_orca2_sst_5x149x182.f32"]
+
+
+@pytest.mark.parametrize("name", REAL)
+@pytest.mark.parametrize("bound", [{"rel": 1e-2}, {"rel": 1e-4}, {"abs": 1e-3}, {}])
+def test_real_data_round_trip_within_bound(name, bound):
+    x = load(name)
+    stream = kompress.compress(x, **bound)
+    info = kompress.inspect(stream)
+    assert info.count == x.size and info.dtype == x.dtype.name and info.compressed_bytes == stream.size
+    assert stream.size <= kompress.max_compressed_size(x.size, x.dtype)
+    y = kompress.decompress(stream)
+    assert y.dtype == x.dtype and y.shape == (x.size,)
+    # The stream's bound is the one asked for, or 0 where the codec stored the values exactly
+    # (a bound below the values' float spacing).
+    if "abs" in bound:
+        assert info.absolute_bound in (0.0, bound["abs"])
+    if "rel" in bound:
+        asked = bound["rel"] * (float(x.max()) - float(x.min()))
+        assert info.absolute_bound == 0.0 or info.absolute_bound == pytest.approx(asked, rel=1e-12)
+    if not bound:
+        assert info.absolute_bound == 0 and np.array_equal(x.reshape(-1), y)
+    assert_within(x, y, info.absolute_bound)
+
+
+def test_compressed_real_data_is_smaller():
+    x = load("cesm_trefht_4x110x64x128.f32")
+    assert kompress.inspect(kompress.compress(x, rel=1e-3)).ratio > 3
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 127, 128, 129, 5000])
+@pytest.mark.parametrize("block_size", [32, 64, 128])
+def test_sizes_and_block_sizes(dtype, n, block_size):
+    x = np.sin(np.arange(n, dtype=np.float64) * 0.01).astype(dtype) * 100
+    stream = kompress.compress(x, abs=1e-2, block_size=block_size)
+    assert kompress.inspect(stream).block_size == block_size
+    assert_within(x, kompress.decompress(stream), 1e-2)
+
+
+def adversarial(dtype):
+    rng = np.random.default_rng(7)
+    info = np.finfo(dtype)
+    yield "constant", np.full(1000, 3.25, dtype)
+    yield "zeros and negative zeros", np.array([0.0, -0.0] * 300, dtype)
+    yield "subnormals", (np.arange(1, 400, dtype=dtype) * info.smallest_subnormal).astype(dtype)
+    yield "nan and inf", np.array([1.0, np.nan, 2.0, np.inf, -np.inf, np.nan, 3.0] * 50, dtype)
+    yield "all nan", np.full(100, np.nan, dtype)
+    yield "huge range", np.array([info.max, -info.max, 1.0, info.tiny] * 40, dtype)
+    yield "noise", rng.standard_normal(10000).astype(dtype)
+    yield "spikes", np.where(rng.random(4096) < 0.01, 1e30, rng.random(4096)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bound", [{"rel": 1e-3}, {"abs": 1e-6}, {"abs": 0.5}, {}])
+def test_adversarial_arrays(dtype, bound):
+    for label, x in adversarial(dtype):
+        info = kompress.inspect(kompress.compress(x, **bound))
+        y = kompress.decompress(kompress.compress(x, **bound))
+        try:
+            assert_within(x, y, info.absolute_bound)
+        except AssertionError as e:
+            raise AssertionError(f"{label}: {e}") from None
+
+
+def test_fill_value_comes_back_exactly_and_stays_out_of_the_range():
+    x = load("nyx_temperature_32x32x32.f32").copy()
+    x.reshape(-1)[::7] = 9.96921e36
+    stream = kompress.compress(x, rel=1e-3, fill_value=9.96921e36)
+    info = kompress.inspect(stream)
+    assert info.fill_value == pytest.approx(9.96921e36)
+    valid = x != np.float32(9.96921e36)
+    assert info.absolute_bound == pytest.approx(1e-3 * (float(x[valid].max()) - float(x[valid].min())), rel=1e-12)
+    y = kompress.decompress(stream, out=np.empty_like(x))
+    assert np.array_equal(y[~valid], x[~valid])
+    assert_within(x, y, info.absolute_bound)
+
+
+def test_torch_tensors_any_shape_round_trip_into_out():
+    x = torch.from_numpy(load("act_tfm_b1_ln1_in_32x128x128.f32").copy()).requires_grad_()
+    stream = kompress.compress(x, rel=1e-2)
+    out = torch.empty_like(x, requires_grad=False)
+    assert kompress.decompress(stream, out=out) is out
+    assert_within(x.detach().numpy(), out.numpy(), kompress.inspect(stream).absolute_bound)
+    # A float64 tensor, and bytes as the stream.
+    d = torch.linspace(-5, 5, 777, dtype=torch.float64)
+    y = kompress.decompress(bytes(kompress.compress(d, abs=1e-9)))
+    assert y.dtype == np.float64
+    assert_within(d.numpy(), y, 1e-9)
+
+
+def test_compress_into_writes_the_same_stream():
+    x = load("sz_testfloat_8x8x128.f32")
+    buffer = np.zeros(kompress.max_compressed_size(x.size, x.dtype), np.uint8)
+    n = kompress.compress_into(x, buffer, rel=1e-3)
+    assert np.array_equal(buffer[:n], kompress.compress(x, rel=1e-3))
+
+
+def test_the_gil_is_released_while_compressing():
+    import threading
+    x = np.random.default_rng(0).standard_normal(1 << 22).astype(np.float32)
+    ticks = []
+    stop = threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks.append(1)
+
+    thread = threading.Thread(target=tick)
+    thread.start()
+    try:
+        before = len(ticks)
+        kompress.compress(x, rel=1e-3)  # ~0.1 s: the other thread runs meanwhile
+        during = len(ticks) - before
+    finally:
+        stop.set()
+        thread.join()
+    assert during > 100
+
+
+# --- Python <-> C++ -------------------------------------------------------------------------
+
+def tool():
+    path = os.environ.get("KOMPRESS_STREAM_TOOL")
+    if not path:
+        pytest.fail("KOMPRESS_STREAM_TOOL is not set (ctest sets it: the C++ side of these tests)")
+    return path
+
+
+@pytest.mark.parametrize("name,bound", [("sz_testdouble_8x8x8x128.f64", ("rel", 1e-4)),
+                                        ("pop_temp_384x320.f32", ("abs", 1e-2)),
+                                        ("act_mlp_relu2_out_1024x1024.f32", ("rel", 1e-2))])
+def test_streams_are_identical_across_languages(tmp_path, name, bound):
+    x = load(name)
+    mode, value = bound
+    raw = tmp_path / "in.raw"
+    x.tofile(raw)
+    # C++ compresses; Python's stream must be the same bytes, and Python decodes C++'s.
+    subprocess.run([tool(), "compress", "f32" if x.dtype == np.float32 else "f64", str(raw), mode, repr(value),
+                    "64", str(tmp_path / "cpp.kmpz")], check=True)
+    cpp_stream = np.fromfile(tmp_path / "cpp.kmpz", dtype=np.uint8)
+    py_stream = kompress.compress(x, block_size=64, **{mode: value})
+    assert np.array_equal(cpp_stream, py_stream)
+    # Python compresses; C++ decodes to exactly what Python decodes.
+    py_stream.tofile(tmp_path / "py.kmpz")
+    subprocess.run([tool(), "decompress", str(tmp_path / "py.kmpz"), str(tmp_path / "out.raw")], check=True)
+    cpp_values = np.fromfile(tmp_path / "out.raw", dtype=x.dtype)
+    py_values = kompress.decompress(cpp_stream)
+    assert np.array_equal(cpp_values.view(np.uint8), py_values.view(np.uint8))
+    assert_within(x, py_values, kompress.inspect(py_stream).absolute_bound)

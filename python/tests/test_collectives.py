@@ -1,0 +1,139 @@
+"""The collectives on an mpi4py communicator (run under mpirun -n 1, 2, 4), element by element
+against mpi4py's own uncompressed results."""
+import numpy as np
+import pytest
+import torch
+from mpi4py import MPI
+
+import kompress
+from conftest import assert_within, load
+
+comm = MPI.COMM_WORLD
+p, me = comm.Get_size(), comm.Get_rank()
+several = pytest.mark.skipif(p == 1, reason="kompress's collectives need 2 ranks or more (tested on 1 below)")
+
+
+@pytest.mark.skipif(p != 1, reason="one rank only")
+def test_one_rank_is_a_clear_error():
+    a = np.zeros(8, np.float32)
+    for call in (lambda: kompress.alltoall(a, a.copy(), comm), lambda: kompress.ialltoall(a, a.copy(), comm),
+                 lambda: kompress.alltoallv(a, [8], [0], a.copy(), [8], [0], comm),
+                 lambda: kompress.allreduce(a, a.copy(), comm), lambda: kompress.iallreduce(a, a.copy(), comm)):
+        with pytest.raises(kompress.InvalidArgument, match="1 rank"):
+            call()
+
+
+def field(n, dtype, seed):
+    """Rank-dependent slices of a real field (smooth, so compression pays)."""
+    x = load("era5_t2m_uk_744x33x49.f32").reshape(-1).astype(dtype)
+    start = (seed * 7919 + me * 104729) % (x.size - n)
+    return np.ascontiguousarray(x[start:start + n])
+
+
+@several
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("block", [0, 1, 1000, 20000])
+@pytest.mark.parametrize("options", [{"rel": 1e-3}, {"abs": 1e-2}, {"mode": "raw"}, {"mode": "auto", "rel": 1e-3}])
+def test_alltoall_matches_mpi4py(dtype, block, options):
+    send = field(block * p, dtype, 1)
+    expected = np.empty_like(send)
+    comm.Alltoall(send, expected)
+    recv = np.full_like(send, np.nan)
+    report = kompress.alltoall(send, recv, comm, **options)
+    if options.get("mode") == "raw":
+        assert np.array_equal(recv, expected) and report.compressed_messages == 0
+    else:
+        assert_within(expected, recv, report.absolute_bound)
+    assert report.messages == (p - 1 if block else report.messages)
+
+
+@several
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_ialltoall_and_torch_tensors(dtype):
+    send = field(5000 * p, dtype, 2)
+    expected = np.empty_like(send)
+    comm.Alltoall(send, expected)
+    recv = torch.zeros(send.size, dtype=torch.float32 if dtype == np.float32 else torch.float64)
+    request = kompress.ialltoall(torch.from_numpy(send), recv, comm, rel=1e-4, measure_error=True)
+    while not request.test():
+        pass
+    report = request.wait()
+    # max_error is measured on what this rank sent (its own bound); absolute_bound covers what
+    # it received.
+    assert report.max_error >= 0
+    assert_within(expected, recv.numpy(), report.absolute_bound)
+
+
+@several
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_alltoallv_matches_mpi4py(dtype):
+    # Rank r sends (r + 2 * q) % 5 * 700 values to rank q: zero counts included.
+    send_counts = [(me + 2 * q) % 5 * 700 for q in range(p)]
+    recv_counts = [(q + 2 * me) % 5 * 700 for q in range(p)]
+    send_displs = list(np.concatenate([[0], np.cumsum(send_counts)[:-1]]).astype(int))
+    recv_displs = list(np.concatenate([[0], np.cumsum(recv_counts)[:-1]]).astype(int))
+    send = field(sum(send_counts), dtype, 3)
+    expected = np.empty(sum(recv_counts), dtype)
+    comm.Alltoallv([send, send_counts, send_displs, MPI.DOUBLE if dtype == np.float64 else MPI.FLOAT],
+                   [expected, recv_counts, recv_displs, MPI.DOUBLE if dtype == np.float64 else MPI.FLOAT])
+    for request in (False, True):
+        recv = np.full_like(expected, np.nan)
+        if request:
+            report = kompress.ialltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, comm,
+                                         rel=1e-3).wait()
+        else:
+            report = kompress.alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, comm,
+                                        rel=1e-3)
+        assert_within(expected, recv, report.absolute_bound)
+
+
+@several
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 1001, 60000])
+@pytest.mark.parametrize("options", [{"abs": 1e-3}, {"rel": 1e-3, "reduction_bound": "total"}, {"mode": "raw"}])
+def test_allreduce_matches_mpi4py(dtype, n, options):
+    send = field(n, dtype, 4)
+    expected = np.empty_like(send)
+    comm.Allreduce(send, expected)
+    magnitude = np.empty_like(send)
+    comm.Allreduce(np.abs(send), magnitude)
+    for variant in ("blocking", "in place", "nonblocking"):
+        if variant == "in place":
+            recv = send.copy()
+            report = kompress.allreduce(recv, recv, comm, **options)
+        elif variant == "nonblocking":
+            recv = np.full_like(send, np.nan)
+            report = kompress.iallreduce(send, recv, comm, **options).wait()
+        else:
+            recv = np.full_like(send, np.nan)
+            report = kompress.allreduce(send, recv, comm, **options)
+        # The report's bound, plus the rounding of two summation orders (tests/test_comm.cpp).
+        eps = np.finfo(dtype).eps
+        err = np.abs(recv.astype(np.float64) - expected.astype(np.float64))
+        assert np.all(err <= report.absolute_bound + 2.0 * p * eps * magnitude.astype(np.float64)), variant
+        root = comm.bcast(recv, root=0)
+        assert np.array_equal(root.view(np.uint8), recv.view(np.uint8)), "results differ between ranks"
+
+
+@several
+
+def test_report_is_a_small_object():
+    send = field(20000 * p, np.float32, 5)
+    recv = np.empty_like(send)
+    r = kompress.alltoall(send, recv, comm, rel=1e-3)
+    assert r.payload_bytes == (p - 1) * 20000 * 4
+    if p > 1:
+        assert r.compressed_messages == p - 1 and r.wire_bytes < r.payload_bytes and r.ratio > 1
+    assert "Report(" in repr(r)
+
+
+@several
+
+def test_measured_cost_model_drives_auto_mode():
+    model = kompress.measure_cost_model(comm, probe_bytes=1 << 16)
+    assert model.link_bytes_per_second > 0 and model.compress_bytes_per_second > 0
+    send = field(1000 * p, np.float32, 6)
+    recv = np.empty_like(send)
+    kompress.alltoall(send, recv, comm, mode="auto", cost=model, rel=1e-3)
