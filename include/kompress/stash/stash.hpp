@@ -40,6 +40,7 @@
 #include <kompress/error.hpp>
 #include <kompress/stash/handle.hpp>
 #include <kompress/stash/policy.hpp>
+#include <kompress/stash/detail/spill_file.hpp>
 #include <kompress/stash/pool.hpp>
 #include <kompress/stash/stats.hpp>
 
@@ -54,7 +55,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -357,9 +357,8 @@ struct stash<ExecutionSpace>::state {
   };
   std::vector<settle_job> settle_jobs;
 
-  std::mutex file_mutex;  // the spill file
-  std::filesystem::path file_path;
-  std::fstream file;
+  std::mutex file_mutex;  // the spill file's creation and allocator
+  detail::spill_file file;
   detail::first_fit_allocator file_allocator;
 
   state(const ExecutionSpace& exec_, const stash_options& options_,
@@ -421,11 +420,6 @@ struct stash<ExecutionSpace>::state {
     // A pending save may still be writing into the pool.
     for (std::optional<ExecutionSpace>& instance : saved_on)
       if (instance) instance->fence("kompress::stash: destroyed with a save_async pending");
-    if (file.is_open()) file.close();
-    if (!file_path.empty()) {
-      std::error_code ec;
-      std::filesystem::remove(file_path, ec);  // a destructor must not throw
-    }
   }
 
   // --- bookkeeping (mutex held) -----------------------------------------------------------
@@ -905,44 +899,30 @@ struct stash<ExecutionSpace>::state {
 
   std::size_t write_file(const std::byte* bytes, std::size_t length) {
     constexpr const char* who = "kompress::stash::save";
-    std::lock_guard file_lock(file_mutex);
-    if (!file.is_open()) {
-      char name[64];
-      std::snprintf(name, sizeof name, "kompress-stash-%016llx.spill",
-                    static_cast<unsigned long long>(id));
-      file_path = options.policy.directory / name;
-      file.open(file_path, std::ios::in | std::ios::out | std::ios::binary | std::ios::trunc);
-      if (!file.is_open())
-        throw error(std::string(who) + ": cannot create the spill file '" + file_path.string() + "'");
-    }
-    std::optional<std::size_t> offset = file_allocator.allocate(length);
-    if (!offset) {
-      file_allocator.grow(file_allocator.capacity() +
-                          std::max(detail::first_fit_allocator::round_up(length),
-                                   file_allocator.capacity()));
+    std::optional<std::size_t> offset;
+    {
+      std::lock_guard file_lock(file_mutex);
+      if (!file.is_open()) file.create(options.policy.directory, id, who);
       offset = file_allocator.allocate(length);
+      if (!offset) {
+        file_allocator.grow(file_allocator.capacity() +
+                            std::max(detail::first_fit_allocator::round_up(length),
+                                     file_allocator.capacity()));
+        offset = file_allocator.allocate(length);
+      }
     }
-    file.seekp(std::streamoff(*offset));
-    file.write(reinterpret_cast<const char*>(bytes), std::streamsize(length));
-    file.flush();
-    if (!file) {
-      file.clear();
+    try {
+      file.write(*offset, bytes, length, who);  // pwrite: no lock needed for disjoint ranges
+    } catch (...) {
+      std::lock_guard file_lock(file_mutex);
       file_allocator.free(*offset, length);
-      throw error(std::string(who) + ": writing " + std::to_string(length) +
-                  " bytes to the spill file '" + file_path.string() + "' failed");
+      throw;
     }
     return *offset;
   }
 
   void read_file(std::size_t offset, std::byte* bytes, std::size_t length, const char* who) {
-    std::lock_guard file_lock(file_mutex);
-    file.seekg(std::streamoff(offset));
-    file.read(reinterpret_cast<char*>(bytes), std::streamsize(length));
-    if (!file) {
-      file.clear();
-      throw error(std::string(who) + ": reading " + std::to_string(length) +
-                  " bytes from the spill file '" + file_path.string() + "' failed");
-    }
+    file.read(offset, bytes, length, who);
   }
 
   // --- restore ----------------------------------------------------------------------------
