@@ -191,6 +191,7 @@ TEST_CASE("spill file: names encode pid and host, and parse back") {
   CHECK(!kompress::detail::parse_spill_file_name("kompress-stash-x-0123456789abcdef-0-h.spill", owner));
   CHECK(!kompress::detail::parse_spill_file_name("kompress-stash-12-0123456789abcdef-0-.spill", owner));
   CHECK(!kompress::detail::parse_spill_file_name("notes.txt", owner));
+  CHECK(!kompress::detail::parse_spill_file_name("kompress-stash-4294967297-0123456789abcdef-0-h.spill", owner));
 }
 
 TEST_CASE("spill file: stale files of dead processes on this host are removed, nothing else") {

@@ -83,7 +83,9 @@ inline bool parse_spill_file_name(std::string_view name, spill_file_owner& owner
   };
   unsigned long long id = 0;
   unsigned attempt = 0;
-  if (!number(10, 0, owner.pid) || owner.pid <= 0 || !number(16, 16, id) || !number(10, 0, attempt))
+  // A pid that pid_t cannot hold could alias another process (or, negative, a process group).
+  if (!number(10, 0, owner.pid) || owner.pid <= 0 || owner.pid > 0x7fffffffL ||
+      !number(16, 16, id) || !number(10, 0, attempt))
     return false;
   owner.host = std::string(name);
   return !owner.host.empty();
