@@ -328,7 +328,7 @@ void run_file(file_result& r, const options& opts, const host_exec& one, const h
 
   // The stash. Budget: room for a few saves of the largest file; default 4 MiB segments.
   const kompress::stash_options stash_options{.budget_bytes = std::size_t(96) << 20,
-                                              .block_size = opts.block_size};
+                                              .codec = {.block_size = opts.block_size}};
   kompress::stash<host_exec> stash(all, stash_options);
   kompress::stash<host_exec> staged(all, stash_options, {.compress_in_place = false});
   for (const double bound : opts.bounds) {

@@ -92,6 +92,27 @@ TEST_CASE("format: trailing bytes after a stream are ignored") {
   CHECK_NOTHROW(decompress_bytes(stream, values.size()));
 }
 
+TEST_CASE("format: inspect_header reads length and bound from the header alone") {
+  const auto values = sample(5000);
+  const auto stream = compressed(values, {.bound = kompress::relative(1e-3), .block_size = 64});
+  const bytes_view view(stream.data(), stream.size());
+  const auto full = kompress::inspect(view);
+  const auto header = kompress::inspect_header(host{}, view);
+  CHECK(header.compressed_bytes == stream.size());
+  CHECK(header.compressed_bytes == full.compressed_bytes);
+  CHECK(header.absolute_bound == full.absolute_bound);
+  CHECK(header.count == values.size());
+  CHECK(header.block_size == 64);
+  // Room beyond the stream (a worst-case reservation) is fine; less than the header is not.
+  std::vector<std::byte> padded = stream;
+  padded.resize(stream.size() + 4096);
+  CHECK(kompress::inspect_header(host{}, bytes_view(padded.data(), padded.size())).compressed_bytes ==
+        stream.size());
+  CHECK_THROWS_AS(kompress::inspect_header(host{}, bytes_view(stream.data(), 40)), kompress::format_error);
+  CHECK_THROWS_WITH_AS(kompress::inspect_header(host{}, bytes_view(stream.data(), stream.size() - 1)),
+                       doctest::Contains("truncated"), kompress::format_error);
+}
+
 // Golden streams: the checksum of the whole stream for fixed inputs. If one of these changes,
 // the bytes the codec writes changed: bump the format version (docs/format.md) on purpose,
 // never just update the number.

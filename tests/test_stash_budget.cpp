@@ -86,7 +86,7 @@ TEST_CASE("stash budget: options are checked when the stash is made") {
   CHECK_THROWS_WITH_AS(stash_type(exec, {.budget_bytes = 1 * MiB}),
                        doctest::Contains("too small: the workspace alone takes"),
                        kompress::invalid_argument);
-  CHECK_THROWS_AS(stash_type(exec, {.budget_bytes = 8 * MiB, .block_size = 48}),
+  CHECK_THROWS_AS(stash_type(exec, {.budget_bytes = 8 * MiB, .codec = {.block_size = 48}}),
                   kompress::invalid_argument);
   CHECK_THROWS_WITH_AS(
       stash_type(exec, small(4 * MiB, kompress::budget_policy::spill_to_file("/nonexistent/kompress"))),
@@ -240,4 +240,32 @@ TEST_CASE("stash budget: in place or through the workspace, the streams are the 
   CHECK(staged.stats().peak_pool_bytes == staged.stats().pool_bytes);
   CHECK(in_place.stats().peak_pool_bytes == in_place.stats().pool_bytes);
   CHECK(in_place.stats().pool_bytes == staged.stats().pool_bytes);
+}
+
+TEST_CASE("stash options: the codec's options apply to every segment; the bound stays per save") {
+  const exec_space exec;
+  CHECK_THROWS_WITH_AS(stash_type(exec, {.budget_bytes = 8 * MiB, .codec = {.bound = kompress::relative(1e-2)}}),
+                       doctest::Contains("options.codec.bound must be lossless()"),
+                       kompress::invalid_argument);
+  // Padding marked by a fill value: bit-exact, and outside the relative bound's range even
+  // when the View is saved in several segments (the range is the whole View's).
+  const float fill = -999.0f;
+  std::vector<float> values = relu();
+  for (std::size_t i = 0; i < values.size(); i += 7) values[i] = fill;
+  const auto view = to_view(values);
+  for (const int block_size : {32, 128}) {
+    CAPTURE(block_size);
+    stash_type stash(exec, {.budget_bytes = 16 * MiB, .segment_bytes = 256 * KiB,
+                            .codec = {.fill_value = double(fill), .block_size = block_size}});
+    const auto handle = stash.save(exec, view, kompress::relative(1e-2));
+    const auto info = stash.info(handle);
+    REQUIRE(info.segments > 1);
+    const double expected = kompress::absolute_bound(
+        exec, view, {.bound = kompress::relative(1e-2), .fill_value = double(fill)});
+    CHECK(info.absolute_bound == expected);
+    CHECK(expected < 1e-2 * 999.0);  // the fill value is not in the range
+    const auto back = restore_vector(stash, handle);
+    require_within(values, back, expected);
+    for (std::size_t i = 0; i < values.size(); i += 7) REQUIRE(back[i] == fill);
+  }
 }

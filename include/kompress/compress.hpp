@@ -19,6 +19,7 @@
 #include <Kokkos_Core.hpp>
 #include <Kokkos_Profiling_ScopedRegion.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -229,6 +230,31 @@ double absolute_bound(const ExecutionSpace& exec, const InView& in, const compre
 template <byte_view InView>
 stream_info inspect(const InView& stream) {
   return detail::to_info(detail::read_header(stream, "kompress::inspect"));
+}
+
+/// What a stream's header says, from its first 88 bytes only: the fields are checked for
+/// consistency with each other and with stream.size(), but not the checksums of the header and
+/// chunk tables (inspect and decompress check those). For a stream just written, e.g. by
+/// compress_async once `exec` has run it: its length (compressed_bytes) and the absolute
+/// bound used. Allocates nothing; for a stream the host cannot read, copies the header
+/// through `exec` and waits for `exec`.
+template <execution_space ExecutionSpace, byte_view InView>
+stream_info inspect_header(const ExecutionSpace& exec, const InView& stream) {
+  constexpr const char* who = "kompress::inspect_header";
+  detail::require_contiguous(stream, who, "the stream View");
+  std::byte header[detail::header_bytes];
+  const std::size_t available = std::min<std::size_t>(stream.size(), detail::header_bytes);
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace,
+                                           typename InView::memory_space>::accessible) {
+    if (available) std::memcpy(header, stream.data(), available);
+  } else {
+    Kokkos::deep_copy(
+        exec, Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(header, available),
+        Kokkos::View<const std::byte*, typename InView::memory_space, Kokkos::MemoryUnmanaged>(
+            stream.data(), available));
+    exec.fence("kompress::inspect_header: header copied");
+  }
+  return detail::to_info(detail::parse_header(header, available, stream.size(), who));
 }
 
 /// Decompresses `in` into `out`, which must be a contiguous View of the stream's element type

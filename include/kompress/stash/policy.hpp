@@ -1,9 +1,9 @@
 #pragma once
-// What a stash does when a save does not fit its budget, and the stash's options.
+// What a stash does when a save does not fit its budget: throw, spill to the next storage tier
+// (host memory, a file), or retry with a looser bound.
 
 #include <kompress/bound.hpp>
 
-#include <cstddef>
 #include <filesystem>
 #include <utility>
 
@@ -44,20 +44,6 @@ struct budget_policy {
   static budget_policy loosen_bound(error_bound ceiling, double growth = 2.0) {
     return {action::loosen_bound, {}, ceiling, growth};
   }
-};
-
-struct stash_options {
-  /// The stash's device memory in bytes: one pool allocated when the stash is made, holding
-  /// the compression workspace and every stored stream. Nothing else is allocated in the
-  /// execution space's memory space.
-  std::size_t budget_bytes = 0;
-  budget_policy policy = budget_policy::throw_error();
-  /// A save compresses its View in segments of at most this many bytes, each one stream. The
-  /// workspace is one segment's worst case, so this bounds the memory a save needs beyond its
-  /// compressed size. Larger segments mean fewer launches and fences per save.
-  std::size_t segment_bytes = std::size_t(4) << 20;
-  /// Values per block of the streams: 32, 64 or 128 (kompress::compress_options::block_size).
-  int block_size = 32;
 };
 
 }  // namespace v0

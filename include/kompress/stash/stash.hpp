@@ -12,8 +12,12 @@
 // allocator (kompress/stash/pool.hpp; docs/stash.md says why). A save compresses its View in
 // segments of at most options.segment_bytes: each segment is compressed straight into the pool
 // when a worst-case range is free there, and its unused tail given back; otherwise into the
-// workspace, and then copied into a range of its exact size. What still does not fit goes to
-// the budget policy (kompress/stash/policy.hpp).
+// workspace, and then stored in the first storage tier with room: the pool, then the tiers the
+// budget policy adds (host memory, a file: stash/detail/tiers.hpp).
+//
+// The parts: this facade; the entry table (stash/detail/entry_table.hpp); pending saves
+// (stash/detail/pending_saves.hpp); the storage tiers (stash/detail/tier.hpp and *_tier.hpp).
+// The stash uses only the codec's public API (compress.hpp).
 //
 // Sync points (nothing here fences the whole device or any instance but those passed in):
 //   save_async  enqueues the compression on `exec` into a worst-case range of the pool and
@@ -34,13 +38,19 @@
 
 #include <kompress/bound.hpp>
 #include <kompress/compress.hpp>
+#include <kompress/concepts.hpp>
+#include <kompress/detail/arguments.hpp>
 #include <kompress/error.hpp>
 #include <kompress/format.hpp>
-#include <kompress/kernels/value_range.hpp>
-#include <kompress/error.hpp>
+#include <kompress/stash/detail/entry_table.hpp>
+#include <kompress/stash/detail/pending_saves.hpp>
+#include <kompress/stash/detail/pool_tier.hpp>
+#include <kompress/stash/detail/tier.hpp>
+#include <kompress/stash/detail/tiers.hpp>
+#include <kompress/stash/detail/tuning.hpp>
 #include <kompress/stash/handle.hpp>
+#include <kompress/stash/options.hpp>
 #include <kompress/stash/policy.hpp>
-#include <kompress/stash/pool.hpp>
 #include <kompress/stash/stats.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -51,10 +61,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -69,76 +75,10 @@ namespace kompress {
 inline namespace v0 {
 namespace detail {
 
-/// Tuning of the stash, chosen per backend; the measured gain is written beside each value
-/// (bench/stash, docs/performance.md "Stash (CPU)").
-struct stash_tuning {
-  /// Compress a segment straight into the pool when a worst-case range is free, instead of
-  /// into the workspace and then copying. OpenMP, 2 threads, act_* at REL 1e-2: the copy
-  /// costs 1-3% of a save (it moves compressed bytes only); in place also lets concurrent
-  /// saves skip the workspace's lock. Kept on.
-  bool compress_in_place = true;
-};
-
-template <class ExecutionSpace>
-constexpr stash_tuning default_stash_tuning() {
-  return {};
-}
-
-enum class segment_location : std::uint8_t { pool, host, file };
-
-struct stash_segment {
-  std::size_t first_value = 0;
-  std::size_t count = 0;
-  segment_location location = segment_location::pool;
-  std::size_t offset = 0;          ///< in the pool, the host arena, or the file
-  std::size_t arena = 0;           ///< host arena index
-  std::byte* host_data = nullptr;  ///< the host arena's data (stable while the arena lives)
-  std::size_t stream_bytes = 0;
-};
-
-struct stash_entry {
-  std::uint32_t generation = 1;
-  bool live = false;  ///< published: a handle names it
-  int pins = 0;       ///< restores in progress
-  /// While a save_async is pending (the stash holds the instance it was enqueued on, by slot),
-  /// its one segment holds a worst-case range of reserved_bytes in the pool (stream_bytes 0).
-  std::size_t reserved_bytes = 0;
-  element_type type = element_type::float32;
-  int rank = 0;
-  std::array<std::size_t, 8> extents{};
-  std::array<std::size_t, 8> strides{};
-  std::size_t count = 0;
-  error_bound requested{};
-  error_bound used{};
-  double absolute_bound = 0.0;
-  std::vector<stash_segment> segments;  ///< capacity kept when the slot is reused
-
-  std::size_t element_size() const { return type == element_type::float32 ? 4 : 8; }
-  std::size_t stored_bytes() const {
-    std::size_t total = 0;
-    for (const stash_segment& s : segments) total += s.stream_bytes;
-    return total;
-  }
-};
-
-struct host_arena {
-  Kokkos::View<std::byte*, Kokkos::HostSpace> bytes;
-  first_fit_allocator allocator;
-};
-
 inline std::string bound_text(const error_bound& bound) {
   std::ostringstream text;
   text << (bound.mode == bound_mode::relative ? "REL " : "ABS ") << bound.value;
   return text.str();
-}
-
-inline const char* policy_name(budget_policy::action action) {
-  switch (action) {
-    case budget_policy::action::spill_host: return "spill_host";
-    case budget_policy::action::spill_file: return "spill_file";
-    case budget_policy::action::loosen_bound: return "loosen_bound";
-    default: return "throw_error";
-  }
 }
 
 template <class T>
@@ -307,87 +247,60 @@ class stash {
 };
 
 // ----------------------------------------------------------------------------------------------
-// The implementation. Host-side bookkeeping sits behind one mutex; compression, copies and file
-// I/O run outside it, on ranges the bookkeeping has handed out.
+// The implementation. The entry table and the counters sit behind one mutex, each tier guards
+// its own bookkeeping; compression, copies and file I/O run outside the locks, on ranges the
+// bookkeeping has handed out.
 template <class ExecutionSpace>
 struct stash<ExecutionSpace>::state {
-  using bytes_view = Kokkos::View<std::byte*, memory_space>;
   using unmanaged_bytes = Kokkos::View<std::byte*, memory_space, Kokkos::MemoryUnmanaged>;
   using const_unmanaged_bytes =
       Kokkos::View<const std::byte*, memory_space, Kokkos::MemoryUnmanaged>;
-  using host_unmanaged_bytes = Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-  /// The execution space can read host memory directly (decompress from a host spill).
-  static constexpr bool exec_reads_host =
-      Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
-  /// The host can read the pool directly (write a spill file from it).
-  static constexpr bool host_reads_pool =
-      Kokkos::SpaceAccessibility<Kokkos::DefaultHostExecutionSpace, memory_space>::accessible;
+  using const_host_bytes = Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+  using tier = detail::storage_tier<ExecutionSpace>;
+  using pool_tier = detail::pool_tier<ExecutionSpace>;
 
   ExecutionSpace exec;
   stash_options options;
   detail::stash_tuning tuning;
   std::uint64_t id = 0;
-
-  mutable std::mutex mutex;  // guards everything below except the workspace and the file
-  bytes_view pool;
-  detail::first_fit_allocator allocator;
-  std::size_t workspace_offset = 0;
   std::size_t workspace_bytes = 0;
-  std::vector<detail::stash_entry> entries;
-  std::vector<std::uint32_t> free_slots;
-  std::vector<detail::host_arena> host_arenas;
-  stash_stats counters;
-  std::size_t pool_stored_bytes = 0;  // streams in the pool
-  std::size_t pool_held_bytes = 0;    // the workspace + streams in the pool, 64-byte aligned
 
-  std::mutex workspace_mutex;  // the workspace and the host staging buffer
-  Kokkos::View<std::byte*, Kokkos::HostSpace> host_staging;
+  /// tiers[0] is the pool; the policy's spill tiers follow, in order. Made once, never changed.
+  std::vector<std::unique_ptr<tier>> tiers;
+  pool_tier* pool = nullptr;
 
-  // save_async: the instance each pending entry was enqueued on, by slot (set exactly while the
-  // entry is pending); one settlement at a time (it waits on those instances), with its
-  // scratch list.
-  std::vector<std::optional<ExecutionSpace>> saved_on;
-  std::mutex settle_mutex;
-  struct settle_job {
-    std::uint32_t slot;
-    std::size_t offset, reserved;
-    ExecutionSpace exec;
-    std::size_t length = 0;
-    double abs_bound = 0.0;
-  };
-  std::vector<settle_job> settle_jobs;
+  mutable std::mutex mutex;  // the entry table, the pending saves' instances and the counters
+  detail::entry_table entries{0};
+  detail::pending_saves<ExecutionSpace> pending;
+  stash_stats counters;  // the tiers' fields are filled in by stats()
 
-  std::mutex file_mutex;  // the spill file
-  std::filesystem::path file_path;
-  std::fstream file;
-  detail::first_fit_allocator file_allocator;
+  std::mutex workspace_mutex;  // the workspace (compression, and loads into it)
 
   state(const ExecutionSpace& exec_, const stash_options& options_,
         const detail::stash_tuning& tuning_)
       : exec(exec_), options(options_), tuning(tuning_) {
     constexpr const char* who = "kompress::stash";
-    detail::validate_block_size(options.block_size, who);
+    detail::validate_options(options.codec, "kompress::stash: options.codec");
+    if (options.codec.bound.value != 0.0)
+      throw invalid_argument(std::string(who) + ": options.codec.bound must be lossless() (got " +
+                             detail::bound_text(options.codec.bound) +
+                             "): the bound is given to each save");
     if (options.segment_bytes < 8)
       throw invalid_argument(std::string(who) + ": segment_bytes must be at least 8 (got " +
                              std::to_string(options.segment_bytes) + ")");
     const budget_policy& policy = options.policy;
-    if (policy.what == budget_policy::action::spill_file) {
-      std::error_code ec;
-      if (policy.directory.empty() || !std::filesystem::is_directory(policy.directory, ec))
-        throw invalid_argument(std::string(who) + ": the spill directory '" +
-                               policy.directory.string() + "' is not an existing directory");
-    }
     if (policy.what == budget_policy::action::loosen_bound) {
       detail::validate_bound(policy.ceiling, "kompress::stash: the loosen_bound ceiling");
       if (!(policy.growth > 1.0) || !std::isfinite(policy.growth))
         throw invalid_argument(std::string(who) + ": loosen_bound growth must be finite and > 1 (got " +
                                std::to_string(policy.growth) + ")");
     }
+    const int block_size = options.codec.block_size;
     workspace_bytes = detail::first_fit_allocator::round_up(std::max(
-        max_compressed_size<float>(detail::segment_values(options.segment_bytes, 4, options.block_size),
-                                   options.block_size),
-        max_compressed_size<double>(detail::segment_values(options.segment_bytes, 8, options.block_size),
-                                    options.block_size)));
+        max_compressed_size<float>(detail::segment_values(options.segment_bytes, 4, block_size),
+                                   block_size),
+        max_compressed_size<double>(detail::segment_values(options.segment_bytes, 8, block_size),
+                                    block_size)));
     const std::size_t capacity = options.budget_bytes / detail::first_fit_allocator::alignment *
                                  detail::first_fit_allocator::alignment;
     if (capacity < workspace_bytes + detail::first_fit_allocator::alignment)
@@ -402,91 +315,31 @@ struct stash<ExecutionSpace>::state {
       id = (std::uint64_t(random()) << 32) ^ std::uint64_t(random()) ^
            std::uint64_t(reinterpret_cast<std::uintptr_t>(this));
     } while (id == 0);
+    entries = detail::entry_table(id);
 
-    pool = bytes_view(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::stash::pool"),
-                      capacity);
-    exec.fence("kompress::stash: pool allocated");
-    allocator.grow(capacity);
-    workspace_offset = *allocator.allocate(workspace_bytes);
-    pool_held_bytes = workspace_bytes;
-    entries.reserve(64);
-    saved_on.reserve(64);
-    free_slots.reserve(64);
-    counters.budget_bytes = capacity;
-    counters.workspace_bytes = workspace_bytes;
-    note_pool_usage();
+    // The spill tiers first: they check the policy's arguments before the pool is allocated.
+    auto spill = detail::make_spill_tiers<ExecutionSpace>(
+        policy, {.stash_id = id, .budget_bytes = options.budget_bytes, .largest_stream = workspace_bytes});
+    auto made_pool = std::make_unique<pool_tier>(exec, capacity, workspace_bytes);
+    pool = made_pool.get();
+    tiers.push_back(std::move(made_pool));
+    for (auto& t : spill) tiers.push_back(std::move(t));
   }
 
-  ~state() {
-    // A pending save may still be writing into the pool.
-    for (std::optional<ExecutionSpace>& instance : saved_on)
-      if (instance) instance->fence("kompress::stash: destroyed with a save_async pending");
-    if (file.is_open()) file.close();
-    if (!file_path.empty()) {
-      std::error_code ec;
-      std::filesystem::remove(file_path, ec);  // a destructor must not throw
-    }
+  ~state() { pending.fence_all(); }  // a pending save may still be writing into the pool
+
+  compress_options codec_with(const error_bound& bound) const {
+    compress_options codec = options.codec;
+    codec.bound = bound;
+    return codec;
   }
 
-  // --- bookkeeping (mutex held) -----------------------------------------------------------
-  /// Pool bytes held: the workspace and the streams, not the worst-case ranges saves borrow
-  /// while they compress in place (they would have gone through the workspace otherwise), so
-  /// peak_pool_bytes is the budget a run needed.
-  void note_pool_usage() {
-    counters.pool_bytes = pool_held_bytes;
-    counters.peak_pool_bytes = std::max(counters.peak_pool_bytes, counters.pool_bytes);
-    counters.peak_stored_bytes = std::max(counters.peak_stored_bytes, pool_stored_bytes);
-  }
-
-  detail::stash_entry& lookup(const stash_handle& handle, const char* who) {
-    if (handle.empty())
-      throw invalid_handle(std::string(who) + ": the handle is empty (default-constructed, not "
-                                              "returned by save)");
-    if (handle.stash_id != id)
-      throw invalid_handle(std::string(who) + ": the handle belongs to another stash");
-    if (handle.slot >= entries.size() || entries[handle.slot].generation != handle.generation ||
-        !entries[handle.slot].live)
-      throw invalid_handle(std::string(who) +
-                           ": the handle's entry was dropped (a handle is valid from save until "
-                           "drop or restore_and_drop)");
-    return entries[handle.slot];
-  }
-  const detail::stash_entry& lookup(const stash_handle& handle, const char* who) const {
-    return const_cast<state*>(this)->lookup(handle, who);
-  }
-
-  void free_segment(const detail::stash_segment& segment) {
-    switch (segment.location) {
-      case detail::segment_location::pool:
-        allocator.free(segment.offset, segment.stream_bytes);
-        pool_stored_bytes -= segment.stream_bytes;
-        pool_held_bytes -= detail::first_fit_allocator::round_up(segment.stream_bytes);
-        break;
-      case detail::segment_location::host:
-        host_arenas[segment.arena].allocator.free(segment.offset, segment.stream_bytes);
-        counters.host_spilled_bytes -= segment.stream_bytes;
-        break;
-      case detail::segment_location::file:
-        {
-          std::lock_guard file_lock(file_mutex);
-          file_allocator.free(segment.offset, segment.stream_bytes);
-        }
-        counters.file_spilled_bytes -= segment.stream_bytes;
-        break;
-    }
-  }
-
+  // --- bookkeeping ------------------------------------------------------------------------
+  /// Frees the segments' streams in their tiers (the entry's own mutex held or not needed).
   void free_segments(detail::stash_entry& entry) {
-    for (const detail::stash_segment& segment : entry.segments) free_segment(segment);
+    for (const detail::stash_segment& segment : entry.segments)
+      tiers[segment.tier]->release(segment.offset, segment.stream_bytes);
     entry.segments.clear();
-    note_pool_usage();
-  }
-
-  void release_slot(std::uint32_t slot) {
-    detail::stash_entry& entry = entries[slot];
-    entry.live = false;
-    ++entry.generation;
-    free_slots.push_back(slot);
   }
 
   // --- save -------------------------------------------------------------------------------
@@ -502,26 +355,15 @@ struct stash<ExecutionSpace>::state {
                              ") must have the same mode");
   }
 
-  /// Takes a slot; it is ours (not live, not on the free list) until published or released.
-  /// Other threads may grow `entries` meanwhile, so touch it only under the lock. `local`
-  /// receives the slot's segment vector (its capacity is reused) and the View's shape.
+  /// Takes a slot for a save; `local` receives its segment vector and the View's shape.
   template <class T, class View>
   std::uint32_t acquire_slot(const View& view, const error_bound& requested,
                              detail::stash_entry& local) {
     std::uint32_t slot;
     {
       std::lock_guard lock(mutex);
-      if (!free_slots.empty()) {
-        slot = free_slots.back();
-        free_slots.pop_back();
-      } else {
-        slot = static_cast<std::uint32_t>(entries.size());
-        entries.emplace_back();
-        saved_on.emplace_back();
-      }
-      local.segments = std::move(entries[slot].segments);
+      slot = entries.acquire(local);
     }
-    local.segments.clear();
     local.type = detail::element_type_of<T>();
     local.rank = int(View::rank);
     local.count = view.size();
@@ -533,16 +375,12 @@ struct stash<ExecutionSpace>::state {
     return slot;
   }
 
-  /// Makes the slot's entry live with `local`'s contents (mutex held) and returns its handle.
+  /// Publishes the slot's entry (mutex held) and counts the save.
   stash_handle publish(std::uint32_t slot, detail::stash_entry& local) {
-    detail::stash_entry& published = entries[slot];
-    const std::uint32_t generation = published.generation;
-    published = std::move(local);
-    published.generation = generation;
-    published.live = true;
-    published.pins = 0;
-    const std::size_t raw = published.count * published.element_size();
-    const std::size_t stored = published.stored_bytes();
+    const std::size_t raw = local.raw_bytes();
+    const std::size_t stored = local.stored_bytes();
+    const bool loosened = local.used.value != local.requested.value;
+    const stash_handle handle = entries.publish(slot, local);
     ++counters.saves;
     ++counters.entries;
     counters.raw_bytes += raw;
@@ -550,8 +388,8 @@ struct stash<ExecutionSpace>::state {
     counters.total_raw_bytes += raw;
     counters.total_stored_bytes += stored;
     counters.peak_raw_bytes = std::max(counters.peak_raw_bytes, counters.raw_bytes);
-    if (published.used.value != published.requested.value) ++counters.loosened_saves;
-    return stash_handle{id, slot, generation};
+    if (loosened) ++counters.loosened_saves;
+    return handle;
   }
 
   template <class T, class View>
@@ -561,22 +399,19 @@ struct stash<ExecutionSpace>::state {
     check_save(view, requested, who);
     detail::stash_entry local;
     const std::uint32_t slot = acquire_slot<T>(view, requested, local);
-
     try {
       place_entry<T>(exec_, view, requested, local, who);
     } catch (...) {
-      std::lock_guard lock(mutex);
       free_segments(local);
-      entries[slot].segments = std::move(local.segments);
-      release_slot(slot);
+      std::lock_guard lock(mutex);
+      entries.release(slot, std::move(local.segments));
       throw;
     }
-
     std::lock_guard lock(mutex);
     return publish(slot, local);
   }
 
-  // --- save_async ---------------------------------------------------------------------------
+  // --- save_async -------------------------------------------------------------------------
   template <class T, class View>
   stash_handle save_async(const ExecutionSpace& exec_, const View& view, const error_bound& requested) {
     constexpr const char* who = "kompress::stash::save_async";
@@ -584,19 +419,15 @@ struct stash<ExecutionSpace>::state {
     check_save(view, requested, who);
     const std::size_t count = view.size();
     if (count == 0) return save<T>(exec_, view, requested);  // no device work at all
-    const std::size_t reserved = max_compressed_size<T>(count, options.block_size);
-    std::optional<std::size_t> offset;
+    const std::size_t reserved = max_compressed_size<T>(count, options.codec.block_size);
+    std::optional<std::size_t> offset = pool->reserve(reserved);
     bool others_pending;
     {
       std::lock_guard lock(mutex);
-      offset = allocator.allocate(reserved);
-      others_pending = counters.pending_saves > 0;
+      others_pending = pending.count > 0;
     }
-    if (!offset && others_pending && settle(std::nullopt)) {
-      std::lock_guard lock(mutex);
-      offset = allocator.allocate(reserved);
-    }
-    // No room for the worst case: the synchronous path (segments, workspace, policy) can
+    if (!offset && others_pending && settle(std::nullopt)) offset = pool->reserve(reserved);
+    // No room for the worst case: the synchronous path (segments, workspace, tiers) can
     // still place it.
     if (!offset) return save<T>(exec_, view, requested);
 
@@ -605,28 +436,21 @@ struct stash<ExecutionSpace>::state {
     try {
       kompress::compress_async(
           exec_, Kokkos::View<const T*, typename View::memory_space, Kokkos::MemoryUnmanaged>(view.data(), count),
-          unmanaged_bytes(pool.data() + *offset, reserved),
-          compress_options{.bound = requested, .block_size = options.block_size});
+          unmanaged_bytes(pool->data() + *offset, reserved), codec_with(requested));
     } catch (...) {
+      pool->unreserve(*offset, reserved);
       std::lock_guard lock(mutex);
-      allocator.free(*offset, reserved);
-      entries[slot].segments = std::move(local.segments);
-      release_slot(slot);
+      entries.release(slot, std::move(local.segments));
       throw;
     }
-    detail::stash_segment segment;
-    segment.count = count;
-    segment.location = detail::segment_location::pool;
-    segment.offset = *offset;
-    local.segments.push_back(segment);
+    local.segments.push_back({.first_value = 0, .count = count, .tier = 0, .offset = *offset,
+                              .stream_bytes = 0});
     local.used = requested;
     local.reserved_bytes = reserved;
 
     std::lock_guard lock(mutex);
-    saved_on[slot] = exec_;
-    ++counters.pending_saves;
-    pool_held_bytes += detail::first_fit_allocator::round_up(reserved);
-    note_pool_usage();
+    pending.mark(slot, exec_);
+    counters.pending_saves = pending.count;
     return publish(slot, local);
   }
 
@@ -635,55 +459,52 @@ struct stash<ExecutionSpace>::state {
   /// Only this changes a pending entry, and drop and restore settle an entry before they touch
   /// it, so the slots stay valid while the lock is released for the waits.
   bool settle(std::optional<std::uint32_t> only) {
-    std::lock_guard settle_lock(settle_mutex);
-    settle_jobs.clear();
+    std::lock_guard settle_lock(pending.settle_mutex);
+    auto& jobs = pending.jobs;
+    jobs.clear();
     {
       std::lock_guard lock(mutex);
-      for (std::uint32_t slot = only.value_or(0);
-           slot < (only ? *only + 1 : std::uint32_t(entries.size())); ++slot) {
+      const std::uint32_t first = only.value_or(0);
+      const std::uint32_t end = only ? *only + 1 : std::uint32_t(entries.slots());
+      for (std::uint32_t slot = first; slot < end; ++slot) {
         const detail::stash_entry& entry = entries[slot];
-        if (entry.live && saved_on[slot])
-          settle_jobs.push_back({slot, entry.segments.front().offset, entry.reserved_bytes,
-                                 *saved_on[slot]});
+        if (entry.live && pending.pending(slot))
+          jobs.push_back({slot, entry.segments.front().offset, entry.reserved_bytes,
+                          *pending.instances[slot]});
       }
     }
-    if (settle_jobs.empty()) return false;
-    for (settle_job& job : settle_jobs) {
+    if (jobs.empty()) return false;
+    for (auto& job : jobs) {
       job.exec.fence("kompress::stash: waiting for a save_async");
-      const std::byte* stream = pool.data() + job.offset;
-      job.length = detail::read_stream_field<std::uint64_t, memory_space>(
-          job.exec, stream, detail::stream_length_offset);
-      job.abs_bound = detail::read_stream_field<double, memory_space>(job.exec, stream,
-                                                                      detail::abs_bound_offset);
+      const stream_info header = kompress::inspect_header(
+          job.exec, const_unmanaged_bytes(pool->data() + job.offset, job.reserved));
+      job.length = header.compressed_bytes;
+      job.abs_bound = header.absolute_bound;
     }
+    for (const auto& job : jobs) pool->settle(job.offset, job.reserved, job.length);
     std::lock_guard lock(mutex);
-    for (const settle_job& job : settle_jobs) {
+    for (const auto& job : jobs) {
       detail::stash_entry& entry = entries[job.slot];
-      allocator.shrink(job.offset, job.reserved, job.length);
-      pool_held_bytes -= detail::first_fit_allocator::round_up(job.reserved) -
-                         detail::first_fit_allocator::round_up(job.length);
-      pool_stored_bytes += job.length;
       entry.segments.front().stream_bytes = job.length;
       entry.absolute_bound = job.abs_bound;
       entry.reserved_bytes = 0;
-      saved_on[job.slot].reset();
-      --counters.pending_saves;
+      pending.clear(job.slot);
       counters.stored_bytes += job.length;
       counters.total_stored_bytes += job.length;
     }
-    note_pool_usage();
+    counters.pending_saves = pending.count;
     return true;
   }
 
   /// Settles the handle's entry if its save_async is pending (throws for a bad handle).
   void settle_entry(const stash_handle& handle, const char* who) {
-    bool pending;
+    bool is_pending;
     {
       std::lock_guard lock(mutex);
-      lookup(handle, who);  // throws for a bad handle
-      pending = saved_on[handle.slot].has_value();
+      entries.lookup(handle, who);  // throws for a bad handle
+      is_pending = pending.pending(handle.slot);
     }
-    if (pending) settle(handle.slot);
+    if (is_pending) settle(handle.slot);
   }
 
   /// Places every segment of `view` within `requested`, loosening the bound if the policy says
@@ -692,24 +513,21 @@ struct stash<ExecutionSpace>::state {
   template <class T, class View>
   void place_entry(const ExecutionSpace& exec_, const View& view, const error_bound& requested,
                    detail::stash_entry& entry, const char* who) {
+    using values_view = Kokkos::View<const T*, typename View::memory_space, Kokkos::MemoryUnmanaged>;
     const std::size_t count = view.size();
     const T* const data = view.data();
     const std::size_t per_segment =
-        detail::segment_values(options.segment_bytes, sizeof(T), options.block_size);
+        detail::segment_values(options.segment_bytes, sizeof(T), options.codec.block_size);
     const std::size_t segments = count == 0 ? 0 : (count + per_segment - 1) / per_segment;
-
-    // A relative bound is relative to the whole View's range: over several segments it is
-    // resolved once here, and every segment gets the same absolute bound.
-    detail::value_range range;
-    if (segments > 1 && requested.mode == bound_mode::relative)
-      range = detail::compute_value_range(exec_, data, count, false, detail::bits_t<T>(0));
 
     error_bound bound = requested;
     std::string tried;
     while (true) {
+      // A relative bound is relative to the whole View's range: over several segments it is
+      // resolved here, and every segment gets the same absolute bound.
       error_bound segment_bound = bound;
       if (segments > 1 && bound.mode == bound_mode::relative) {
-        double e = range.empty() ? 0.0 : bound.value * (range.max - range.min);
+        double e = kompress::absolute_bound(exec_, values_view(data, count), codec_with(bound));
         if (!(e <= 0x1p1000)) e = 0x1p1000;  // an overflowing range: the codec caps it too
         segment_bound = absolute(e);
       }
@@ -722,10 +540,9 @@ struct stash<ExecutionSpace>::state {
         detail::stash_segment segment;
         segment.first_value = s * per_segment;
         segment.count = std::min(per_segment, count - segment.first_value);
-        Kokkos::View<const T*, typename View::memory_space, Kokkos::MemoryUnmanaged> values(
-            data + segment.first_value, segment.count);
         double segment_abs_bound = 0.0;
-        failed_bytes = place_segment<T>(exec_, values, segment_bound, segment, segment_abs_bound);
+        failed_bytes = place_segment<T>(exec_, values_view(data + segment.first_value, segment.count),
+                                        segment_bound, segment, segment_abs_bound, who);
         if (failed_bytes != 0) {
           failed = segment;
           placed_all = false;
@@ -737,10 +554,8 @@ struct stash<ExecutionSpace>::state {
       if (placed_all) return;
 
       // The pool as the failing segment found it, then give back what this save placed.
-      std::unique_lock lock(mutex);
-      const std::size_t in_use = allocator.in_use(), largest = allocator.largest_free();
+      const auto usage = pool->snapshot();
       free_segments(entry);
-      lock.unlock();
       tried += (tried.empty() ? "" : ", ") + detail::bound_text(bound);
       const bool loosen = options.policy.what == budget_policy::action::loosen_bound &&
                           bound.value < options.policy.ceiling.value;
@@ -755,52 +570,43 @@ struct stash<ExecutionSpace>::state {
           std::to_string(failed_bytes) + " bytes (values " + std::to_string(failed.first_value) +
           ".." + std::to_string(failed.first_value + failed.count) + " of " + std::to_string(count) +
           " " + detail::type_name<T>() + ", bound " + detail::bound_text(bound) +
-          ") does not fit: the pool of " + std::to_string(allocator.capacity()) + " bytes has " +
-          std::to_string(in_use) + " in use (the " + std::to_string(workspace_bytes) +
-          "-byte workspace included) and its largest free range is " + std::to_string(largest) +
-          " bytes";
+          ") does not fit: the pool of " + std::to_string(usage.capacity) + " bytes has " +
+          std::to_string(usage.in_use) + " in use (the " + std::to_string(workspace_bytes) +
+          "-byte workspace included) and its largest free range is " +
+          std::to_string(usage.largest_free) + " bytes";
       if (options.policy.what == budget_policy::action::loosen_bound)
         message += "; tried the bounds " + tried + " up to the ceiling " +
                    detail::bound_text(options.policy.ceiling);
       else
         message += " (policy " + std::string(detail::policy_name(options.policy.what)) +
                    "; see kompress::budget_policy)";
-      throw budget_exceeded(message, failed_bytes, allocator.capacity(), in_use, largest);
+      throw budget_exceeded(message, failed_bytes, usage.capacity, usage.in_use, usage.largest_free);
     }
   }
 
-  /// Compresses one segment and places its stream. Returns 0 when placed (segment filled in),
-  /// or the aligned stream size that did not fit when the policy leaves it to the caller.
+  /// Compresses one segment and places its stream: in place in the pool when a worst-case
+  /// range is free, else through the workspace into the first tier with room. Returns 0 when
+  /// placed (segment filled in), or the aligned stream size that no tier took.
   template <class T, class InView>
   std::size_t place_segment(const ExecutionSpace& exec_, const InView& values,
                             const error_bound& bound, detail::stash_segment& segment,
-                            double& abs_bound) {
-    const compress_options compress{.bound = bound, .block_size = options.block_size};
-    const std::size_t worst = max_compressed_size<T>(values.size(), options.block_size);
+                            double& abs_bound, const char* who) {
+    const compress_options codec = codec_with(bound);
+    const std::size_t worst = max_compressed_size<T>(values.size(), codec.block_size);
 
     if (tuning.compress_in_place) {
-      std::optional<std::size_t> offset;
-      {
-        std::lock_guard lock(mutex);
-        offset = allocator.allocate(worst);
-      }
-      if (offset) {
+      if (const std::optional<std::size_t> offset = pool->borrow(worst)) {
         std::size_t length = 0;
         try {
-          length = kompress::compress(exec_, values, unmanaged_bytes(pool.data() + *offset, worst),
-                                      compress);
-          abs_bound = read_abs_bound(exec_, pool.data() + *offset);
+          const unmanaged_bytes range(pool->data() + *offset, worst);
+          length = kompress::compress(exec_, values, range, codec);
+          abs_bound = kompress::inspect_header(exec_, range).absolute_bound;
         } catch (...) {
-          std::lock_guard lock(mutex);
-          allocator.free(*offset, worst);
+          pool->give_back(*offset, worst);
           throw;
         }
-        std::lock_guard lock(mutex);
-        allocator.shrink(*offset, worst, length);
-        pool_stored_bytes += length;
-        pool_held_bytes += detail::first_fit_allocator::round_up(length);
-        note_pool_usage();
-        segment.location = detail::segment_location::pool;
+        pool->keep(*offset, worst, length);
+        segment.tier = 0;
         segment.offset = *offset;
         segment.stream_bytes = length;
         return 0;
@@ -808,141 +614,34 @@ struct stash<ExecutionSpace>::state {
     }
 
     std::lock_guard workspace_lock(workspace_mutex);
-    std::byte* const workspace = pool.data() + workspace_offset;
-    const std::size_t length =
-        kompress::compress(exec_, values, unmanaged_bytes(workspace, workspace_bytes), compress);
-    abs_bound = read_abs_bound(exec_, workspace);
-    const_unmanaged_bytes stream(workspace, length);
+    std::byte* const workspace = pool->workspace();
+    const unmanaged_bytes workspace_range(workspace, workspace_bytes);
+    const std::size_t length = kompress::compress(exec_, values, workspace_range, codec);
+    abs_bound = kompress::inspect_header(exec_, workspace_range).absolute_bound;
     segment.stream_bytes = length;
 
-    std::optional<std::size_t> offset;
-    bool pending_saves = false;
-    for (int attempt = 0; attempt < 2 && !offset; ++attempt) {
-      // Pending saves hold worst-case ranges: settle them before turning to the policy.
-      if (attempt == 1 && !(pending_saves && settle(std::nullopt))) break;
-      std::lock_guard lock(mutex);
-      offset = allocator.allocate(length);
-      pending_saves = counters.pending_saves > 0;
-      if (offset) {
-        pool_stored_bytes += length;
-        pool_held_bytes += detail::first_fit_allocator::round_up(length);
-        note_pool_usage();
-      }
-    }
-    if (offset) {
-      Kokkos::deep_copy(exec_, unmanaged_bytes(pool.data() + *offset, length), stream);
-      exec_.fence("kompress::stash::save: stream copied into the pool");
-      segment.location = detail::segment_location::pool;
-      segment.offset = *offset;
-      return 0;
-    }
-
-    switch (options.policy.what) {
-      case budget_policy::action::spill_host: {
-        {
-          std::lock_guard lock(mutex);
-          place_on_host(length, segment);
-          counters.host_spilled_bytes += length;
-          ++counters.spilled_segments;
-        }
-        Kokkos::deep_copy(exec_, host_unmanaged_bytes(segment.host_data + segment.offset, length),
-                          stream);
-        exec_.fence("kompress::stash::save: stream spilled to host memory");
-        return 0;
-      }
-      case budget_policy::action::spill_file: {
-        const std::byte* bytes = nullptr;
-        if constexpr (host_reads_pool) {
-          exec_.fence("kompress::stash::save: stream ready for the spill file");
-          bytes = workspace;
-        } else {
-          if (host_staging.size() < length)
-            host_staging = Kokkos::View<std::byte*, Kokkos::HostSpace>(
-                Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::stash::host_staging"),
-                workspace_bytes);
-          Kokkos::deep_copy(exec_, host_unmanaged_bytes(host_staging.data(), length), stream);
-          exec_.fence("kompress::stash::save: stream staged for the spill file");
-          bytes = host_staging.data();
-        }
-        segment.location = detail::segment_location::file;
-        segment.offset = write_file(bytes, length);
-        std::lock_guard lock(mutex);
-        counters.file_spilled_bytes += length;
-        ++counters.spilled_segments;
-        return 0;
-      }
-      default:
-        return detail::first_fit_allocator::round_up(length);
-    }
-  }
-
-  /// The absolute bound a freshly written stream records (compress has waited for exec_).
-  double read_abs_bound(const ExecutionSpace& exec_, const std::byte* stream) {
-    return detail::read_stream_field<double, memory_space>(exec_, stream, detail::abs_bound_offset);
-  }
-
-  /// Host spill: a range in a host arena; arenas are added (never moved) as needed.
-  void place_on_host(std::size_t length, detail::stash_segment& segment) {
-    for (std::size_t a = 0; a < host_arenas.size(); ++a) {
-      if (auto offset = host_arenas[a].allocator.allocate(length)) {
-        segment.location = detail::segment_location::host;
-        segment.arena = a;
-        segment.offset = *offset;
-        segment.host_data = host_arenas[a].bytes.data();
-        return;
-      }
-    }
-    const std::size_t previous = host_arenas.empty() ? 0 : host_arenas.back().allocator.capacity();
-    const std::size_t capacity = detail::first_fit_allocator::round_up(
-        std::max({length, 2 * previous, std::size_t(16) << 20, options.budget_bytes / 4}));
-    detail::host_arena arena;
-    arena.bytes = Kokkos::View<std::byte*, Kokkos::HostSpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::stash::host_spill"), capacity);
-    arena.allocator.grow(capacity);
-    host_arenas.push_back(std::move(arena));
-    place_on_host(length, segment);
-  }
-
-  std::size_t write_file(const std::byte* bytes, std::size_t length) {
-    constexpr const char* who = "kompress::stash::save";
-    std::lock_guard file_lock(file_mutex);
-    if (!file.is_open()) {
-      char name[64];
-      std::snprintf(name, sizeof name, "kompress-stash-%016llx.spill",
-                    static_cast<unsigned long long>(id));
-      file_path = options.policy.directory / name;
-      file.open(file_path, std::ios::in | std::ios::out | std::ios::binary | std::ios::trunc);
-      if (!file.is_open())
-        throw error(std::string(who) + ": cannot create the spill file '" + file_path.string() + "'");
-    }
-    std::optional<std::size_t> offset = file_allocator.allocate(length);
+    // The pool first; pending saves hold worst-case ranges there, so settle them before
+    // turning to the next tier.
+    std::optional<std::size_t> offset = pool->store(exec_, workspace, length, who);
     if (!offset) {
-      file_allocator.grow(file_allocator.capacity() +
-                          std::max(detail::first_fit_allocator::round_up(length),
-                                   file_allocator.capacity()));
-      offset = file_allocator.allocate(length);
+      bool any_pending;
+      {
+        std::lock_guard lock(mutex);
+        any_pending = pending.count > 0;
+      }
+      if (any_pending && settle(std::nullopt)) offset = pool->store(exec_, workspace, length, who);
     }
-    file.seekp(std::streamoff(*offset));
-    file.write(reinterpret_cast<const char*>(bytes), std::streamsize(length));
-    file.flush();
-    if (!file) {
-      file.clear();
-      file_allocator.free(*offset, length);
-      throw error(std::string(who) + ": writing " + std::to_string(length) +
-                  " bytes to the spill file '" + file_path.string() + "' failed");
+    for (std::size_t t = 1; !offset && t < tiers.size(); ++t) {
+      offset = tiers[t]->store(exec_, workspace, length, who);
+      if (offset) {
+        segment.tier = std::uint8_t(t);
+        std::lock_guard lock(mutex);
+        ++counters.spilled_segments;
+      }
     }
-    return *offset;
-  }
-
-  void read_file(std::size_t offset, std::byte* bytes, std::size_t length, const char* who) {
-    std::lock_guard file_lock(file_mutex);
-    file.seekg(std::streamoff(offset));
-    file.read(reinterpret_cast<char*>(bytes), std::streamsize(length));
-    if (!file) {
-      file.clear();
-      throw error(std::string(who) + ": reading " + std::to_string(length) +
-                  " bytes from the spill file '" + file_path.string() + "' failed");
-    }
+    if (!offset) return detail::first_fit_allocator::round_up(length);
+    segment.offset = *offset;
+    return 0;
   }
 
   // --- restore ----------------------------------------------------------------------------
@@ -959,7 +658,7 @@ struct stash<ExecutionSpace>::state {
     std::size_t segment_count;
     {
       std::lock_guard lock(mutex);
-      detail::stash_entry& entry = lookup(handle, who);
+      detail::stash_entry& entry = entries.lookup(handle, who);
       check_output(entry, out, who);
       ++entry.pins;
       segments = entry.segments.data();
@@ -977,46 +676,20 @@ struct stash<ExecutionSpace>::state {
 
     for (std::size_t s = 0; s < segment_count; ++s) {
       const detail::stash_segment& segment = segments[s];
-      Kokkos::View<T*, typename View::memory_space, Kokkos::MemoryUnmanaged> values(
+      const Kokkos::View<T*, typename View::memory_space, Kokkos::MemoryUnmanaged> values(
           out.data() + segment.first_value, segment.count);
-      switch (segment.location) {
-        case detail::segment_location::pool:
-          decompress(exec_, const_unmanaged_bytes(pool.data() + segment.offset, segment.stream_bytes),
-                     values);
-          break;
-        case detail::segment_location::host:
-          if constexpr (exec_reads_host) {
-            decompress(exec_,
-                       Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                           segment.host_data + segment.offset, segment.stream_bytes),
-                       values);
-          } else {
-            std::lock_guard workspace_lock(workspace_mutex);
-            unmanaged_bytes workspace(pool.data() + workspace_offset, segment.stream_bytes);
-            Kokkos::deep_copy(exec_, workspace,
-                              host_unmanaged_bytes(segment.host_data + segment.offset,
-                                                   segment.stream_bytes));
-            decompress(exec_, workspace, values);
-          }
-          break;
-        case detail::segment_location::file: {
-          std::lock_guard workspace_lock(workspace_mutex);
-          if constexpr (host_reads_pool) {
-            read_file(segment.offset, pool.data() + workspace_offset, segment.stream_bytes, who);
-          } else {
-            if (host_staging.size() < segment.stream_bytes)
-              host_staging = Kokkos::View<std::byte*, Kokkos::HostSpace>(
-                  Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::stash::host_staging"),
-                  workspace_bytes);
-            read_file(segment.offset, host_staging.data(), segment.stream_bytes, who);
-            Kokkos::deep_copy(exec_, unmanaged_bytes(pool.data() + workspace_offset, segment.stream_bytes),
-                              host_unmanaged_bytes(host_staging.data(), segment.stream_bytes));
-          }
-          decompress(exec_, const_unmanaged_bytes(pool.data() + workspace_offset, segment.stream_bytes),
-                     values);
-          break;
+      tier& where = *tiers[segment.tier];
+      std::unique_lock<std::mutex> workspace_lock;
+      if (where.loads_into_scratch()) workspace_lock = std::unique_lock(workspace_mutex);
+      const detail::tier_bytes bytes =
+          where.load(exec_, segment.offset, segment.stream_bytes, pool->workspace(), who);
+      if constexpr (Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible) {
+        if (bytes.host) {
+          decompress(exec_, const_host_bytes(bytes.data, segment.stream_bytes), values);
+          continue;
         }
       }
+      decompress(exec_, const_unmanaged_bytes(bytes.data, segment.stream_bytes), values);
     }
     guard.self = nullptr;
     std::lock_guard lock(mutex);
@@ -1063,19 +736,18 @@ struct stash<ExecutionSpace>::state {
 
   // --- drop, info, stats ------------------------------------------------------------------
   void drop_locked(detail::stash_entry& entry, std::uint32_t slot) {
-    const std::size_t raw = entry.count * entry.element_size();
-    counters.raw_bytes -= raw;
+    counters.raw_bytes -= entry.raw_bytes();
     counters.stored_bytes -= entry.stored_bytes();
     --counters.entries;
     ++counters.drops;
     free_segments(entry);
-    release_slot(slot);
+    entries.release(slot);
   }
 
   void drop(const stash_handle& handle, const char* who) {
     settle_entry(handle, who);  // its save may still be writing the range
     std::lock_guard lock(mutex);
-    detail::stash_entry& entry = lookup(handle, who);
+    detail::stash_entry& entry = entries.lookup(handle, who);
     if (entry.pins > 0)
       throw invalid_handle(std::string(who) + ": the entry is being restored by another thread");
     drop_locked(entry, handle.slot);
@@ -1083,45 +755,45 @@ struct stash<ExecutionSpace>::state {
 
   bool contains(const stash_handle& handle) const {
     std::lock_guard lock(mutex);
-    return handle.stash_id == id && !handle.empty() && handle.slot < entries.size() &&
-           entries[handle.slot].live && entries[handle.slot].generation == handle.generation;
+    return entries.contains(handle);
   }
 
   stash_entry_info info(const stash_handle& handle) const {
     const_cast<state*>(this)->settle_entry(handle, "kompress::stash::info");
     std::lock_guard lock(mutex);
-    const detail::stash_entry& entry = lookup(handle, "kompress::stash::info");
+    const detail::stash_entry& entry = entries.lookup(handle, "kompress::stash::info");
     stash_entry_info result;
     result.type = entry.type;
     result.rank = entry.rank;
     result.extents = entry.extents;
     result.count = entry.count;
-    result.raw_bytes = entry.count * entry.element_size();
+    result.raw_bytes = entry.raw_bytes();
     result.stored_bytes = entry.stored_bytes();
     result.requested_bound = entry.requested;
     result.used_bound = entry.used;
     result.absolute_bound = entry.absolute_bound;
     result.segments = entry.segments.size();
-    for (const detail::stash_segment& segment : entry.segments) {
-      switch (segment.location) {
-        case detail::segment_location::pool: ++result.placement.pool_segments; break;
-        case detail::segment_location::host: ++result.placement.host_segments; break;
-        case detail::segment_location::file: ++result.placement.file_segments; break;
-      }
-    }
+    for (const detail::stash_segment& segment : entry.segments)
+      tiers[segment.tier]->count(result.placement);
     return result;
   }
 
   stash_stats stats() const {
-    std::lock_guard lock(mutex);
-    return counters;
+    stash_stats result;
+    {
+      std::lock_guard lock(mutex);
+      result = counters;
+    }
+    result.host_spilled_bytes = 0;
+    result.file_spilled_bytes = 0;
+    for (const auto& t : tiers) t->report(result);
+    return result;
   }
 
   void reset_peaks() {
     std::lock_guard lock(mutex);
     counters.peak_raw_bytes = counters.raw_bytes;
-    counters.peak_pool_bytes = counters.pool_bytes;
-    counters.peak_stored_bytes = pool_stored_bytes;
+    pool->reset_peaks();
   }
 };
 

@@ -1,0 +1,30 @@
+#pragma once
+// kompress::stash_options: the budget, the policy, the segment size and the codec's options.
+
+#include <kompress/bound.hpp>
+#include <kompress/stash/policy.hpp>
+
+#include <cstddef>
+
+namespace kompress {
+inline namespace v0 {
+
+struct stash_options {
+  /// The stash's device memory in bytes: one pool allocated when the stash is made, holding
+  /// the compression workspace and every stored stream. Nothing else is allocated in the
+  /// execution space's memory space.
+  std::size_t budget_bytes = 0;
+  budget_policy policy = budget_policy::throw_error();
+  /// A save compresses its View in segments of at most this many bytes, each one stream. The
+  /// workspace is one segment's worst case, so this bounds the memory a save needs beyond its
+  /// compressed size. Larger segments mean fewer launches and fences per save.
+  std::size_t segment_bytes = std::size_t(4) << 20;
+  /// The codec's options for every stream: block_size (32, 64, 128) and fill_value (values
+  /// bit-identical to it come back bit-exact and stay out of a relative bound's range). The
+  /// bound is given per save: codec.bound must stay lossless() (its default), or the stash
+  /// throws invalid_argument when made.
+  compress_options codec{};
+};
+
+}  // namespace v0
+}  // namespace kompress
