@@ -337,8 +337,7 @@ struct run_context {
 
 kompress::collective_options options_for(variant v, const run_context& ctx, bool measure_error) {
   kompress::collective_options o;
-  o.bound = kompress::relative(ctx.opts.rel_bound);
-  o.block_size = ctx.opts.block_size;
+  o.codec = {.bound = kompress::relative(ctx.opts.rel_bound), .block_size = ctx.opts.block_size};
   o.cost = ctx.cost;
   o.measure_error = measure_error;
   o.mode = v == variant::raw          ? kompress::transfer_mode::raw

@@ -1,6 +1,6 @@
 #pragma once
 // MPI plumbing for the collectives: return-code checks that throw, byte counts that fit an
-// int, and an owned duplicate of a communicator. Standard MPI only, so any MPI works.
+// int, an owned duplicate of a communicator. Standard MPI only, so any MPI works.
 
 #include <kompress/error.hpp>
 
@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstddef>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace kompress::inline v0 {
@@ -102,15 +103,17 @@ struct comm_shape {
   int size = 1;
 };
 
+/// Rank and size; a communicator of one rank is fine (every collective is then a local copy).
 inline comm_shape shape_of(MPI_Comm comm, const char* who) {
   comm_shape shape;
   check_mpi(MPI_Comm_rank(comm, &shape.rank), who, "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm, &shape.size), who, "MPI_Comm_size");
-  if (shape.size < 2)
-    throw invalid_argument(std::string(who) +
-                           ": the communicator has 1 rank, so there is nothing to exchange "
-                           "(copy the data with Kokkos::deep_copy instead)");
   return shape;
+}
+
+template <class T>
+MPI_Datatype mpi_type() {
+  return std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
 }
 
 }  // namespace detail
