@@ -54,18 +54,6 @@ class mpi_request_operation final : public operation {
   collective_report report_;
 };
 
-template <class Exec, class SendView, class RecvView>
-void check_allreduce_types() {
-  static_assert(std::is_same_v<typename SendView::non_const_value_type, typename RecvView::non_const_value_type>,
-                "kompress::allreduce: send and receive Views must hold the same element type");
-  static_assert(!std::is_const_v<typename RecvView::value_type>, "kompress::allreduce: the result View must not be const");
-  static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename SendView::memory_space>::accessible &&
-                    Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename RecvView::memory_space>::accessible,
-                "kompress::allreduce: Views must be host-accessible (device buffers are not supported yet)");
-  static_assert(Kokkos::SpaceAccessibility<Exec, Kokkos::HostSpace>::accessible,
-                "kompress::allreduce: the execution space must run on the host");
-}
-
 template <class T, class SendView, class RecvView>
 void check_allreduce_views(const SendView& send, const RecvView& recv, const collective_options& options,
                            const char* who) {
@@ -105,10 +93,8 @@ std::unique_ptr<operation> make_allreduce(const Exec& exec, const SendView& send
                                           const collective_options& options, comm_workspace* workspace,
                                           bool nonblocking, const char* who) {
   using T = typename SendView::non_const_value_type;
-  check_allreduce_types<Exec, SendView, RecvView>();
   Kokkos::Profiling::ScopedRegion region(who);
-  exec.fence("kompress: before MPI reads the send View");
-  const comm_shape shape = shape_of(comm, who);
+  const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
   const wire_rule rule{options.mode, options.cost};
   workspace_slot* slot = nullptr;
   agreement a;
@@ -118,8 +104,7 @@ std::unique_ptr<operation> make_allreduce(const Exec& exec, const SendView& send
     check_allreduce_views<T>(send, recv, options, who);
     if (workspace) slot = &workspace->slot_for(comm, nonblocking, who);
   });
-  fingerprint f;
-  f.add(std::uint64_t(collective_kind::allreduce)).add(std::uint64_t(nonblocking)).add(std::uint64_t(sizeof(T)));
+  fingerprint f = call_fingerprint(collective_kind::allreduce, nonblocking, sizeof(T));
   f.add(std::uint64_t(send.size())).add(std::uint64_t(options.codec.bound.mode)).add(options.codec.bound.value);
   f.add(std::uint64_t(options.reduction_bound));
   rule.add_to(f);
@@ -158,9 +143,7 @@ std::unique_ptr<operation> make_allreduce(const Exec& exec, const SendView& send
 template <execution_space Exec, float_view SendView, float_view RecvView>
 collective_report allreduce(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                             const collective_options& options = {}, comm_workspace* workspace = nullptr) {
-  auto op = detail::make_allreduce(exec, send, recv, comm, options, workspace, false, "kompress::allreduce");
-  op->progress(true);
-  return op->report();
+  return detail::complete(detail::make_allreduce(exec, send, recv, comm, options, workspace, false, "kompress::allreduce"));
 }
 
 /// In place: `data` holds the sum on return.

@@ -40,18 +40,6 @@ std::vector<std::size_t> to_sizes(const R& range, const char* who, const char* w
   return sizes;
 }
 
-template <class Exec, class SendView, class RecvView>
-void check_exchange_types() {
-  static_assert(std::is_same_v<typename SendView::non_const_value_type, typename RecvView::non_const_value_type>,
-                "kompress::alltoall: send and receive Views must hold the same element type");
-  static_assert(!std::is_const_v<typename RecvView::value_type>, "kompress::alltoall: the receive View must not be const");
-  static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename SendView::memory_space>::accessible &&
-                    Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename RecvView::memory_space>::accessible,
-                "kompress::alltoall: Views must be host-accessible (device buffers are not supported yet)");
-  static_assert(Kokkos::SpaceAccessibility<Exec, Kokkos::HostSpace>::accessible,
-                "kompress::alltoall: the execution space must run on the host");
-}
-
 inline void check_layout(const exchange_layout& layout, int size, std::size_t send_extent, std::size_t recv_extent,
                          std::size_t element_bytes, const char* who) {
   const auto check = [&](const std::vector<std::size_t>& counts, const std::vector<std::size_t>& displs,
@@ -99,12 +87,9 @@ std::unique_ptr<operation> start_exchange(const Exec& exec, const SendView& send
                                           const collective_options& options, comm_workspace* workspace,
                                           bool nonblocking, const char* who) {
   using T = typename SendView::non_const_value_type;
-  check_exchange_types<Exec, SendView, RecvView>();
   Kokkos::Profiling::ScopedRegion region(who);
-  exec.fence("kompress: before MPI reads the send View");
-  const comm_shape shape = shape_of(comm, who);
+  const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
   const wire_rule rule{options.mode, options.cost};
-
   exchange_layout layout;
   workspace_slot* slot = nullptr;
   agreement a;
@@ -120,10 +105,7 @@ std::unique_ptr<operation> start_exchange(const Exec& exec, const SendView& send
     check_layout(layout, shape.size, send.size(), recv.size(), sizeof(T), who);
     if (workspace) slot = &workspace->slot_for(comm, nonblocking, who);
   });
-  fingerprint f;
-  f.add(std::uint64_t(uniform ? collective_kind::alltoall : collective_kind::alltoallv))
-      .add(std::uint64_t(nonblocking))
-      .add(std::uint64_t(sizeof(T)));
+  fingerprint f = call_fingerprint(uniform ? collective_kind::alltoall : collective_kind::alltoallv, nonblocking, sizeof(T));
   rule.add_to(f);
   if (!a.local_failure) {
     if (uniform) f.add(std::uint64_t(layout.send_counts[0]));
@@ -177,9 +159,7 @@ std::unique_ptr<operation> start_alltoallv(const Exec& exec, const SendView& sen
 template <execution_space Exec, float_view SendView, float_view RecvView>
 collective_report alltoall(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                            const collective_options& options = {}, comm_workspace* workspace = nullptr) {
-  auto op = detail::start_alltoall(exec, send, recv, comm, options, workspace, false, "kompress::alltoall");
-  op->progress(true);
-  return op->report();
+  return detail::complete(detail::start_alltoall(exec, send, recv, comm, options, workspace, false, "kompress::alltoall"));
 }
 
 /// Nonblocking alltoall; wait() on the request delivers `recv`.
@@ -196,10 +176,8 @@ collective_report alltoallv(const Exec& exec, const SendView& send, const SendCo
                             const SendDispls& send_displs, const RecvView& recv, const RecvCounts& recv_counts,
                             const RecvDispls& recv_displs, MPI_Comm comm, const collective_options& options = {},
                             comm_workspace* workspace = nullptr) {
-  auto op = detail::start_alltoallv(exec, send, recv, comm, options, workspace, false, "kompress::alltoallv",
-                                    send_counts, send_displs, recv_counts, recv_displs);
-  op->progress(true);
-  return op->report();
+  return detail::complete(detail::start_alltoallv(exec, send, recv, comm, options, workspace, false, "kompress::alltoallv",
+                                    send_counts, send_displs, recv_counts, recv_displs));
 }
 
 /// Nonblocking alltoallv; wait() on the request delivers `recv`.

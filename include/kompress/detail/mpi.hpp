@@ -65,39 +65,6 @@ class owned_comm {
   MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
-/// Completes posted receives as they arrive, calling on_arrival(index, status) for each.
-/// Blocks until all have arrived if `block`; otherwise returns false as soon as none is ready.
-template <class OnArrival>
-bool drain_receives(std::vector<MPI_Request>& receives, std::size_t& pending, bool block, const char* who,
-                    OnArrival&& on_arrival) {
-  while (pending > 0) {
-    int index = MPI_UNDEFINED, flag = 0;
-    MPI_Status status;
-    if (block) {
-      check_mpi(MPI_Waitany(int(receives.size()), receives.data(), &index, &status), who, "MPI_Waitany");
-      flag = 1;
-    } else {
-      check_mpi(MPI_Testany(int(receives.size()), receives.data(), &index, &flag, &status), who, "MPI_Testany");
-    }
-    if (!flag) return false;
-    if (index == MPI_UNDEFINED) break;
-    --pending;
-    on_arrival(index, status);
-  }
-  return true;
-}
-
-/// Waits for (block) or tests the sends; true once all have completed.
-inline bool complete_sends(std::vector<MPI_Request>& sends, bool block, const char* who) {
-  if (block) {
-    check_mpi(MPI_Waitall(int(sends.size()), sends.data(), MPI_STATUSES_IGNORE), who, "MPI_Waitall");
-    return true;
-  }
-  int done = 0;
-  check_mpi(MPI_Testall(int(sends.size()), sends.data(), &done, MPI_STATUSES_IGNORE), who, "MPI_Testall");
-  return done != 0;
-}
-
 struct comm_shape {
   int rank = 0;
   int size = 1;

@@ -87,9 +87,7 @@ class embedding_exchange {
   /// rank's slice of the batch. Blocking.
   template <execution_space Exec, float_view InView, float_view OutView>
   collective_report forward(const Exec& exec, const InView& pooled_local, const OutView& pooled_out) {
-    auto op = start(exec, pooled_local, pooled_out, direction::forward, false);
-    op->progress(true);
-    return op->report();
+    return kompress::detail::complete(start(exec, pooled_local, pooled_out, direction::forward, false));
   }
 
   /// Nonblocking forward (MPI-nonblocking: the `i` prefix), to overlap with the dense part;
@@ -103,9 +101,7 @@ class embedding_exchange {
   /// for this rank's tables, whole batch. Blocking.
   template <execution_space Exec, float_view InView, float_view OutView>
   collective_report backward(const Exec& exec, const InView& grad_in, const OutView& grad_out) {
-    auto op = start(exec, grad_in, grad_out, direction::backward, false);
-    op->progress(true);
-    return op->report();
+    return kompress::detail::complete(start(exec, grad_in, grad_out, direction::backward, false));
   }
 
   /// Nonblocking backward.
@@ -143,12 +139,6 @@ class embedding_exchange {
   template <class In, class Out>
   void check_views(const In& in, const Out& out, std::size_t in_rows, std::size_t in_width, std::size_t out_rows,
                    std::size_t out_width, const char* who) const {
-    static_assert(std::is_same_v<typename In::non_const_value_type, typename Out::non_const_value_type>,
-                  "kompress::dlrm::embedding_exchange: input and output must hold the same element type");
-    static_assert(!std::is_const_v<typename Out::value_type>, "kompress::dlrm::embedding_exchange: the output must not be const");
-    static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename In::memory_space>::accessible &&
-                      Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Out::memory_space>::accessible,
-                  "kompress::dlrm::embedding_exchange: Views must be host-accessible (device buffers are not supported yet)");
     static_assert(In::rank == 1 || std::is_same_v<typename In::array_layout, Kokkos::LayoutRight>,
                   "kompress::dlrm::embedding_exchange: input must be row-major (LayoutRight)");
     static_assert(Out::rank == 1 || std::is_same_v<typename Out::array_layout, Kokkos::LayoutRight>,
@@ -244,7 +234,7 @@ class embedding_exchange {
                                 : (nonblocking ? "kompress::dlrm::embedding_exchange::ibackward"
                                                : "kompress::dlrm::embedding_exchange::backward");
     Kokkos::Profiling::ScopedRegion region(who);
-    exec.fence("kompress::dlrm: before MPI reads the input");
+    kompress::detail::enter_collective<In, Out>(exec, comm_, who);
     // The backward pass belongs to the iteration whose forward came last.
     const std::uint64_t iteration = fwd ? iteration_ : (iteration_ > 0 ? iteration_ - 1 : 0);
     std::vector<kompress::detail::peer_segments<T>> peers;
@@ -257,12 +247,10 @@ class embedding_exchange {
       slot = &workspace_->slot_for(comm_, nonblocking, who);
       peers = segments<T>(const_cast<T*>(in.data()), out.data(), dir, iteration);
     });
-    kompress::detail::fingerprint f;
-    f.add(std::uint64_t(fwd ? kompress::detail::collective_kind::dlrm_forward
-                            : kompress::detail::collective_kind::dlrm_backward))
-        .add(std::uint64_t(nonblocking))
-        .add(std::uint64_t(sizeof(T)))
-        .add(iteration_);
+    kompress::detail::fingerprint f = kompress::detail::call_fingerprint(
+        fwd ? kompress::detail::collective_kind::dlrm_forward : kompress::detail::collective_kind::dlrm_backward,
+        nonblocking, sizeof(T));
+    f.add(iteration_);
     a.fingerprint = f.value();
     kompress::detail::agree(a, comm_, who);
     workspace_->taken(nonblocking);

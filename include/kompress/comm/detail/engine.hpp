@@ -334,6 +334,37 @@ struct block_messages {
   }
 };
 
+/// The start of every call's fingerprint: which collective, blocking or not, element size.
+inline fingerprint call_fingerprint(collective_kind kind, bool nonblocking, std::size_t element_bytes) {
+  fingerprint f;
+  f.add(std::uint64_t(kind)).add(std::uint64_t(nonblocking)).add(std::uint64_t(element_bytes));
+  return f;
+}
+
+/// What every collective asks of its Views' types (host memory until the GPU path).
+template <class Exec, class SendView, class RecvView>
+constexpr void check_view_types() {
+  static_assert(std::is_same_v<typename SendView::non_const_value_type, typename RecvView::non_const_value_type>,
+                "kompress collectives and dlrm exchange: input and output Views must hold the same element type");
+  static_assert(!std::is_const_v<typename RecvView::value_type>,
+                "kompress collectives and dlrm exchange: the output View must not be const");
+  static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename SendView::memory_space>::accessible &&
+                    Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename RecvView::memory_space>::accessible,
+                "kompress collectives and dlrm exchange: Views must be host-accessible (device buffers are not "
+                "supported yet)");
+  static_assert(Kokkos::SpaceAccessibility<Exec, Kokkos::HostSpace>::accessible,
+                "kompress collectives and dlrm exchange: the execution space must run on the host");
+}
+
+/// The start of every collective call: the Views' types checked, `exec` fenced so that MPI and
+/// the host read what work on it produced; returns the communicator's shape.
+template <class SendView, class RecvView, class Exec>
+comm_shape enter_collective(const Exec& exec, MPI_Comm comm, const char* who) {
+  check_view_types<Exec, SendView, RecvView>();
+  exec.fence("kompress: before MPI or the host reads a user View");
+  return shape_of(comm, who);
+}
+
 /// MPI forbids a send buffer that overlaps the receive buffer.
 inline void require_disjoint(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes, const char* who,
                              const char* what) {
