@@ -294,3 +294,37 @@ TEST_CASE("posted messages: an exception cancels the receives before their buffe
   }
   MPI_Comm_free(&comm);
 }
+
+TEST_CASE("workspace: reused across calls without growing, slots taken in turn, misuse rejected everywhere") {
+  const int p = size_of();
+  const std::size_t per_peer = 3000, n = per_peer * std::size_t(p);
+  auto send = make_data(n, rank_of() + 9);
+  view got("got", n), expected("expected", n), sum("sum", n), sum_expected("sum_expected", n);
+  MPI_Alltoall(send.data(), int(per_peer), MPI_FLOAT, expected.data(), int(per_peer), MPI_FLOAT, MPI_COMM_WORLD);
+  MPI_Allreduce(send.data(), sum_expected.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  kompress::comm_workspace workspace(MPI_COMM_WORLD, 2);
+  std::size_t held = 0;
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    kompress::alltoall(host{}, send, got, MPI_COMM_WORLD, abs_options, &workspace);
+    auto a = kompress::ialltoall(host{}, send, got, MPI_COMM_WORLD, abs_options, &workspace);
+    auto b = kompress::iallreduce(host{}, send, sum, MPI_COMM_WORLD, abs_options, &workspace);
+    // Both slots are in flight: a third nonblocking call is refused on every rank.
+    view other("other", n);
+    CHECK_THROWS_WITH_AS(kompress::ialltoall(host{}, send, other, MPI_COMM_WORLD, abs_options, &workspace),
+                         doctest::Contains("slots"), kompress::invalid_argument);
+    b.wait();
+    a.wait();
+    std::size_t violations = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      violations += !(std::fabs(got(i) - expected(i)) <= 1e-3);
+      violations += !(std::fabs(double(sum(i)) - double(sum_expected(i))) <= p * 1e-3 + 1e-4 * p);
+    }
+    CHECK(violations == 0);
+    if (iteration == 0) held = workspace.staging_bytes();
+    CHECK(workspace.staging_bytes() == held);  // same shapes: nothing grows after the first round
+  }
+  CHECK((p == 1 || held > 0));  // one rank: nothing to stage
+  // A workspace built for another communicator (with one rank, MPI_COMM_SELF is another handle too).
+  CHECK_THROWS_WITH_AS(kompress::alltoall(host{}, send, got, MPI_COMM_SELF, abs_options, &workspace),
+                       doctest::Contains("another communicator"), kompress::invalid_argument);
+}
