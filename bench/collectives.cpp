@@ -333,12 +333,12 @@ struct run_context {
   bool oversubscribed = false;
   int threads = 1;
   double load = nan;  // 1-minute load average at the end of the run
+  kompress::comm_workspace* workspace = nullptr;  // reused by every kompress call, as a training loop would
 };
 
 kompress::collective_options options_for(variant v, const run_context& ctx, bool measure_error) {
   kompress::collective_options o;
-  o.bound = kompress::relative(ctx.opts.rel_bound);
-  o.block_size = ctx.opts.block_size;
+  o.codec = {.bound = kompress::relative(ctx.opts.rel_bound), .block_size = ctx.opts.block_size};
   o.cost = ctx.cost;
   o.measure_error = measure_error;
   o.mode = v == variant::raw          ? kompress::transfer_mode::raw
@@ -371,8 +371,8 @@ kompress::collective_report call(const std::string& op, variant v, const values_
     return r;
   }
   const auto o = options_for(v, ctx, measure_error);
-  if (op == "alltoall") return kompress::alltoall(host_exec(), send, recv, MPI_COMM_WORLD, o);
-  return kompress::allreduce(host_exec(), send, recv, MPI_COMM_WORLD, o);
+  if (op == "alltoall") return kompress::alltoall(host_exec(), send, recv, MPI_COMM_WORLD, o, ctx.workspace);
+  return kompress::allreduce(host_exec(), send, recv, MPI_COMM_WORLD, o, ctx.workspace);
 }
 
 struct row {
@@ -601,6 +601,8 @@ int run(int argc, char** argv) {
   if (world_size < 2) usage("needs at least 2 ranks (mpiexec -n 2)");
 
   run_context ctx{opts, {}};
+  kompress::comm_workspace workspace(MPI_COMM_WORLD);
+  ctx.workspace = &workspace;
   ctx.threads = host_exec().concurrency();
   const int cores = usable_cores();
   const int local_ranks = host_ranks();

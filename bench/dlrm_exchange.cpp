@@ -601,11 +601,10 @@ std::unique_ptr<kompress::dlrm::embedding_exchange> make_exchange(const layout& 
   std::vector<kompress::dlrm::table> tables;
   for (std::size_t t = 0; t < l.tables; ++t) tables.push_back({l.owner[t], l.dim});
   kompress::dlrm::exchange_options options;
-  options.forward_bound = kompress::relative(rel);
-  options.backward_bound = kompress::relative(rel);
+  options.forward = {.bound = kompress::relative(rel), .block_size = block_size};
+  options.backward = {.bound = kompress::relative(rel), .block_size = block_size};
   options.compress_forward = compress;
   options.compress_backward = compress;
-  options.block_size = block_size;
   return std::make_unique<kompress::dlrm::embedding_exchange>(MPI_COMM_WORLD, std::move(tables), l.local_batch, options);
 }
 

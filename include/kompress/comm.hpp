@@ -13,4 +13,5 @@
 #include <kompress/comm/alltoall.hpp>
 #include <kompress/comm/options.hpp>
 #include <kompress/comm/request.hpp>
+#include <kompress/comm/workspace.hpp>
 #include <kompress/comm/measure.hpp>

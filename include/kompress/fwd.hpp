@@ -30,6 +30,7 @@ struct cost_model;
 struct collective_options;
 struct collective_report;
 class request;
+class comm_workspace;
 
 // stash/: the activation stash (kompress/stash.hpp)
 struct budget_policy;

@@ -6,10 +6,18 @@
 // MPI's own sum in a different order). A REL bound resolves against the value range of all
 // ranks' inputs, agreed with one small MPI_Allreduce.
 //
-// Sync points: the blocking form returns with the result in `recv`; the nonblocking form
-// compresses the first hop before it returns and advances hop by hop in test() and wait().
+// Every rank must pass the same count, mode and bound: a mismatch (or a bad argument on any
+// rank) is an invalid_argument on every rank before any data moves (docs/collectives.md).
+//
+// Sync points: every call first fences `exec` (the input may be the output of work on it),
+// then agrees on the arguments with one small MPI_Allreduce (a REL bound adds one more for the
+// global value range), both blocking, nonblocking forms too. The blocking form returns with
+// the result in `recv`; the nonblocking form compresses the first hop before it returns and
+// advances hop by hop in test() and wait(); each hop's codec work waits for `exec`. Raw mode
+// is MPI_Allreduce / MPI_Iallreduce itself. With one rank the result is the input.
 
 #include <kompress/comm/ring_allreduce.hpp>
+#include <kompress/detail/arguments.hpp>
 
 namespace kompress {
 inline namespace v0 {
@@ -22,6 +30,9 @@ class mpi_request_operation final : public operation {
  public:
   mpi_request_operation(SendView send, RecvView recv, const char* who)
       : send_(std::move(send)), recv_(std::move(recv)), who_(who) {}
+  ~mpi_request_operation() override {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
   MPI_Request* handle() { return &request_; }
   collective_report& mutable_report() { return report_; }
   bool progress(bool block) override {
@@ -43,77 +54,110 @@ class mpi_request_operation final : public operation {
   collective_report report_;
 };
 
-template <class Exec, class SendView, class RecvView>
-void check_allreduce_views(const SendView& send, const RecvView& recv, const char* who) {
-  static_assert(std::is_same_v<typename SendView::non_const_value_type, typename RecvView::non_const_value_type>,
-                "kompress::allreduce: send and receive Views must hold the same element type");
-  static_assert(!std::is_const_v<typename RecvView::value_type>, "kompress::allreduce: the result View must not be const");
-  static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename SendView::memory_space>::accessible &&
-                    Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename RecvView::memory_space>::accessible,
-                "kompress::allreduce: Views must be host-accessible (device buffers are not supported yet)");
-  static_assert(Kokkos::SpaceAccessibility<Exec, Kokkos::HostSpace>::accessible,
-                "kompress::allreduce: the execution space must run on the host");
+template <class T, class SendView, class RecvView>
+void check_allreduce_views(const SendView& send, const RecvView& recv, const collective_options& options,
+                           const char* who) {
+  validate_options(options.codec, who);
+  if (options.codec.fill_value)
+    throw invalid_argument(std::string(who) + ": a fill value has no meaning for a sum; leave codec.fill_value empty");
   require_contiguous(send, who, "the send View");
   require_contiguous(recv, who, "the result View");
   if (send.size() != recv.size())
     throw invalid_argument(std::string(who) + ": the send View has " + std::to_string(send.size()) +
                            " elements, the result View " + std::to_string(recv.size()) + "; they must match");
+  const bool in_place = static_cast<const void*>(send.data()) == static_cast<const void*>(recv.data());
+  if (!in_place)
+    require_disjoint(send.data(), send.size() * sizeof(T), recv.data(), recv.size() * sizeof(T), who,
+                     "the send and result Views (pass the same View twice for in place)");
+  byte_count(send.size() * sizeof(T), who);  // MPI's int counts
 }
 
-/// Raw mode, and automatic mode where compression cannot pay: exactly MPI_Allreduce.
-inline bool allreduce_uncompressed(std::size_t bytes, int ranks, const collective_options& options) {
-  return options.mode == transfer_mode::raw ||
-         (options.mode == transfer_mode::automatic && !options.cost.worth_compressing(bytes / std::size_t(ranks)));
+/// The absolute bound of every compression: ABS as given, REL against all ranks' value range
+/// (one small MPI_Allreduce), divided by p for allreduce_bound::total.
+template <class Exec, class SendView>
+double hop_bound(const Exec& exec, const SendView& send, const collective_options& options, comm_shape shape,
+                 MPI_Comm comm, const char* who) {
+  double bound = options.codec.bound.value;
+  if (options.codec.bound.mode == bound_mode::relative) {
+    using T = typename SendView::non_const_value_type;
+    const value_range local = compute_value_range(exec, send.data(), send.size(), false, bits_t<T>(0));
+    double extremes[2] = {-local.min, local.max};  // +inf/-inf when empty
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_DOUBLE, MPI_MAX, comm), who, "MPI_Allreduce");
+    bound = relative_to_absolute(options.codec.bound.value, -extremes[0], extremes[1]);
+  }
+  return options.reduction_bound == allreduce_bound::total ? bound / shape.size : bound;
 }
 
 template <class Exec, class SendView, class RecvView>
 std::unique_ptr<operation> make_allreduce(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
-                                          const collective_options& options, bool nonblocking, const char* who) {
+                                          const collective_options& options, comm_workspace* workspace,
+                                          bool nonblocking, const char* who) {
   using T = typename SendView::non_const_value_type;
   Kokkos::Profiling::ScopedRegion region(who);
-  check_allreduce_views<Exec>(send, recv, who);
-  const comm_shape shape = shape_of(comm, who);
-  if (allreduce_uncompressed(send.size() * sizeof(T), shape.size, options)) {
-    validate_bound(options.bound, who);
-    const void* in = send.data() == recv.data() ? MPI_IN_PLACE : static_cast<const void*>(send.data());
+  const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
+  const wire_rule rule{options.mode, options.cost};
+  workspace_slot* slot = nullptr;
+  agreement a;
+  a.must_match = "the element count, element type, transfer mode, cost model and bound (mode, value and "
+                 "reduction_bound)";
+  a.local_failure = run_local_checks([&] {
+    check_allreduce_views<T>(send, recv, options, who);
+    if (workspace) slot = &workspace->slot_for(comm, nonblocking, who);
+  });
+  fingerprint f = call_fingerprint(collective_kind::allreduce, nonblocking, sizeof(T));
+  f.add(std::uint64_t(send.size())).add(std::uint64_t(options.codec.bound.mode)).add(options.codec.bound.value);
+  f.add(std::uint64_t(options.reduction_bound));
+  rule.add_to(f);
+  a.fingerprint = f.value();
+  agree(a, comm, who);
+  if (workspace) workspace->taken(nonblocking);
+
+  const bool in_place = static_cast<const void*>(send.data()) == static_cast<const void*>(recv.data());
+  const std::size_t bytes = send.size() * sizeof(T);
+  if (shape.size == 1 || !rule.may_compress(bytes / std::size_t(shape.size))) {
+    // Exactly MPI_Allreduce (with one rank: the input itself).
+    const void* in = in_place ? MPI_IN_PLACE : static_cast<const void*>(send.data());
     auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
-    const int count = byte_count(send.size(), who);
-    if (nonblocking) {
+    const int count = int(send.size());
+    if (nonblocking)
       check_mpi(MPI_Iallreduce(in, recv.data(), count, mpi_type<T>(), MPI_SUM, comm, op->handle()), who,
                 "MPI_Iallreduce");
-    } else {
+    else
       check_mpi(MPI_Allreduce(in, recv.data(), count, mpi_type<T>(), MPI_SUM, comm), who, "MPI_Allreduce");
-    }
-    op->mutable_report().payload_bytes = op->mutable_report().wire_bytes = send.size() * sizeof(T);
+    if (shape.size > 1) op->mutable_report().payload_bytes = op->mutable_report().wire_bytes = bytes;
     return op;
   }
-  return std::make_unique<ring_allreduce_operation<T, Exec, SendView, RecvView>>(exec, send, recv, comm, options,
-                                                                                 nonblocking, who);
+  const double hop = hop_bound(exec, send, options, shape, comm, who);
+  compress_options codec = options.codec;
+  codec.bound = absolute(hop);
+  return std::make_unique<ring_allreduce_operation<T, Exec>>(exec, ring_geometry{shape, send.size()}, rule, codec,
+                                                             hop * shape.size, send.data(), recv.data(), slot, comm,
+                                                             nonblocking, who);
 }
 
 }  // namespace detail
 
 
 /// Sum of `send` over all ranks into `recv` (pass the same View twice for in place).
+/// `workspace` (optional, built on `comm`) removes the per-call allocation.
 template <execution_space Exec, float_view SendView, float_view RecvView>
 collective_report allreduce(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
-                            const collective_options& options = {}) {
-  auto op = detail::make_allreduce(exec, send, recv, comm, options, false, "kompress::allreduce");
-  op->progress(true);
-  return op->report();
+                            const collective_options& options = {}, comm_workspace* workspace = nullptr) {
+  return detail::complete(detail::make_allreduce(exec, send, recv, comm, options, workspace, false, "kompress::allreduce"));
 }
 
 /// In place: `data` holds the sum on return.
 template <execution_space Exec, float_view View>
-collective_report allreduce(const Exec& exec, const View& data, MPI_Comm comm, const collective_options& options = {}) {
-  return allreduce(exec, data, data, comm, options);
+collective_report allreduce(const Exec& exec, const View& data, MPI_Comm comm, const collective_options& options = {},
+                            comm_workspace* workspace = nullptr) {
+  return allreduce(exec, data, data, comm, options, workspace);
 }
 
 /// Nonblocking allreduce; wait() on the request delivers `recv`.
 template <execution_space Exec, float_view SendView, float_view RecvView>
 request iallreduce(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
-                   const collective_options& options = {}) {
-  return request(detail::make_allreduce(exec, send, recv, comm, options, true, "kompress::iallreduce"));
+                   const collective_options& options = {}, comm_workspace* workspace = nullptr) {
+  return request(detail::make_allreduce(exec, send, recv, comm, options, workspace, true, "kompress::iallreduce"));
 }
 
 }  // namespace v0

@@ -3,16 +3,21 @@
 // Every value arrives within the sender's absolute bound (a REL bound resolves against the
 // sender's whole send View); a rank's block to itself is copied exactly.
 //
-// Sync points: the call compresses every outgoing block before it returns (blocking on
-// `exec`); the blocking forms also wait for every message and decompress. The nonblocking
-// forms return a kompress::request whose wait() receives and decompresses. Views must be in
-// host-accessible memory and stay alive until the request completes (the request holds
-// references to them).
+// Sync points: every call first fences `exec` (the send View may be the output of work on
+// it), then agrees on the arguments with one small MPI_Allreduce (blocking, nonblocking forms
+// too), then compresses every outgoing block before it returns (each compression waits for
+// `exec`). The blocking forms also wait for every message, decompress and fence `exec` before
+// returning. The nonblocking forms return a kompress::request whose wait() receives,
+// decompresses and fences `exec`. Views must be in host-accessible memory and stay alive until
+// the request completes (the request holds references to them). Bad arguments on any rank
+// throw invalid_argument on every rank before any data moves.
 
-#include <kompress/comm/exchange.hpp>
+#include <kompress/comm/detail/engine.hpp>
+#include <kompress/detail/arguments.hpp>
 
 #include <concepts>
 #include <ranges>
+#include <tuple>
 
 namespace kompress {
 inline namespace v0 {
@@ -28,37 +33,42 @@ std::vector<std::size_t> to_sizes(const R& range, const char* who, const char* w
   std::vector<std::size_t> sizes;
   sizes.reserve(std::ranges::size(range));
   for (const auto value : range) {
-    if (value < 0) throw invalid_argument(std::string(who) + ": negative " + what + " " + std::to_string(value));
+    if (value < 0)
+      throw invalid_argument(std::string(who) + ": negative " + what + " " + std::to_string(value));
     sizes.push_back(static_cast<std::size_t>(value));
   }
   return sizes;
 }
 
-template <class Exec, class SendView, class RecvView>
-void check_exchange_views(const SendView& send, const RecvView& recv, const char* who) {
-  static_assert(std::is_same_v<typename SendView::non_const_value_type, typename RecvView::non_const_value_type>,
-                "kompress::alltoall: send and receive Views must hold the same element type");
-  static_assert(!std::is_const_v<typename RecvView::value_type>, "kompress::alltoall: the receive View must not be const");
-  static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename SendView::memory_space>::accessible &&
-                    Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename RecvView::memory_space>::accessible,
-                "kompress::alltoall: Views must be host-accessible (device buffers are not supported yet)");
-  static_assert(Kokkos::SpaceAccessibility<Exec, Kokkos::HostSpace>::accessible,
-                "kompress::alltoall: the execution space must run on the host");
-  require_contiguous(send, who, "the send View");
-  require_contiguous(recv, who, "the receive View");
+inline void check_layout(const exchange_layout& layout, int size, std::size_t send_extent, std::size_t recv_extent,
+                         std::size_t element_bytes, const char* who) {
+  const auto check = [&](const std::vector<std::size_t>& counts, const std::vector<std::size_t>& displs,
+                         std::size_t extent, const char* what) {
+    if (counts.size() != std::size_t(size) || displs.size() != std::size_t(size))
+      throw invalid_argument(std::string(who) + ": " + what + " counts and displacements need one entry per rank (" +
+                             std::to_string(size) + "), got " + std::to_string(counts.size()) + " and " +
+                             std::to_string(displs.size()));
+    for (int peer = 0; peer < size; ++peer) {
+      if (displs[peer] > extent || counts[peer] > extent - displs[peer])
+        throw invalid_argument(std::string(who) + ": " + what + " block for rank " + std::to_string(peer) + " [" +
+                               std::to_string(displs[peer]) + ", +" + std::to_string(counts[peer]) +
+                               ") overflows the View of " + std::to_string(extent) + " elements");
+      byte_count(counts[peer] * element_bytes, who);  // a message's size fits MPI's int
+    }
+  };
+  check(layout.send_counts, layout.send_displs, send_extent, "send");
+  check(layout.recv_counts, layout.recv_displs, recv_extent, "receive");
 }
 
-template <class Exec, class SendView, class RecvView>
-exchange_layout uniform_layout(const SendView& send, const RecvView& recv, MPI_Comm comm, const char* who) {
-  const comm_shape shape = shape_of(comm, who);
-  const std::size_t p = std::size_t(shape.size);
-  if (send.size() % p != 0)
-    throw invalid_argument(std::string(who) + ": the send View's " + std::to_string(send.size()) +
+inline exchange_layout uniform_layout(std::size_t send_size, std::size_t recv_size, int ranks, const char* who) {
+  const std::size_t p = std::size_t(ranks);
+  if (send_size % p != 0)
+    throw invalid_argument(std::string(who) + ": the send View's " + std::to_string(send_size) +
                            " elements do not split evenly among " + std::to_string(p) + " ranks");
-  if (recv.size() != send.size())
-    throw invalid_argument(std::string(who) + ": the receive View has " + std::to_string(recv.size()) +
-                           " elements, the send View " + std::to_string(send.size()) + "; they must match");
-  const std::size_t count = send.size() / p;
+  if (recv_size != send_size)
+    throw invalid_argument(std::string(who) + ": the receive View has " + std::to_string(recv_size) +
+                           " elements, the send View " + std::to_string(send_size) + "; they must match");
+  const std::size_t count = send_size / p;
   exchange_layout layout;
   for (std::size_t peer = 0; peer < p; ++peer) {
     layout.send_counts.push_back(count);
@@ -69,54 +79,94 @@ exchange_layout uniform_layout(const SendView& send, const RecvView& recv, MPI_C
   return layout;
 }
 
-template <class Exec, class SendView, class RecvView>
-std::unique_ptr<operation> make_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
-                                         exchange_layout layout, MPI_Comm comm, const collective_options& options,
-                                         bool nonblocking, const char* who) {
+/// Every alltoall(v): fence, check locally, agree, then exchange. `make_layout(ranks)` builds
+/// the layout (it may throw; that is a local failure like any other).
+template <class Exec, class SendView, class RecvView, class MakeLayout>
+std::unique_ptr<operation> start_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
+                                          MakeLayout&& make_layout, bool uniform, MPI_Comm comm,
+                                          const collective_options& options, comm_workspace* workspace,
+                                          bool nonblocking, const char* who) {
   using T = typename SendView::non_const_value_type;
   Kokkos::Profiling::ScopedRegion region(who);
-  return std::make_unique<exchange_operation<T, Exec, SendView, RecvView>>(exec, send, recv, std::move(layout), comm,
-                                                                           options, nonblocking, who);
+  const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
+  const wire_rule rule{options.mode, options.cost};
+  exchange_layout layout;
+  workspace_slot* slot = nullptr;
+  agreement a;
+  a.must_match = uniform ? "the element type, transfer mode, cost model and element count"
+                         : "the element type, transfer mode and cost model";
+  a.local_failure = run_local_checks([&] {
+    validate_options(options.codec, who);
+    require_contiguous(send, who, "the send View");
+    require_contiguous(recv, who, "the receive View");
+    require_disjoint(send.data(), send.size() * sizeof(T), recv.data(), recv.size() * sizeof(T), who,
+                     "the send and receive Views");
+    layout = make_layout(shape.size);
+    check_layout(layout, shape.size, send.size(), recv.size(), sizeof(T), who);
+    if (workspace) slot = &workspace->slot_for(comm, nonblocking, who);
+  });
+  fingerprint f = call_fingerprint(uniform ? collective_kind::alltoall : collective_kind::alltoallv, nonblocking, sizeof(T));
+  rule.add_to(f);
+  if (!a.local_failure) {
+    if (uniform) f.add(std::uint64_t(layout.send_counts[0]));
+    for (int peer = 0; peer < shape.size; ++peer)
+      a.pair_balance += pair_term(shape.rank, peer, layout.send_counts[std::size_t(peer)]) -
+                        pair_term(peer, shape.rank, layout.recv_counts[std::size_t(peer)]);
+    a.send_counts = &layout.send_counts;
+    a.recv_counts = &layout.recv_counts;
+  }
+  a.fingerprint = f.value();
+  agree(a, comm, who);
+  if (workspace) workspace->taken(nonblocking);
+
+  block_messages<T> messages{send.data(), recv.data(), std::move(layout), rule, options.codec,
+                             options.measure_error, shape.rank, who};
+  if (rule.may_compress(1)) messages.codec.bound = absolute(absolute_bound(exec, send, options.codec));
+  return std::make_unique<exchange_engine<block_messages<T>, Exec>>(exec, std::move(messages), shape, slot, comm,
+                                                                    nonblocking, who);
+}
+
+template <class Exec, class SendView, class RecvView>
+std::unique_ptr<operation> start_alltoall(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
+                                          const collective_options& options, comm_workspace* workspace,
+                                          bool nonblocking, const char* who) {
+  return start_exchange(
+      exec, send, recv, [&](int ranks) { return uniform_layout(send.size(), recv.size(), ranks, who); }, true, comm,
+      options, workspace, nonblocking, who);
+}
+
+template <class Exec, class SendView, class RecvView, class... Counts>
+std::unique_ptr<operation> start_alltoallv(const Exec& exec, const SendView& send, const RecvView& recv,
+                                           MPI_Comm comm, const collective_options& options,
+                                           comm_workspace* workspace, bool nonblocking, const char* who,
+                                           const Counts&... counts) {
+  return start_exchange(
+      exec, send, recv,
+      [&](int) {
+        const auto& [sc, sd, rc, rd] = std::tie(counts...);
+        return exchange_layout{to_sizes(sc, who, "send count"), to_sizes(sd, who, "send displacement"),
+                               to_sizes(rc, who, "receive count"), to_sizes(rd, who, "receive displacement")};
+      },
+      false, comm, options, workspace, nonblocking, who);
 }
 
 }  // namespace detail
 
 
 /// MPI_Alltoall: block i of `send` (send.size() / p elements) goes to rank i; block j of
-/// `recv` comes from rank j.
+/// `recv` comes from rank j. `workspace` (optional, built on `comm`) removes the per-call
+/// allocation.
 template <execution_space Exec, float_view SendView, float_view RecvView>
 collective_report alltoall(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
-                           const collective_options& options = {}) {
-  constexpr const char* who = "kompress::alltoall";
-  using T = typename SendView::non_const_value_type;
-  detail::check_exchange_views<Exec>(send, recv, who);
-  const detail::exchange_layout layout = detail::uniform_layout<Exec>(send, recv, comm, who);
-  const std::size_t block_bytes = layout.send_counts[0] * sizeof(T);
-  if (options.mode == transfer_mode::raw ||
-      (options.mode == transfer_mode::automatic && !options.cost.worth_compressing(block_bytes))) {
-    // Exactly MPI_Alltoall: no staging, no extra message.
-    detail::validate_bound(options.bound, who);
-    const int bytes = detail::byte_count(block_bytes, who);
-    detail::check_mpi(MPI_Alltoall(send.data(), bytes, MPI_BYTE, recv.data(), bytes, MPI_BYTE, comm), who,
-                      "MPI_Alltoall");
-    collective_report report;
-    report.payload_bytes = report.wire_bytes = block_bytes * (layout.send_counts.size() - 1);
-    report.messages = layout.send_counts.size() - 1;
-    return report;
-  }
-  auto op = detail::make_exchange(exec, send, recv, layout, comm, options, false, who);
-  op->progress(true);
-  return op->report();
+                           const collective_options& options = {}, comm_workspace* workspace = nullptr) {
+  return detail::complete(detail::start_alltoall(exec, send, recv, comm, options, workspace, false, "kompress::alltoall"));
 }
 
 /// Nonblocking alltoall; wait() on the request delivers `recv`.
 template <execution_space Exec, float_view SendView, float_view RecvView>
 request ialltoall(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
-                  const collective_options& options = {}) {
-  constexpr const char* who = "kompress::ialltoall";
-  detail::check_exchange_views<Exec>(send, recv, who);
-  return request(detail::make_exchange(exec, send, recv, detail::uniform_layout<Exec>(send, recv, comm, who), comm,
-                                       options, true, who));
+                  const collective_options& options = {}, comm_workspace* workspace = nullptr) {
+  return request(detail::start_alltoall(exec, send, recv, comm, options, workspace, true, "kompress::ialltoall"));
 }
 
 /// MPI_Alltoallv: counts and displacements in elements, one per rank; zero counts allowed.
@@ -124,16 +174,10 @@ template <execution_space Exec, float_view SendView, count_range SendCounts, cou
           float_view RecvView, count_range RecvCounts, count_range RecvDispls>
 collective_report alltoallv(const Exec& exec, const SendView& send, const SendCounts& send_counts,
                             const SendDispls& send_displs, const RecvView& recv, const RecvCounts& recv_counts,
-                            const RecvDispls& recv_displs, MPI_Comm comm, const collective_options& options = {}) {
-  constexpr const char* who = "kompress::alltoallv";
-  detail::check_exchange_views<Exec>(send, recv, who);
-  detail::exchange_layout layout{detail::to_sizes(send_counts, who, "send count"),
-                                 detail::to_sizes(send_displs, who, "send displacement"),
-                                 detail::to_sizes(recv_counts, who, "receive count"),
-                                 detail::to_sizes(recv_displs, who, "receive displacement")};
-  auto op = detail::make_exchange(exec, send, recv, std::move(layout), comm, options, false, who);
-  op->progress(true);
-  return op->report();
+                            const RecvDispls& recv_displs, MPI_Comm comm, const collective_options& options = {},
+                            comm_workspace* workspace = nullptr) {
+  return detail::complete(detail::start_alltoallv(exec, send, recv, comm, options, workspace, false, "kompress::alltoallv",
+                                    send_counts, send_displs, recv_counts, recv_displs));
 }
 
 /// Nonblocking alltoallv; wait() on the request delivers `recv`.
@@ -141,14 +185,10 @@ template <execution_space Exec, float_view SendView, count_range SendCounts, cou
           float_view RecvView, count_range RecvCounts, count_range RecvDispls>
 request ialltoallv(const Exec& exec, const SendView& send, const SendCounts& send_counts,
                    const SendDispls& send_displs, const RecvView& recv, const RecvCounts& recv_counts,
-                   const RecvDispls& recv_displs, MPI_Comm comm, const collective_options& options = {}) {
-  constexpr const char* who = "kompress::ialltoallv";
-  detail::check_exchange_views<Exec>(send, recv, who);
-  detail::exchange_layout layout{detail::to_sizes(send_counts, who, "send count"),
-                                 detail::to_sizes(send_displs, who, "send displacement"),
-                                 detail::to_sizes(recv_counts, who, "receive count"),
-                                 detail::to_sizes(recv_displs, who, "receive displacement")};
-  return request(detail::make_exchange(exec, send, recv, std::move(layout), comm, options, true, who));
+                   const RecvDispls& recv_displs, MPI_Comm comm, const collective_options& options = {},
+                   comm_workspace* workspace = nullptr) {
+  return request(detail::start_alltoallv(exec, send, recv, comm, options, workspace, true, "kompress::ialltoallv",
+                                         send_counts, send_displs, recv_counts, recv_displs));
 }
 
 }  // namespace v0

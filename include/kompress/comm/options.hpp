@@ -24,11 +24,13 @@ enum class allreduce_bound {
 };
 
 struct collective_options {
-  error_bound bound = relative(1e-3);
+  /// The codec's options for every message: bound (REL resolves against the sender's whole
+  /// send View; for allreduce against all ranks' inputs), block size, fill value (alltoall(v)
+  /// only: a sum has no fill value).
+  compress_options codec{.bound = relative(1e-3), .block_size = 32};
   transfer_mode mode = transfer_mode::compressed;
   allreduce_bound reduction_bound = allreduce_bound::per_hop;
   cost_model cost{};
-  int block_size = 32;
   /// Decode what this rank sends and report the largest error (costs one decompression).
   bool measure_error = false;
 };

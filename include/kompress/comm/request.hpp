@@ -21,6 +21,12 @@ class operation {
   virtual bool progress(bool block) = 0;
   virtual const collective_report& report() const = 0;
 };
+
+/// A blocking call: runs the operation to completion and returns its report.
+inline collective_report complete(std::unique_ptr<operation> op) {
+  op->progress(true);
+  return op->report();
+}
 }  // namespace detail
 
 

@@ -1,66 +1,146 @@
 #pragma once
-// The engine behind allreduce: a ring reduce-scatter whose hops carry compressed partial sums
-// (decompress, add, recompress), then a ring allgather that forwards each final chunk's bytes
-// unchanged, so every rank decodes the same bytes and ends bit-identical.
+// The engine behind allreduce: a ring of two phases over p chunks. The reduce-scatter phase
+// carries compressed partial sums (decompress, add, recompress) until rank r holds the sum of
+// chunk r+1; the allgather phase compresses each final chunk once on its owner and forwards
+// those bytes unchanged, so every rank decodes the same bytes and ends bit-identical.
+// allreduce chains the two; a reduce_scatter or allgather is one phase alone.
 // docs/collectives.md gives the schedule and the error argument.
 
-#include <kompress/comm/exchange.hpp>
+#include <kompress/comm/detail/engine.hpp>
 
 #include <mpi.h>
 
-#include <limits>
+#include <optional>
 #include <vector>
 
 namespace kompress::inline v0::detail {
 
-template <class T>
-MPI_Datatype mpi_type() {
-  return std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
-}
+/// p chunks of `count` values over a ring; chunk c is [begin(c), begin(c+1)).
+struct ring_geometry {
+  comm_shape shape;
+  std::size_t count = 0;
+  int p() const { return shape.size; }
+  std::size_t begin(int chunk) const { return std::size_t(chunk) * count / std::size_t(p()); }
+  std::size_t size(int chunk) const { return begin(chunk + 1) - begin(chunk); }
+  int wrap(int i) const { return ((i % p()) + p()) % p(); }
+  int right() const { return wrap(shape.rank + 1); }
+  int left() const { return wrap(shape.rank - 1); }
+  std::size_t largest() const {
+    std::size_t n = 0;
+    for (int c = 0; c < p(); ++c) n = std::max(n, size(c));
+    return n;
+  }
+};
 
-/// Every rank must pass the same element count; a mismatch is reported on every rank.
-inline void agree_on_count(std::size_t count, MPI_Comm comm, const char* who) {
-  long long extremes[2] = {static_cast<long long>(count), -static_cast<long long>(count)};
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_LONG_LONG, MPI_MAX, comm), who, "MPI_Allreduce");
-  if (extremes[0] != -extremes[1])
-    throw invalid_argument(std::string(who) + ": ranks pass Views of different sizes (from " +
-                           std::to_string(-extremes[1]) + " to " + std::to_string(extremes[0]) +
-                           " elements); every rank must pass the same count");
-}
+/// The two phases' steps. Reduce-scatter step s (0 .. p-2) sends chunk rank - s and receives
+/// rank - s - 1; allgather step s sends chunk rank + 1 - s and receives rank - s.
+template <class T, class Exec>
+class ring_phases {
+ public:
+  ring_phases(const Exec& exec, ring_geometry geometry, wire_rule rule, compress_options codec, workspace_slot& slot,
+              const T* input, T* output)
+      : exec_(exec), ring_(geometry), rule_(rule), codec_(codec), slot_(slot), output_(output) {
+    const std::size_t largest = ring_.largest();
+    // send: one hop's message; receive: one hop's arrival, then every final chunk (raw size
+    // each); decode: the partial sums (the input may be the output), then one decoded hop.
+    slot_.reserve(max_compressed_size<T>(largest, codec_.block_size), (largest + ring_.count) * sizeof(T),
+                  (ring_.count + largest) * sizeof(T));
+    sums_ = reinterpret_cast<T*>(slot_.decode.data());
+    incoming_ = sums_ + ring_.count;
+    hop_ = slot_.receive.data();
+    finals_ = slot_.receive.data() + largest * sizeof(T);
+    final_length_.assign(std::size_t(ring_.p()), 0);
+    std::memcpy(sums_, input, ring_.count * sizeof(T));
+  }
 
-template <class T, class Exec, class SendView, class RecvView>
+  // --- reduce-scatter ---------------------------------------------------------------------
+  int reduce_scatter_sent(int s) const { return ring_.wrap(ring_.shape.rank - s); }
+  int reduce_scatter_received(int s) const { return ring_.wrap(ring_.shape.rank - s - 1); }
+  std::span<const std::byte> reduce_scatter_send(int s) {
+    const int chunk = reduce_scatter_sent(s);
+    const std::size_t length = encode(sums_ + ring_.begin(chunk), ring_.size(chunk), slot_.send.data());
+    return {slot_.send.data(), length};
+  }
+  std::byte* reduce_scatter_target(int) { return hop_; }
+  void reduce_scatter_arrived(int s, std::size_t length, const char* who) {
+    const int chunk = reduce_scatter_received(s);
+    const std::size_t n = ring_.size(chunk);
+    decode_message(exec_, hop_, length, n, incoming_, who);
+    T* const sums = sums_ + ring_.begin(chunk);
+    const T* const incoming = incoming_;
+    Kokkos::parallel_for("kompress::allreduce::add", Kokkos::RangePolicy<Exec>(exec_, 0, n),
+                         KOKKOS_LAMBDA(std::size_t i) { sums[i] += incoming[i]; });
+    exec_.fence("kompress::allreduce: partial sum added");
+  }
+
+  // --- allgather --------------------------------------------------------------------------
+  int allgather_sent(int s) const { return ring_.wrap(ring_.shape.rank + 1 - s); }
+  int allgather_received(int s) const { return ring_.wrap(ring_.shape.rank - s); }
+  std::span<const std::byte> allgather_send(int s, const char* who) {
+    if (s == 0) {
+      // This rank owns the final value of chunk rank + 1: compress it once; every rank, this
+      // one included, decodes these same bytes.
+      const int own = allgather_sent(0);
+      std::byte* const slot = finals_ + ring_.begin(own) * sizeof(T);
+      final_length_[std::size_t(own)] = encode(sums_ + ring_.begin(own), ring_.size(own), slot_.send.data());
+      std::memcpy(slot, slot_.send.data(), final_length_[std::size_t(own)]);
+      decode_message(exec_, slot, final_length_[std::size_t(own)], ring_.size(own), output_ + ring_.begin(own), who);
+    }
+    const int chunk = allgather_sent(s);
+    return {finals_ + ring_.begin(chunk) * sizeof(T), final_length_[std::size_t(chunk)]};
+  }
+  std::byte* allgather_target(int s) { return finals_ + ring_.begin(allgather_received(s)) * sizeof(T); }
+  void allgather_arrived(int s, std::size_t length, const char* who) {
+    const int chunk = allgather_received(s);
+    final_length_[std::size_t(chunk)] = length;
+    decode_message(exec_, allgather_target(s), length, ring_.size(chunk), output_ + ring_.begin(chunk), who);
+  }
+
+  const ring_geometry& geometry() const { return ring_; }
+
+ private:
+  /// The message for `count` values: a stream in `out` when the wire rule says so, else the
+  /// raw values copied there.
+  std::size_t encode(const T* values, std::size_t count, std::byte* out) {
+    const std::size_t raw = count * sizeof(T);
+    if (rule_.may_compress(ring_.count * sizeof(T) / std::size_t(ring_.p())) && count > 0) {
+      const std::size_t length = compress(exec_, host_values<const T>(values, count),
+                                          host_bytes(out, max_compressed_size<T>(count, codec_.block_size)), codec_);
+      if (rule_.send_compressed(raw, length)) return length;
+    }
+    std::memcpy(out, values, raw);
+    return raw;
+  }
+
+  Exec exec_;
+  ring_geometry ring_;
+  wire_rule rule_;
+  compress_options codec_;  ///< the bound already the per-hop absolute bound
+  workspace_slot& slot_;
+  T* output_;
+  T *sums_ = nullptr, *incoming_ = nullptr;
+  std::byte *hop_ = nullptr, *finals_ = nullptr;
+  std::vector<std::size_t> final_length_;
+};
+
+/// allreduce: the reduce-scatter phase, then the allgather phase, one hop in flight at a time.
+template <class T, class Exec>
 class ring_allreduce_operation final : public operation {
  public:
-  ring_allreduce_operation(const Exec& exec, SendView send, RecvView recv, MPI_Comm comm,
-                           const collective_options& options, bool duplicate, const char* who)
-      : exec_(exec), send_(std::move(send)), recv_(std::move(recv)), options_(options), who_(who) {
-    if (duplicate) owned_ = owned_comm(comm, who);
-    comm_ = duplicate ? owned_.get() : comm;
-    shape_ = shape_of(comm_, who);
-    validate_bound(options_.bound, who);
-    agree_on_count(send_.size(), comm_, who);
-    start();
+  ring_allreduce_operation(const Exec& exec, ring_geometry geometry, wire_rule rule, compress_options codec,
+                           double result_bound, const T* input, T* output, workspace_slot* leased, MPI_Comm comm,
+                           bool nonblocking, const char* who)
+      : who_(who), scratch_(leased, comm, nonblocking, who), phases_(exec, geometry, rule, codec, *scratch_, input, output) {
+    report_.absolute_bound = result_bound;
+    if (total_steps() > 0) start_step();
   }
 
   bool progress(bool block) override {
     while (step_ < total_steps()) {
-      MPI_Request pair[2] = {send_request_, recv_request_};
-      MPI_Status statuses[2];
-      if (block) {
-        check_mpi(MPI_Waitall(2, pair, statuses), who_, "MPI_Waitall");
-      } else {
-        int done = 0;
-        check_mpi(MPI_Testall(2, pair, &done, statuses), who_, "MPI_Testall");
-        if (!done) {
-          send_request_ = pair[0];
-          recv_request_ = pair[1];
-          return false;
-        }
-      }
-      send_request_ = recv_request_ = MPI_REQUEST_NULL;
-      int length = 0;
-      check_mpi(MPI_Get_count(&statuses[1], MPI_BYTE, &length), who_, "MPI_Get_count");
-      finish_step(std::size_t(length));
+      // The arrival may come in one call and the send's completion in a later one.
+      if (!posted_->progress(block, who_, [&](int, std::size_t bytes) { arrived_ = bytes; })) return false;
+      if (step_ < phase_steps()) phases_.reduce_scatter_arrived(step_, arrived_, who_);
+      else phases_.allgather_arrived(step_ - phase_steps(), arrived_, who_);
       ++step_;
       if (step_ < total_steps()) start_step();
     }
@@ -70,155 +150,35 @@ class ring_allreduce_operation final : public operation {
   const collective_report& report() const override { return report_; }
 
  private:
-  int p() const { return shape_.size; }
-  int total_steps() const { return 2 * (p() - 1); }
-  std::size_t chunk_begin(int chunk) const { return std::size_t(chunk) * count_ / std::size_t(p()); }
-  std::size_t chunk_size(int chunk) const { return chunk_begin(chunk + 1) - chunk_begin(chunk); }
-  int wrap(int i) const { return ((i % p()) + p()) % p(); }
-  // Reduce-scatter step s sends chunk rank - s and receives rank - s - 1; allgather step s
-  // forwards chunk rank + 1 - s and receives rank - s.
-  int sent_chunk(int step) const {
-    return step < p() - 1 ? wrap(shape_.rank - step) : wrap(shape_.rank + 1 - (step - (p() - 1)));
-  }
-  int received_chunk(int step) const {
-    return step < p() - 1 ? wrap(shape_.rank - step - 1) : wrap(shape_.rank - (step - (p() - 1)));
-  }
-
-  void start() {
-    count_ = send_.size();
-    // The bound every compression honours. REL resolves against all ranks' inputs.
-    double bound = options_.bound.value;
-    if (options_.bound.mode == bound_mode::relative) {
-      const value_range local = compute_value_range(exec_, send_.data(), count_, false, bits_t<T>(0));
-      double extremes[2] = {-local.min, local.max};  // +inf/-inf when empty
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_DOUBLE, MPI_MAX, comm_), who_, "MPI_Allreduce");
-      bound = extremes[1] >= -extremes[0] ? options_.bound.value * (extremes[1] + extremes[0]) : 0.0;
-    }
-    hop_bound_ = options_.reduction_bound == allreduce_bound::total ? bound / p() : bound;
-    report_.absolute_bound = hop_bound_ * p();
-
-    std::size_t largest = 0;
-    for (int c = 0; c < p(); ++c) largest = std::max(largest, chunk_size(c));
-    // Partial sums accumulate in a copy: the input may be the output (in place).
-    sums_ = Kokkos::View<T*, Kokkos::HostSpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::sums"),
-                                                count_);
-    std::memcpy(sums_.data(), send_.data(), count_ * sizeof(T));
-    scratch_ = Kokkos::View<T*, Kokkos::HostSpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::hop"),
-                                                   largest);
-    send_bytes_ = Kokkos::View<std::byte*, Kokkos::HostSpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::hop_send"),
-        max_compressed_size<T>(largest, options_.block_size));
-    // Final chunks as they travel in the allgather, one slot of raw size each.
-    final_bytes_ = Kokkos::View<std::byte*, Kokkos::HostSpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::final_chunks"), count_ * sizeof(T));
-    final_length_.assign(p(), 0);
-    recv_bytes_ = Kokkos::View<std::byte*, Kokkos::HostSpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::hop_recv"), largest * sizeof(T));
-    start_step();
-  }
-
-  bool compress_hops() const {
-    switch (options_.mode) {
-      case transfer_mode::raw: return false;
-      case transfer_mode::automatic: return options_.cost.worth_compressing(count_ * sizeof(T) / p());
-      default: return true;
-    }
-  }
-
-  /// Encodes `count` values for the wire into `out` (room for the max compressed size);
-  /// returns the message length: the stream, or the raw values when that is not smaller.
-  std::size_t encode(const T* values, std::size_t count, std::byte* out) {
-    const std::size_t raw = count * sizeof(T);
-    std::size_t length = raw;
-    if (compress_hops() && count > 0) {
-      length = compress(exec_, host_values<const T>(values, count),
-                        host_bytes(out, max_compressed_size<T>(count, options_.block_size)),
-                        compress_options{.bound = absolute(hop_bound_), .block_size = options_.block_size});
-      const bool pays = options_.mode != transfer_mode::automatic || options_.cost.compressed_wins(raw, length);
-      if (length < raw && pays) return length;
-    }
-    std::memcpy(out, values, raw);
-    return raw;
-  }
-
-  /// Decodes a message of `length` bytes holding `count` values (raw when length is the raw size).
-  void decode(const std::byte* in, std::size_t length, std::size_t count, T* out) {
-    if (length == count * sizeof(T)) {
-      std::memcpy(out, in, length);
-      return;
-    }
-    decompress(exec_, Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(in, length),
-               host_values<T>(out, count));
-  }
+  int phase_steps() const { return phases_.geometry().p() - 1; }
+  int total_steps() const { return 2 * phase_steps(); }
 
   void start_step() {
-    const int right = wrap(shape_.rank + 1), left = wrap(shape_.rank - 1);
-    const int out_chunk = sent_chunk(step_), in_chunk = received_chunk(step_);
-    const std::byte* payload = nullptr;
-    std::size_t length = 0;
-    if (step_ < p() - 1) {
-      length = encode(sums_.data() + chunk_begin(out_chunk), chunk_size(out_chunk), send_bytes_.data());
-      payload = send_bytes_.data();
-    } else {
-      if (step_ == p() - 1) {
-        // This rank owns the final value of chunk rank + 1: compress it once; every rank,
-        // this one included, decodes these same bytes.
-        const int own = wrap(shape_.rank + 1);
-        std::byte* slot = final_bytes_.data() + chunk_begin(own) * sizeof(T);
-        const std::size_t n = chunk_size(own);
-        std::byte* staging = send_bytes_.data();
-        final_length_[own] = encode(sums_.data() + chunk_begin(own), n, staging);
-        std::memcpy(slot, staging, final_length_[own]);
-        decode(slot, final_length_[own], n, recv_.data() + chunk_begin(own));
-      }
-      payload = final_bytes_.data() + chunk_begin(out_chunk) * sizeof(T);
-      length = final_length_[out_chunk];
-    }
-    report_.payload_bytes += chunk_size(out_chunk) * sizeof(T);
-    report_.wire_bytes += length;
+    const ring_geometry& ring = phases_.geometry();
+    const bool scatter = step_ < phase_steps();
+    const int s = scatter ? step_ : step_ - phase_steps();
+    const int out_chunk = scatter ? phases_.reduce_scatter_sent(s) : phases_.allgather_sent(s);
+    const int in_chunk = scatter ? phases_.reduce_scatter_received(s) : phases_.allgather_received(s);
+    posted_.emplace();  // the previous step's requests have all completed
+    posted_->receive(scatter ? phases_.reduce_scatter_target(s) : phases_.allgather_target(s),
+                     ring.size(in_chunk) * sizeof(T), ring.left(), scratch_->comm, who_);
+    const std::span<const std::byte> payload = scatter ? phases_.reduce_scatter_send(s) : phases_.allgather_send(s, who_);
+    const std::size_t raw = ring.size(out_chunk) * sizeof(T);
+    report_.payload_bytes += raw;
+    report_.wire_bytes += payload.size();
     // Shorter than the raw values means a stream: allgather hops forward streams too.
-    if (length < chunk_size(out_chunk) * sizeof(T)) ++report_.compressed_messages;
+    if (payload.size() < raw) ++report_.compressed_messages;
     ++report_.messages;
-    std::byte* target = step_ < p() - 1 ? recv_bytes_.data() : final_bytes_.data() + chunk_begin(in_chunk) * sizeof(T);
-    check_mpi(MPI_Irecv(target, byte_count(chunk_size(in_chunk) * sizeof(T), who_), MPI_BYTE, left, collective_tag,
-                        comm_, &recv_request_),
-              who_, "MPI_Irecv");
-    check_mpi(MPI_Isend(payload, byte_count(length, who_), MPI_BYTE, right, collective_tag, comm_, &send_request_),
-              who_, "MPI_Isend");
+    posted_->send(payload.data(), payload.size(), ring.right(), scratch_->comm, who_);
   }
 
-  void finish_step(std::size_t length) {
-    const int chunk = received_chunk(step_);
-    const std::size_t n = chunk_size(chunk), begin = chunk_begin(chunk);
-    if (step_ < p() - 1) {
-      decode(recv_bytes_.data(), length, n, scratch_.data());
-      T* const sums = sums_.data() + begin;
-      const T* const incoming = scratch_.data();
-      Kokkos::parallel_for("kompress::allreduce::add", Kokkos::RangePolicy<Exec>(exec_, 0, n),
-                           KOKKOS_LAMBDA(std::size_t i) { sums[i] += incoming[i]; });
-      exec_.fence("kompress::allreduce: partial sum added");
-    } else {
-      final_length_[chunk] = length;
-      decode(final_bytes_.data() + begin * sizeof(T), length, n, recv_.data() + begin);
-    }
-  }
-
-  Exec exec_;
-  SendView send_;
-  RecvView recv_;
-  collective_options options_;
   const char* who_;
-  owned_comm owned_;
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  comm_shape shape_;
-  std::size_t count_ = 0;
-  double hop_bound_ = 0.0;
+  call_scratch scratch_;
+  ring_phases<T, Exec> phases_;
   int step_ = 0;
-  Kokkos::View<T*, Kokkos::HostSpace> sums_, scratch_;
-  Kokkos::View<std::byte*, Kokkos::HostSpace> send_bytes_, recv_bytes_, final_bytes_;
-  std::vector<std::size_t> final_length_;
-  MPI_Request send_request_ = MPI_REQUEST_NULL, recv_request_ = MPI_REQUEST_NULL;
+  std::size_t arrived_ = 0;
   collective_report report_;
+  std::optional<posted_messages> posted_;  // last: completed or cancelled before the buffers go
 };
 
 }  // namespace kompress::inline v0::detail

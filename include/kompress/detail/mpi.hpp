@@ -1,6 +1,6 @@
 #pragma once
 // MPI plumbing for the collectives: return-code checks that throw, byte counts that fit an
-// int, and an owned duplicate of a communicator. Standard MPI only, so any MPI works.
+// int, an owned duplicate of a communicator. Standard MPI only, so any MPI works.
 
 #include <kompress/error.hpp>
 
@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstddef>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace kompress::inline v0 {
@@ -64,53 +65,22 @@ class owned_comm {
   MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
-/// Completes posted receives as they arrive, calling on_arrival(index, status) for each.
-/// Blocks until all have arrived if `block`; otherwise returns false as soon as none is ready.
-template <class OnArrival>
-bool drain_receives(std::vector<MPI_Request>& receives, std::size_t& pending, bool block, const char* who,
-                    OnArrival&& on_arrival) {
-  while (pending > 0) {
-    int index = MPI_UNDEFINED, flag = 0;
-    MPI_Status status;
-    if (block) {
-      check_mpi(MPI_Waitany(int(receives.size()), receives.data(), &index, &status), who, "MPI_Waitany");
-      flag = 1;
-    } else {
-      check_mpi(MPI_Testany(int(receives.size()), receives.data(), &index, &flag, &status), who, "MPI_Testany");
-    }
-    if (!flag) return false;
-    if (index == MPI_UNDEFINED) break;
-    --pending;
-    on_arrival(index, status);
-  }
-  return true;
-}
-
-/// Waits for (block) or tests the sends; true once all have completed.
-inline bool complete_sends(std::vector<MPI_Request>& sends, bool block, const char* who) {
-  if (block) {
-    check_mpi(MPI_Waitall(int(sends.size()), sends.data(), MPI_STATUSES_IGNORE), who, "MPI_Waitall");
-    return true;
-  }
-  int done = 0;
-  check_mpi(MPI_Testall(int(sends.size()), sends.data(), &done, MPI_STATUSES_IGNORE), who, "MPI_Testall");
-  return done != 0;
-}
-
 struct comm_shape {
   int rank = 0;
   int size = 1;
 };
 
+/// Rank and size; a communicator of one rank is fine (every collective is then a local copy).
 inline comm_shape shape_of(MPI_Comm comm, const char* who) {
   comm_shape shape;
   check_mpi(MPI_Comm_rank(comm, &shape.rank), who, "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm, &shape.size), who, "MPI_Comm_size");
-  if (shape.size < 2)
-    throw invalid_argument(std::string(who) +
-                           ": the communicator has 1 rank, so there is nothing to exchange "
-                           "(copy the data with Kokkos::deep_copy instead)");
   return shape;
+}
+
+template <class T>
+MPI_Datatype mpi_type() {
+  return std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
 }
 
 }  // namespace detail

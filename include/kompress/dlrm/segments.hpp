@@ -1,18 +1,18 @@
 #pragma once
-// A message between two ranks as a list of segments: row blocks of a row-major matrix, one
-// per embedding table. Each segment is packed contiguous and compressed on its own with its
-// table's bound; a message is the segments' streams back to back, or, when that would not be
-// smaller, the packed raw values (the receiver tells by the length, as in comm/exchange.hpp).
+// The DLRM exchange's message format, a Messages policy of the one exchange engine
+// (comm/detail/engine.hpp): a message between two ranks is a list of segments, row blocks of a
+// row-major matrix, one per embedding table. Each segment is packed contiguous and compressed
+// on its own with its table's bound; a message is the segments' streams back to back or, when
+// that would not be smaller, the packed raw values (the engine's wire rule: the receiver tells
+// by the length).
 
-#include <kompress/comm/options.hpp>
-#include <kompress/comm/request.hpp>
-#include <kompress/compress.hpp>
-#include <kompress/detail/mpi.hpp>
+#include <kompress/comm/detail/engine.hpp>
 
 #include <Kokkos_Core.hpp>
-#include <mpi.h>
 
+#include <algorithm>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,183 +42,114 @@ struct peer_segments {
   }
 };
 
+/// Copies a segment's rows between a strided block and a packed one, on `exec`.
 template <class T, class Exec>
-void pack_segment(const Exec& exec, const segment<T>& s, T* out) {
-  const segment<T> from = s;
-  Kokkos::parallel_for("kompress::dlrm::pack", Kokkos::RangePolicy<Exec>(exec, 0, from.rows),
+void copy_rows(const Exec& exec, const T* from, std::size_t from_stride, T* to, std::size_t to_stride,
+               std::size_t rows, std::size_t cols) {
+  Kokkos::parallel_for("kompress::dlrm::copy_rows", Kokkos::RangePolicy<Exec>(exec, 0, rows),
                        KOKKOS_LAMBDA(std::size_t row) {
-                         for (std::size_t c = 0; c < from.cols; ++c) out[row * from.cols + c] = from.base[row * from.stride + c];
+                         for (std::size_t c = 0; c < cols; ++c) to[row * to_stride + c] = from[row * from_stride + c];
                        });
 }
 
-template <class T, class Exec>
-void unpack_segment(const Exec& exec, const T* in, const segment<T>& s) {
-  const segment<T> to = s;
-  Kokkos::parallel_for("kompress::dlrm::unpack", Kokkos::RangePolicy<Exec>(exec, 0, to.rows),
-                       KOKKOS_LAMBDA(std::size_t row) {
-                         for (std::size_t c = 0; c < to.cols; ++c) to.base[row * to.stride + c] = in[row * to.cols + c];
-                       });
-}
+/// Room for a packed message and its streams, rounded so the next peer's room stays aligned.
+inline std::size_t aligned_room(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-/// One exchange of segment lists with every peer, in flight.
-template <class T, class Exec>
-class segment_exchange final : public operation {
- public:
-  segment_exchange(const Exec& exec, std::vector<peer_segments<T>> peers, MPI_Comm comm, bool compress_messages,
-                   int block_size, bool duplicate, const char* who)
-      : exec_(exec), peers_(std::move(peers)), compress_(compress_messages), block_size_(block_size), who_(who) {
-    if (duplicate) owned_ = owned_comm(comm, who);
-    comm_ = duplicate ? owned_.get() : comm;
-    shape_ = shape_of(comm_, who);
-    start();
+template <class T>
+struct segment_messages {
+  std::vector<peer_segments<T>> peers;
+  wire_rule rule;
+  compress_options codec;  ///< block size and fill value; the bound is each segment's
+  int rank = 0;
+  const char* who = "kompress::dlrm::embedding_exchange";
+
+  std::size_t raw_bytes_to(int peer) const { return peers[std::size_t(peer)].send_values() * sizeof(T); }
+  std::size_t raw_bytes_from(int peer) const { return peers[std::size_t(peer)].receive_values() * sizeof(T); }
+  bool receives_in_place(int) const { return false; }  // segments are strided: always staged
+  std::byte* place_from(int) const { return nullptr; }
+  bool measures_error() const { return false; }
+  /// Room to decode the largest received segment into before it is scattered to its rows.
+  std::size_t decode_room() const {
+    std::size_t largest = 0;
+    for (const auto& p : peers)
+      for (const auto& s : p.receive) largest = std::max(largest, s.size());
+    return largest * sizeof(T);
+  }
+  std::size_t send_room(int peer) const {
+    const std::size_t raw = raw_bytes_to(peer);
+    std::size_t room = aligned_room(raw);
+    if (rule.may_compress(raw))
+      for (const auto& s : peers[std::size_t(peer)].send) room += max_compressed_size<T>(s.size(), codec.block_size);
+    return aligned_room(room);
   }
 
-  bool progress(bool block) override {
-    const bool received = drain_receives(receives_, pending_, block, who_, [&](int index, const MPI_Status& status) {
-      int length = 0;
-      check_mpi(MPI_Get_count(&status, MPI_BYTE, &length), who_, "MPI_Get_count");
-      unpack_message(receive_peer_[index], std::size_t(length));
-    });
-    if (!received) return false;
-    exec_.fence("kompress::dlrm: segments unpacked");
-    return complete_sends(sends_, block, who_);
+  template <class Exec>
+  void copy_self(const Exec& exec) const {
+    const auto& own = peers[std::size_t(rank)];
+    for (std::size_t i = 0; i < own.send.size(); ++i) {
+      const segment<T>& from = own.send[i];
+      const segment<T>& to = own.receive[i];
+      copy_rows(exec, static_cast<const T*>(from.base), from.stride, to.base, to.stride, from.rows, from.cols);
+    }
+    exec.fence("kompress::dlrm: own segments copied");
   }
 
-  const collective_report& report() const override { return report_; }
-
- private:
-  void start() {
-    const int p = shape_.size, rank = shape_.rank;
-    // Receives first: one staging slot of the raw size per peer.
-    std::size_t total = 0;
-    std::vector<std::size_t> offset(p, 0);
-    for (int peer = 0; peer < p; ++peer) {
-      offset[peer] = total;
-      if (peer != rank) total += peers_[peer].receive_values() * sizeof(T);
-    }
-    receive_offset_ = offset;
-    receive_staging_ = Kokkos::View<std::byte*, Kokkos::HostSpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::dlrm::receive"), total);
-    for (int peer = 0; peer < p; ++peer) {
-      const std::size_t bytes = peers_[peer].receive_values() * sizeof(T);
-      if (peer == rank || bytes == 0) continue;
-      receives_.push_back(MPI_REQUEST_NULL);
-      receive_peer_.push_back(peer);
-      check_mpi(MPI_Irecv(receive_staging_.data() + offset[peer], byte_count(bytes, who_), MPI_BYTE, peer,
-                          collective_tag, comm_, &receives_.back()),
-                who_, "MPI_Irecv");
-    }
-    pending_ = receives_.size();
-
-    // Pack everything this rank sends (its own block included) once.
-    std::size_t packed_values = 0, stream_room = 0;
-    for (int peer = 0; peer < p; ++peer) {
-      packed_values += peers_[peer].send_values();
-      if (peer != rank)
-        for (const auto& s : peers_[peer].send) stream_room += max_compressed_size<T>(s.size(), block_size_);
-    }
-    packed_ = Kokkos::View<T*, Kokkos::HostSpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::dlrm::packed"),
-                                                  packed_values);
-    send_staging_ = Kokkos::View<std::byte*, Kokkos::HostSpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::dlrm::send"), stream_room);
-    std::vector<std::size_t> packed_offset(p, 0);
+  template <class Exec>
+  std::span<const std::byte> encode(const Exec& exec, int peer, std::byte* room, collective_report&) const {
+    const std::size_t raw = raw_bytes_to(peer);
+    T* const packed = reinterpret_cast<T*>(room);
     std::size_t at = 0;
-    for (int peer = 0; peer < p; ++peer) {
-      packed_offset[peer] = at;
-      for (const auto& s : peers_[peer].send) {
-        pack_segment(exec_, s, packed_.data() + at);
-        at += s.size();
-      }
+    for (const auto& s : peers[std::size_t(peer)].send) {
+      copy_rows(exec, static_cast<const T*>(s.base), s.stride, packed + at, s.cols, s.rows, s.cols);
+      at += s.size();
     }
-    exec_.fence("kompress::dlrm: segments packed");
-
-    // This rank's own segments: exact.
-    const T* own = packed_.data() + packed_offset[rank];
-    for (const auto& s : peers_[rank].receive) {
-      unpack_segment(exec_, own, s);
-      own += s.size();
+    exec.fence("kompress::dlrm: segments packed");
+    if (!rule.may_compress(raw)) return {room, raw};
+    std::byte* const streams = room + aligned_room(raw);
+    std::size_t used = 0;
+    const T* values = packed;
+    for (const auto& s : peers[std::size_t(peer)].send) {
+      compress_options options = codec;
+      options.bound = absolute(s.abs_bound);
+      const std::size_t room_bytes = max_compressed_size<T>(s.size(), codec.block_size);
+      used += compress(exec, host_values<const T>(values, s.size()), host_bytes(streams + used, room_bytes), options);
+      values += s.size();
     }
-
-    std::size_t room_at = 0;
-    for (int step = 1; step < p; ++step) {
-      const int peer = (rank + step) % p;
-      const std::size_t values = peers_[peer].send_values();
-      if (values == 0) continue;
-      const std::size_t raw_bytes = values * sizeof(T);
-      const void* payload = packed_.data() + packed_offset[peer];
-      std::size_t length = raw_bytes;
-      if (compress_) {
-        std::byte* const begin = send_staging_.data() + room_at;
-        std::size_t used = 0;
-        const T* values_at = packed_.data() + packed_offset[peer];
-        for (const auto& s : peers_[peer].send) {
-          const std::size_t room = max_compressed_size<T>(s.size(), block_size_);
-          used += compress(exec_, Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(values_at, s.size()),
-                           Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(begin + used, room),
-                           compress_options{.bound = absolute(s.abs_bound), .block_size = block_size_});
-          values_at += s.size();
-          room_at += room;
-        }
-        if (used < raw_bytes) {
-          payload = begin;
-          length = used;
-          ++report_.compressed_messages;
-        }
-      }
-      report_.payload_bytes += raw_bytes;
-      report_.wire_bytes += length;
-      ++report_.messages;
-      sends_.push_back(MPI_REQUEST_NULL);
-      check_mpi(MPI_Isend(payload, byte_count(length, who_), MPI_BYTE, peer, collective_tag, comm_, &sends_.back()), who_,
-                "MPI_Isend");
-    }
+    if (rule.send_compressed(raw, used)) return {streams, used};
+    return {room, raw};
   }
 
-  void unpack_message(int peer, std::size_t length) {
-    const std::byte* at = receive_staging_.data() + receive_offset_[peer];
-    const std::size_t raw_bytes = peers_[peer].receive_values() * sizeof(T);
-    if (length == raw_bytes) {
-      const T* values = reinterpret_cast<const T*>(at);
-      for (const auto& s : peers_[peer].receive) {
-        unpack_segment(exec_, values, s);
+  template <class Exec>
+  double finish(const Exec& exec, int peer, const std::byte* landed, std::size_t length, std::byte* room) const {
+    T* const scratch = reinterpret_cast<T*>(room);
+    const auto& segments = peers[std::size_t(peer)].receive;
+    if (length == raw_bytes_from(peer)) {
+      const T* values = reinterpret_cast<const T*>(landed);
+      for (const auto& s : segments) {
+        copy_rows(exec, values, s.cols, s.base, s.stride, s.rows, s.cols);
         values += s.size();
       }
-      return;
+      exec.fence("kompress::dlrm: segments unpacked");
+      return 0.0;
     }
-    const std::byte* const end = at + length;
-    std::size_t largest = 0;
-    for (const auto& s : peers_[peer].receive) largest = std::max(largest, s.size());
-    if (scratch_.size() < largest)
-      scratch_ = Kokkos::View<T*, Kokkos::HostSpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::dlrm::scratch"),
-                                                     largest);
-    for (const auto& s : peers_[peer].receive) {
-      const Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> rest(at, std::size_t(end - at));
-      const stream_info info = inspect(rest);  // throws format_error on a damaged stream
-      const Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> stream(at, info.compressed_bytes);
-      decompress(exec_, stream, Kokkos::subview(scratch_, std::pair<std::size_t, std::size_t>(0, s.size())));
-      unpack_segment(exec_, scratch_.data(), s);
-      exec_.fence("kompress::dlrm: segment unpacked");
-      report_.absolute_bound = std::max(report_.absolute_bound, info.absolute_bound);
+    const std::byte* at = landed;
+    const std::byte* const end = landed + length;
+    double bound = 0.0;
+    for (const auto& s : segments) {
+      const stream_info info = inspect(const_host_bytes(at, std::size_t(end - at)));  // format_error if damaged
+      if (info.count != s.size() || info.compressed_bytes > std::size_t(end - at))
+        throw format_error(std::string(who) + ": a segment from rank " + std::to_string(peer) + " holds " +
+                           std::to_string(info.count) + " values; expected " + std::to_string(s.size()));
+      decompress(exec, const_host_bytes(at, info.compressed_bytes), host_values<T>(scratch, s.size()));
+      copy_rows(exec, static_cast<const T*>(scratch), s.cols, s.base, s.stride, s.rows, s.cols);
+      exec.fence("kompress::dlrm: segment unpacked");
+      bound = std::max(bound, info.absolute_bound);
       at += info.compressed_bytes;
     }
-    if (at != end) throw format_error(std::string(who_) + ": trailing bytes after the segments from rank " + std::to_string(peer));
+    if (at != end)
+      throw format_error(std::string(who) + ": trailing bytes after the segments from rank " + std::to_string(peer));
+    return bound;
   }
-
-  Exec exec_;
-  std::vector<peer_segments<T>> peers_;
-  bool compress_;
-  int block_size_;
-  const char* who_;
-  owned_comm owned_;
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  comm_shape shape_;
-  Kokkos::View<T*, Kokkos::HostSpace> packed_, scratch_;
-  Kokkos::View<std::byte*, Kokkos::HostSpace> send_staging_, receive_staging_;
-  std::vector<std::size_t> receive_offset_;
-  std::vector<MPI_Request> receives_, sends_;
-  std::vector<int> receive_peer_;
-  std::size_t pending_ = 0;
-  collective_report report_;
 };
 
 }  // namespace kompress::inline v0::detail
