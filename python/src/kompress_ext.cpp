@@ -248,7 +248,7 @@ struct collective_settings {
 
 kompress::collective_options make_collective_options(const collective_settings& s, const char* who) {
   kompress::collective_options options;
-  if (s.abs || s.rel) options.bound = make_bound(who, s.abs, s.rel);
+  if (s.abs || s.rel) options.codec.bound = make_bound(who, s.abs, s.rel);
   if (s.mode == "compressed")
     options.mode = kompress::transfer_mode::compressed;
   else if (s.mode == "raw")
@@ -265,7 +265,7 @@ kompress::collective_options make_collective_options(const collective_settings& 
   else
     throw kompress::invalid_argument(std::string(who) + ": reduction_bound must be 'per_hop' or 'total' (got '" +
                                      s.reduction_bound + "')");
-  options.block_size = s.block_size;
+  options.codec.block_size = s.block_size;
   options.measure_error = s.measure_error;
   if (s.cost) options.cost = *s.cost;
   return options;
@@ -485,7 +485,7 @@ kompress::stash_options make_stash_options(std::size_t budget_bytes, const std::
                                            std::size_t segment_bytes, int block_size) {
   constexpr const char* who = "kompress.Stash";
   kompress::stash_options options{.budget_bytes = budget_bytes, .segment_bytes = segment_bytes,
-                                  .block_size = block_size};
+                                  .codec = {.block_size = block_size}};
   if (policy == "throw")
     options.policy = kompress::budget_policy::throw_error();
   else if (policy == "spill_host")
@@ -541,12 +541,12 @@ class py_exchange {
         // The one place that names the exchange's calls (blocking and nonblocking).
         if (forward) {
           if (nonblocking)
-            request = ex.forward_async(exec_space{}, vin, vout);
+            request = ex.iforward(exec_space{}, vin, vout);
           else
             report = ex.forward(exec_space{}, vin, vout);
         } else {
           if (nonblocking)
-            request = ex.backward_async(exec_space{}, vin, vout);
+            request = ex.ibackward(exec_space{}, vin, vout);
           else
             report = ex.backward(exec_space{}, vin, vout);
         }
@@ -778,14 +778,19 @@ NB_MODULE(_kompress, m) {
            [](kompress::dlrm::exchange_options& o, std::optional<double> fabs, std::optional<double> frel,
               std::optional<double> babs, std::optional<double> brel) {
              constexpr const char* who = "kompress.EmbeddingExchange";
-             if (fabs || frel) o.forward_bound = make_bound(who, fabs, frel);
-             if (babs || brel) o.backward_bound = make_bound(who, babs, brel);
+             if (fabs || frel) o.forward.bound = make_bound(who, fabs, frel);
+             if (babs || brel) o.backward.bound = make_bound(who, babs, brel);
            },
            nb::arg().none(), nb::arg().none(), nb::arg().none(), nb::arg().none())
       .def_rw("compress_forward", &kompress::dlrm::exchange_options::compress_forward)
       .def_rw("compress_backward", &kompress::dlrm::exchange_options::compress_backward)
       .def_rw("table_weights", &kompress::dlrm::exchange_options::table_weights)
-      .def_rw("block_size", &kompress::dlrm::exchange_options::block_size)
+      .def_prop_rw(
+          "block_size", [](const kompress::dlrm::exchange_options& o) { return o.forward.block_size; },
+          [](kompress::dlrm::exchange_options& o, int block_size) {
+            o.forward.block_size = block_size;
+            o.backward.block_size = block_size;
+          })
       .def("set_schedule", [](kompress::dlrm::exchange_options& o, nb::callable schedule) {
         // Called from C++ with the GIL released: take it for the Python call. The callable
         // gets (iteration, table, "forward" | "backward").
