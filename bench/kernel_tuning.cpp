@@ -16,7 +16,7 @@
 //
 //   bench_kernel_tuning [--files a,b] [--reps 7] [--min-time-ms 20]
 
-#include "support/test_data.hpp"
+#include "real_data.hpp"
 
 #include "support.hpp"
 

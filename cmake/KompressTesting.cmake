@@ -4,7 +4,7 @@
 #                     [MPI_RANKS <n>...] [LABELS <label>...] [TIMEOUT <seconds>])
 #
 # Builds the executable test_<name> from SOURCES, linked with doctest, kompress::kompress and
-# tests/support (test_data.hpp), plus the shared main (tests/support/doctest_main.cpp, which
+# support/real_data.hpp (the real data), plus the shared main (tests/support/doctest_main.cpp, which
 # holds Kokkos initialized for the run). Without MPI_RANKS it registers the ctest test <name>.
 # With MPI_RANKS it links kompress::mpi and the MPI main (tests/support/doctest_mpi_main.cpp)
 # instead and registers <name>.np<N> for each N, run as
