@@ -38,7 +38,8 @@ def test_forward_and_backward_within_the_bound():
     assert (ex.global_batch, ex.total_width) == (p * local_batch, sum(dims))
     out = np.full((local_batch, ex.total_width), np.nan, np.float32)
     report = ex.forward(my_tables(fwd), out)
-    assert report.compressed_messages > 0 and report.wire_bytes < report.payload_bytes
+    if p > 1:   # one rank sends nothing: its own block is a local copy
+        assert report.compressed_messages > 0 and report.wire_bytes < report.payload_bytes
     assert_within(all_tables(fwd, my_rows), out, report.absolute_bound)
     back = np.full((ex.global_batch, ex.local_width), np.nan, np.float32)
     report = ex.backward(np.ascontiguousarray(all_tables(grad, my_rows)), back)
@@ -77,7 +78,7 @@ def test_autograd_module_forward_and_compressed_backward():
     upstream = torch.from_numpy(np.ascontiguousarray(all_tables(grad, my_rows)))
     (out * upstream).sum().backward()
     assert_within(my_tables(grad), pooled.grad.numpy(), module.last_reports["backward"].absolute_bound)
-    assert module.last_reports["backward"].compressed_messages > 0
+    assert module.last_reports["backward"].compressed_messages > 0 or p == 1
 
 
 def test_bad_shapes_fail_on_every_rank():
