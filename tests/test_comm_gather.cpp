@@ -217,3 +217,35 @@ TEST_CASE("reduce_scatter: a bound that differs on one rank is an error on every
                          doctest::Contains("rejected its arguments"), kompress::invalid_argument);
   CHECK_NOTHROW(kompress::reduce_scatter(host{}, send, got, MPI_COMM_WORLD, options));
 }
+
+TEST_CASE("iallgather and ireduce_scatter in flight together on a workspace, completed in reverse order") {
+  const int p = size_of(), me = rank_of();
+  const std::size_t n = 5000;
+  kompress::comm_workspace workspace(MPI_COMM_WORLD);
+  const kompress::collective_options options{.codec = {.bound = kompress::absolute(1e-4)}};
+  auto gather_send = make_data<float>(n, me + 21);
+  auto scatter_send = make_data<double>(n * p, me + 23);
+  host_view<float> gathered("gathered", n * p), gather_expected("gather_expected", n * p);
+  host_view<double> scattered("scattered", n), scatter_expected("scatter_expected", n);
+  MPI_Allgather(gather_send.data(), int(n), MPI_FLOAT, gather_expected.data(), int(n), MPI_FLOAT, MPI_COMM_WORLD);
+  MPI_Reduce_scatter_block(scatter_send.data(), scatter_expected.data(), int(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  for (int round = 0; round < 2; ++round) {  // the second round reuses the workspace's slots
+    CAPTURE(round);
+    auto first = kompress::iallgather(host{}, gather_send, gathered, MPI_COMM_WORLD, options, &workspace);
+    auto second = kompress::ireduce_scatter(host{}, scatter_send, scattered, MPI_COMM_WORLD, options, &workspace);
+    while (!second.test()) {
+    }
+    first.wait();
+    CHECK(first.report().absolute_bound <= (p > 1 ? 1e-4 : 0.0));
+    CHECK(second.report().absolute_bound <= (p - 1) * 1e-4);
+    std::size_t violations = 0;
+    for (std::size_t i = 0; i < n * p; ++i)
+      violations += !(std::fabs(double(gathered(i)) - double(gather_expected(i))) <= first.report().absolute_bound);
+    constexpr double eps = std::numeric_limits<double>::epsilon();
+    for (std::size_t i = 0; i < n; ++i)  // |values| <= 10.1: the summation slack of test_comm.cpp
+      violations += !(std::fabs(scattered(i) - scatter_expected(i)) <=
+                      second.report().absolute_bound + 2.0 * p * eps * 10.1 * p);
+    CHECK(violations == 0);
+    CHECK(identical_on_every_rank(gathered));
+  }
+}
