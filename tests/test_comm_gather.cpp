@@ -111,7 +111,7 @@ void check_reduce_scatter(std::size_t n, const kompress::collective_options& opt
   for (std::size_t i = 0; i < n * p; ++i) abs_send(i) = std::fabs(send(i));
   MPI_Reduce_scatter_block(abs_send.data(), magnitude.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
   const double e = agreed_bound(send, options.codec.bound);
-  const double hop = options.reduction_bound == kompress::allreduce_bound::total ? e / p : e;
+  const double hop = options.reduction_bound == kompress::allreduce_bound::total && p > 1 ? e / (p - 1) : e;
   kompress::collective_report report;
   if (nonblocking) {
     auto r = kompress::ireduce_scatter(host{}, send, got, MPI_COMM_WORLD, options);

@@ -4,7 +4,7 @@
 // It is allreduce's reduce-scatter phase alone: block r travels p - 1 hops, each carrying a
 // compressed partial sum, so it goes through p - 1 compressions. With allreduce_bound::per_hop
 // each is within the bound e and the result within (p - 1) * e of the exact sum; with
-// allreduce_bound::total each gets e / p and the result is within (p - 1) / p * e <= e.
+// allreduce_bound::total each gets e / (p - 1) and the result is within e.
 // collective_report::absolute_bound reports that number. Floating-point summation error comes
 // on top, as it does for MPI's own sum in a different order. A REL bound resolves against the
 // value range of all ranks' send Views, agreed with one small MPI_Allreduce.
@@ -77,7 +77,11 @@ std::unique_ptr<operation> make_reduce_scatter(const Exec& exec, const SendView&
     }
     return op;
   }
-  const double hop = hop_bound(exec, send, options, shape, comm, who);
+  // p - 1 compressions per block: `total` splits the bound among them.
+  collective_options per_hop = options;
+  per_hop.reduction_bound = allreduce_bound::per_hop;
+  const double e = hop_bound(exec, send, per_hop, shape, comm, who);
+  const double hop = options.reduction_bound == allreduce_bound::total ? e / (shape.size - 1) : e;
   compress_options codec = options.codec;
   codec.bound = absolute(hop);
   // The phase leaves ring chunk rank + 1 reduced on this rank; rotation -1 makes it block rank.
