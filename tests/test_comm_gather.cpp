@@ -252,3 +252,47 @@ TEST_CASE("iallgather and ireduce_scatter in flight together on a workspace, com
     CHECK(identical_on_every_rank(gathered));
   }
 }
+
+TEST_CASE_TEMPLATE("allgather and reduce_scatter carry NaN, infinities and -0.0 exactly", T, float, double) {
+  const int p = size_of(), me = rank_of();
+  const std::size_t n = 1000;
+  const kompress::collective_options options{.codec = {.bound = kompress::relative(1e-3)}};
+  const auto sprinkle = [&](host_view<T>& v) {
+    for (std::size_t i = 0; i < v.size(); i += 97) v(i) = std::numeric_limits<T>::quiet_NaN();
+    for (std::size_t i = 13; i < v.size(); i += 211) v(i) = (i / 211) % 2 ? std::numeric_limits<T>::infinity()
+                                                                         : -std::numeric_limits<T>::infinity();
+    for (std::size_t i = 50; i < v.size(); i += 301) v(i) = T(-0.0);
+  };
+  auto send = make_data<T>(n, me + 31);
+  sprinkle(send);
+  host_view<T> got("got", n * p), expected("expected", n * p);
+  MPI_Allgather(send.data(), int(n), mpi_type<T>(), expected.data(), int(n), mpi_type<T>(), MPI_COMM_WORLD);
+  const auto report = kompress::allgather(host{}, send, got, MPI_COMM_WORLD, options);
+  std::size_t violations = 0;
+  for (std::size_t i = 0; i < n * p; ++i) {
+    if (std::isfinite(expected(i)) && !(expected(i) == 0 && std::signbit(expected(i))))
+      violations += !(std::fabs(double(got(i)) - double(expected(i))) <= report.absolute_bound);
+    else
+      violations += std::memcmp(&got(i), &expected(i), sizeof(T)) != 0;  // the same bits
+  }
+  CHECK(violations == 0);
+  CHECK(identical_on_every_rank(got));
+
+  // A sum: NaN where MPI's sum is NaN, the same infinity where it is infinite.
+  auto summands = make_data<T>(n * p, me + 37);
+  sprinkle(summands);
+  host_view<T> sum("sum", n), sum_expected("sum_expected", n);
+  MPI_Reduce_scatter_block(summands.data(), sum_expected.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
+  host_view<T> abs_summands("abs", n * p), magnitude("magnitude", n);
+  for (std::size_t i = 0; i < n * p; ++i) abs_summands(i) = std::isfinite(summands(i)) ? std::fabs(summands(i)) : T(0);
+  MPI_Reduce_scatter_block(abs_summands.data(), magnitude.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
+  const auto sum_report = kompress::reduce_scatter(host{}, summands, sum, MPI_COMM_WORLD, options);
+  constexpr double eps = std::numeric_limits<T>::epsilon();
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (std::isnan(sum_expected(i))) wrong += !std::isnan(sum(i));
+    else if (std::isinf(sum_expected(i))) wrong += sum(i) != sum_expected(i);
+    else wrong += !(std::fabs(double(sum(i)) - double(sum_expected(i))) <= sum_report.absolute_bound + 2.0 * p * eps * double(magnitude(i)));
+  }
+  CHECK(wrong == 0);
+}
