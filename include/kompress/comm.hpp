@@ -9,9 +9,11 @@
 #include <kompress/format.hpp>
 #include <kompress/compress.hpp>
 
+#include <kompress/comm/allgather.hpp>
 #include <kompress/comm/allreduce.hpp>
 #include <kompress/comm/alltoall.hpp>
 #include <kompress/comm/options.hpp>
+#include <kompress/comm/reduce_scatter.hpp>
 #include <kompress/comm/request.hpp>
 #include <kompress/comm/workspace.hpp>
 #include <kompress/comm/measure.hpp>

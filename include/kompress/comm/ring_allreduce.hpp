@@ -15,13 +15,21 @@
 
 namespace kompress::inline v0::detail {
 
-/// p chunks of `count` values over a ring; chunk c is [begin(c), begin(c+1)).
+/// p chunks of `count` values over a ring. Ring chunk c lies at memory block
+/// wrap(c + rotation), block k being [k * count / p, (k + 1) * count / p). allreduce uses no
+/// rotation; reduce_scatter and allgather rotate by -1 so that the chunk rank r owns after the
+/// reduce-scatter phase (ring chunk r + 1) is memory block r, as MPI places it.
 struct ring_geometry {
   comm_shape shape;
   std::size_t count = 0;
+  int rotation = 0;
   int p() const { return shape.size; }
-  std::size_t begin(int chunk) const { return std::size_t(chunk) * count / std::size_t(p()); }
-  std::size_t size(int chunk) const { return begin(chunk + 1) - begin(chunk); }
+  std::size_t block_begin(int block) const { return std::size_t(block) * count / std::size_t(p()); }
+  std::size_t begin(int chunk) const { return block_begin(wrap(chunk + rotation)); }
+  std::size_t size(int chunk) const {
+    const int block = wrap(chunk + rotation);
+    return block_begin(block + 1) - block_begin(block);
+  }
   int wrap(int i) const { return ((i % p()) + p()) % p(); }
   int right() const { return wrap(shape.rank + 1); }
   int left() const { return wrap(shape.rank - 1); }
@@ -50,8 +58,13 @@ class ring_phases {
     hop_ = slot_.receive.data();
     finals_ = slot_.receive.data() + largest * sizeof(T);
     final_length_.assign(std::size_t(ring_.p()), 0);
-    std::memcpy(sums_, input, ring_.count * sizeof(T));
+    if (input) std::memcpy(sums_, input, ring_.count * sizeof(T));
   }
+
+  /// This rank's chunk (ring chunk rank + 1, the one it owns at the allgather phase): with a
+  /// null input, allgather loads its contribution here; reduce_scatter reads its result here.
+  T* own_chunk() { return sums_ + ring_.begin(allgather_sent(0)); }
+  std::size_t own_size() const { return ring_.size(allgather_sent(0)); }
 
   // --- reduce-scatter ---------------------------------------------------------------------
   int reduce_scatter_sent(int s) const { return ring_.wrap(ring_.shape.rank - s); }
@@ -123,26 +136,38 @@ class ring_phases {
   std::vector<std::size_t> final_length_;
 };
 
-/// allreduce: the reduce-scatter phase, then the allgather phase, one hop in flight at a time.
+/// Which phases a ring operation runs.
+enum class ring_schedule {
+  allreduce,       ///< reduce-scatter, then allgather
+  reduce_scatter,  ///< reduce-scatter only; the own chunk's sum is copied to the output
+  allgather,       ///< allgather only; `input` is this rank's own chunk (own_size() values)
+};
+
+/// One hop in flight at a time over the phases the schedule names.
 template <class T, class Exec>
 class ring_allreduce_operation final : public operation {
  public:
   ring_allreduce_operation(const Exec& exec, ring_geometry geometry, wire_rule rule, compress_options codec,
                            double result_bound, const T* input, T* output, workspace_slot* leased, MPI_Comm comm,
-                           bool nonblocking, const char* who)
-      : who_(who), scratch_(leased, comm, nonblocking, who), phases_(exec, geometry, rule, codec, *scratch_, input, output) {
+                           bool nonblocking, const char* who, ring_schedule schedule = ring_schedule::allreduce)
+      : who_(who), schedule_(schedule), output_(output), scratch_(leased, comm, nonblocking, who),
+        phases_(exec, geometry, rule, codec, *scratch_, schedule == ring_schedule::allgather ? nullptr : input,
+                output) {
+    if (schedule_ == ring_schedule::allgather) std::memcpy(phases_.own_chunk(), input, phases_.own_size() * sizeof(T));
     report_.absolute_bound = result_bound;
     if (total_steps() > 0) start_step();
+    else finish();
   }
 
   bool progress(bool block) override {
     while (step_ < total_steps()) {
       // The arrival may come in one call and the send's completion in a later one.
       if (!posted_->progress(block, who_, [&](int, std::size_t bytes) { arrived_ = bytes; })) return false;
-      if (step_ < phase_steps()) phases_.reduce_scatter_arrived(step_, arrived_, who_);
-      else phases_.allgather_arrived(step_ - phase_steps(), arrived_, who_);
+      if (scatter(step_)) phases_.reduce_scatter_arrived(step_, arrived_, who_);
+      else phases_.allgather_arrived(gather_step(step_), arrived_, who_);
       ++step_;
       if (step_ < total_steps()) start_step();
+      else finish();
     }
     return true;
   }
@@ -151,12 +176,22 @@ class ring_allreduce_operation final : public operation {
 
  private:
   int phase_steps() const { return phases_.geometry().p() - 1; }
-  int total_steps() const { return 2 * phase_steps(); }
+  int total_steps() const { return schedule_ == ring_schedule::allreduce ? 2 * phase_steps() : phase_steps(); }
+  bool scatter(int step) const {
+    return schedule_ == ring_schedule::reduce_scatter || (schedule_ == ring_schedule::allreduce && step < phase_steps());
+  }
+  int gather_step(int step) const { return schedule_ == ring_schedule::allreduce ? step - phase_steps() : step; }
+
+  /// reduce_scatter: the own chunk's sum is the result (the last arrival was added to it).
+  void finish() {
+    if (schedule_ == ring_schedule::reduce_scatter && phases_.own_size() > 0)
+      std::memcpy(output_, phases_.own_chunk(), phases_.own_size() * sizeof(T));
+  }
 
   void start_step() {
     const ring_geometry& ring = phases_.geometry();
-    const bool scatter = step_ < phase_steps();
-    const int s = scatter ? step_ : step_ - phase_steps();
+    const bool scatter = this->scatter(step_);
+    const int s = scatter ? step_ : gather_step(step_);
     const int out_chunk = scatter ? phases_.reduce_scatter_sent(s) : phases_.allgather_sent(s);
     const int in_chunk = scatter ? phases_.reduce_scatter_received(s) : phases_.allgather_received(s);
     posted_.emplace();  // the previous step's requests have all completed
@@ -173,6 +208,8 @@ class ring_allreduce_operation final : public operation {
   }
 
   const char* who_;
+  ring_schedule schedule_;
+  T* output_;
   call_scratch scratch_;
   ring_phases<T, Exec> phases_;
   int step_ = 0;

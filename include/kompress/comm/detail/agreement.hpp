@@ -21,7 +21,9 @@
 namespace kompress::inline v0::detail {
 
 /// Which collective a fingerprint belongs to: calls of different kinds never match.
-enum class collective_kind : std::uint64_t { alltoall = 1, alltoallv, allreduce, dlrm_forward, dlrm_backward };
+enum class collective_kind : std::uint64_t {
+  alltoall = 1, alltoallv, allreduce, dlrm_forward, dlrm_backward, allgather, reduce_scatter
+};
 
 /// An order-dependent 64-bit hash of the values that must match on every rank.
 class fingerprint {

@@ -1,0 +1,115 @@
+#pragma once
+// kompress::reduce_scatter (sum): MPI_Reduce_scatter_block on Views, compressed on the wire.
+// send holds p blocks of n = recv.size() values; rank r receives the sum over ranks of block r.
+// It is allreduce's reduce-scatter phase alone: block r travels p - 1 hops, each carrying a
+// compressed partial sum, so it goes through p - 1 compressions. With allreduce_bound::per_hop
+// each is within the bound e and the result within (p - 1) * e of the exact sum; with
+// allreduce_bound::total each gets e / (p - 1) and the result is within e.
+// collective_report::absolute_bound reports that number. Floating-point summation error comes
+// on top, as it does for MPI's own sum in a different order. A REL bound resolves against the
+// value range of all ranks' send Views, agreed with one small MPI_Allreduce.
+//
+// Every rank must pass the same count, mode and bound: a mismatch (or a bad argument on any
+// rank) is an invalid_argument on every rank before any data moves (docs/collectives.md).
+// send and recv must not overlap (there is no in-place form).
+//
+// Sync points as allreduce: fence `exec`, agree (one small MPI_Allreduce, plus one for a REL
+// bound), then p - 1 ring hops; the nonblocking form sends the first hop before it returns and
+// advances hop by hop in test() and wait(). Raw mode (and a block too small to compress, and
+// one rank) is MPI_Reduce_scatter_block / MPI_Ireduce_scatter_block itself: with one rank recv
+// is an exact copy of send.
+
+#include <kompress/comm/allreduce.hpp>
+
+namespace kompress {
+inline namespace v0 {
+
+namespace detail {
+
+template <class Exec, class SendView, class RecvView>
+std::unique_ptr<operation> make_reduce_scatter(const Exec& exec, const SendView& send, const RecvView& recv,
+                                               MPI_Comm comm, const collective_options& options,
+                                               comm_workspace* workspace, bool nonblocking, const char* who) {
+  using T = typename SendView::non_const_value_type;
+  Kokkos::Profiling::ScopedRegion region(who);
+  const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
+  const wire_rule rule{options.mode, options.cost};
+  workspace_slot* slot = nullptr;
+  agreement a;
+  a.must_match = "the element count, element type, transfer mode, cost model and bound (mode, value and "
+                 "reduction_bound)";
+  a.local_failure = run_local_checks([&] {
+    validate_options(options.codec, who);
+    if (options.codec.fill_value)
+      throw invalid_argument(std::string(who) + ": a fill value has no meaning for a sum; leave codec.fill_value empty");
+    require_contiguous(send, who, "the send View");
+    require_contiguous(recv, who, "the receive View");
+    if (send.size() != recv.size() * std::size_t(shape.size))
+      throw invalid_argument(std::string(who) + ": the send View has " + std::to_string(send.size()) +
+                             " elements; expected " + std::to_string(shape.size) + " ranks times the receive View's " +
+                             std::to_string(recv.size()) + " = " + std::to_string(recv.size() * shape.size));
+    require_disjoint(send.data(), send.size() * sizeof(T), recv.data(), recv.size() * sizeof(T), who,
+                     "the send and receive Views");
+    byte_count(send.size() * sizeof(T), who);  // MPI's int counts
+    if (workspace) slot = &workspace->slot_for(comm, nonblocking, who);
+  });
+  fingerprint f = call_fingerprint(collective_kind::reduce_scatter, nonblocking, sizeof(T));
+  f.add(std::uint64_t(recv.size())).add(std::uint64_t(options.codec.bound.mode)).add(options.codec.bound.value);
+  f.add(std::uint64_t(options.reduction_bound));
+  rule.add_to(f);
+  a.fingerprint = f.value();
+  agree(a, comm, who);
+  if (workspace) workspace->taken(nonblocking);
+
+  const std::size_t bytes = recv.size() * sizeof(T);
+  if (shape.size == 1 || !rule.may_compress(bytes)) {
+    auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
+    const int count = int(recv.size());
+    if (nonblocking)
+      check_mpi(MPI_Ireduce_scatter_block(send.data(), recv.data(), count, mpi_type<T>(), MPI_SUM, comm, op->handle()),
+                who, "MPI_Ireduce_scatter_block");
+    else
+      check_mpi(MPI_Reduce_scatter_block(send.data(), recv.data(), count, mpi_type<T>(), MPI_SUM, comm), who,
+                "MPI_Reduce_scatter_block");
+    if (shape.size > 1) {
+      op->mutable_report().payload_bytes = op->mutable_report().wire_bytes = bytes * std::size_t(shape.size - 1);
+      op->mutable_report().messages = std::uint64_t(shape.size - 1);
+    }
+    return op;
+  }
+  // p - 1 compressions per block: `total` splits the bound among them.
+  collective_options per_hop = options;
+  per_hop.reduction_bound = allreduce_bound::per_hop;
+  const double e = hop_bound(exec, send, per_hop, shape, comm, who);
+  const double hop = options.reduction_bound == allreduce_bound::total ? e / (shape.size - 1) : e;
+  compress_options codec = options.codec;
+  codec.bound = absolute(hop);
+  // The phase leaves ring chunk rank + 1 reduced on this rank; rotation -1 makes it block rank.
+  return std::make_unique<ring_allreduce_operation<T, Exec>>(exec, ring_geometry{shape, send.size(), -1}, rule, codec,
+                                                             hop * (shape.size - 1), send.data(), recv.data(), slot,
+                                                             comm, nonblocking, who, ring_schedule::reduce_scatter);
+}
+
+}  // namespace detail
+
+
+/// MPI_Reduce_scatter_block with MPI_SUM: `send` holds p blocks of recv.size() values; `recv`
+/// gets the sum over ranks of block `rank`. `workspace` (optional, built on `comm`) removes the
+/// per-call allocation.
+template <execution_space Exec, float_view SendView, float_view RecvView>
+collective_report reduce_scatter(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
+                                 const collective_options& options = {}, comm_workspace* workspace = nullptr) {
+  return detail::complete(
+      detail::make_reduce_scatter(exec, send, recv, comm, options, workspace, false, "kompress::reduce_scatter"));
+}
+
+/// Nonblocking reduce_scatter; wait() on the request delivers `recv`.
+template <execution_space Exec, float_view SendView, float_view RecvView>
+request ireduce_scatter(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
+                        const collective_options& options = {}, comm_workspace* workspace = nullptr) {
+  return request(
+      detail::make_reduce_scatter(exec, send, recv, comm, options, workspace, true, "kompress::ireduce_scatter"));
+}
+
+}  // namespace v0
+}  // namespace kompress
