@@ -32,10 +32,7 @@ std::unique_ptr<operation> make_allgather(const Exec& exec, const SendView& send
   Kokkos::Profiling::ScopedRegion region(who);
   const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
   const wire_rule rule{options.mode, options.cost};
-  workspace_slot* slot = nullptr;
-  agreement a;
-  a.must_match = "the element count, element type, transfer mode, cost model and bound (mode and value)";
-  a.local_failure = run_local_checks([&] {
+  const auto local_checks = [&] {
     validate_options(options.codec, who);
     require_contiguous(send, who, "the send View");
     require_contiguous(recv, who, "the receive View");
@@ -43,17 +40,11 @@ std::unique_ptr<operation> make_allgather(const Exec& exec, const SendView& send
       throw invalid_argument(std::string(who) + ": the receive View has " + std::to_string(recv.size()) +
                              " elements; expected " + std::to_string(shape.size) + " ranks times the send View's " +
                              std::to_string(send.size()) + " = " + std::to_string(send.size() * shape.size));
-    require_disjoint(send.data(), send.size() * sizeof(T), recv.data(), recv.size() * sizeof(T), who,
-                     "the send and receive Views");
+    require_disjoint(send, recv, who, "the send and receive Views");
     byte_count(recv.size() * sizeof(T), who);  // MPI's int counts
-    if (workspace) slot = &workspace->slot_for(comm, nonblocking, who);
-  });
-  fingerprint f = call_fingerprint(collective_kind::allgather, nonblocking, sizeof(T));
-  f.add(std::uint64_t(send.size())).add(std::uint64_t(options.codec.bound.mode)).add(options.codec.bound.value);
-  rule.add_to(f);
-  a.fingerprint = f.value();
-  agree(a, comm, who);
-  if (workspace) workspace->taken(nonblocking);
+  };
+  workspace_slot* const slot = agree_ring_call<T>(collective_kind::allgather, send.size(), false, options,
+                                                  rule, workspace, comm, nonblocking, who, local_checks);
 
   const std::size_t bytes = send.size() * sizeof(T);
   if (shape.size == 1 || !rule.may_compress(bytes)) {

@@ -67,8 +67,7 @@ void check_allreduce_views(const SendView& send, const RecvView& recv, const col
                            " elements, the result View " + std::to_string(recv.size()) + "; they must match");
   const bool in_place = static_cast<const void*>(send.data()) == static_cast<const void*>(recv.data());
   if (!in_place)
-    require_disjoint(send.data(), send.size() * sizeof(T), recv.data(), recv.size() * sizeof(T), who,
-                     "the send and result Views (pass the same View twice for in place)");
+    require_disjoint(send, recv, who, "the send and result Views (pass the same View twice for in place)");
   byte_count(send.size() * sizeof(T), who);  // MPI's int counts
 }
 
@@ -88,6 +87,34 @@ double hop_bound(const Exec& exec, const SendView& send, const collective_option
   return options.reduction_bound == allreduce_bound::total ? bound / shape.size : bound;
 }
 
+/// The prologue the ring collectives share once the execution space is fenced: `local_checks`
+/// (this rank's arguments) and the workspace slot, then the agreement on what every rank must
+/// pass alike (the element count, type, mode, cost model and bound; with `sums`, the
+/// reduction_bound too). Throws on every rank if any rank's checks failed. Returns the slot
+/// (nullptr without a workspace).
+template <class T, class LocalChecks>
+workspace_slot* agree_ring_call(collective_kind kind, std::size_t count, bool sums, const collective_options& options,
+                                const wire_rule& rule, comm_workspace* workspace, MPI_Comm comm, bool nonblocking,
+                                const char* who, LocalChecks&& local_checks) {
+  workspace_slot* slot = nullptr;
+  agreement a;
+  a.must_match = sums ? "the element count, element type, transfer mode, cost model and bound (mode, value and "
+                        "reduction_bound)"
+                      : "the element count, element type, transfer mode, cost model and bound (mode and value)";
+  a.local_failure = run_local_checks([&] {
+    local_checks();
+    if (workspace) slot = &workspace->slot_for(comm, nonblocking, who);
+  });
+  fingerprint f = call_fingerprint(kind, nonblocking, sizeof(T));
+  f.add(std::uint64_t(count)).add(std::uint64_t(options.codec.bound.mode)).add(options.codec.bound.value);
+  if (sums) f.add(std::uint64_t(options.reduction_bound));
+  rule.add_to(f);
+  a.fingerprint = f.value();
+  agree(a, comm, who);
+  if (workspace) workspace->taken(nonblocking);
+  return slot;
+}
+
 template <class Exec, class SendView, class RecvView>
 std::unique_ptr<operation> make_allreduce(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                                           const collective_options& options, comm_workspace* workspace,
@@ -96,21 +123,9 @@ std::unique_ptr<operation> make_allreduce(const Exec& exec, const SendView& send
   Kokkos::Profiling::ScopedRegion region(who);
   const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
   const wire_rule rule{options.mode, options.cost};
-  workspace_slot* slot = nullptr;
-  agreement a;
-  a.must_match = "the element count, element type, transfer mode, cost model and bound (mode, value and "
-                 "reduction_bound)";
-  a.local_failure = run_local_checks([&] {
-    check_allreduce_views<T>(send, recv, options, who);
-    if (workspace) slot = &workspace->slot_for(comm, nonblocking, who);
-  });
-  fingerprint f = call_fingerprint(collective_kind::allreduce, nonblocking, sizeof(T));
-  f.add(std::uint64_t(send.size())).add(std::uint64_t(options.codec.bound.mode)).add(options.codec.bound.value);
-  f.add(std::uint64_t(options.reduction_bound));
-  rule.add_to(f);
-  a.fingerprint = f.value();
-  agree(a, comm, who);
-  if (workspace) workspace->taken(nonblocking);
+  workspace_slot* const slot =
+      agree_ring_call<T>(collective_kind::allreduce, send.size(), true, options, rule, workspace, comm, nonblocking,
+                         who, [&] { check_allreduce_views<T>(send, recv, options, who); });
 
   const bool in_place = static_cast<const void*>(send.data()) == static_cast<const void*>(recv.data());
   const std::size_t bytes = send.size() * sizeof(T);

@@ -99,8 +99,7 @@ std::unique_ptr<operation> start_exchange(const Exec& exec, const SendView& send
     validate_options(options.codec, who);
     require_contiguous(send, who, "the send View");
     require_contiguous(recv, who, "the receive View");
-    require_disjoint(send.data(), send.size() * sizeof(T), recv.data(), recv.size() * sizeof(T), who,
-                     "the send and receive Views");
+    require_disjoint(send, recv, who, "the send and receive Views");
     layout = make_layout(shape.size);
     check_layout(layout, shape.size, send.size(), recv.size(), sizeof(T), who);
     if (workspace) slot = &workspace->slot_for(comm, nonblocking, who);

@@ -34,11 +34,7 @@ std::unique_ptr<operation> make_reduce_scatter(const Exec& exec, const SendView&
   Kokkos::Profiling::ScopedRegion region(who);
   const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
   const wire_rule rule{options.mode, options.cost};
-  workspace_slot* slot = nullptr;
-  agreement a;
-  a.must_match = "the element count, element type, transfer mode, cost model and bound (mode, value and "
-                 "reduction_bound)";
-  a.local_failure = run_local_checks([&] {
+  const auto local_checks = [&] {
     validate_options(options.codec, who);
     if (options.codec.fill_value)
       throw invalid_argument(std::string(who) + ": a fill value has no meaning for a sum; leave codec.fill_value empty");
@@ -48,18 +44,11 @@ std::unique_ptr<operation> make_reduce_scatter(const Exec& exec, const SendView&
       throw invalid_argument(std::string(who) + ": the send View has " + std::to_string(send.size()) +
                              " elements; expected " + std::to_string(shape.size) + " ranks times the receive View's " +
                              std::to_string(recv.size()) + " = " + std::to_string(recv.size() * shape.size));
-    require_disjoint(send.data(), send.size() * sizeof(T), recv.data(), recv.size() * sizeof(T), who,
-                     "the send and receive Views");
+    require_disjoint(send, recv, who, "the send and receive Views");
     byte_count(send.size() * sizeof(T), who);  // MPI's int counts
-    if (workspace) slot = &workspace->slot_for(comm, nonblocking, who);
-  });
-  fingerprint f = call_fingerprint(collective_kind::reduce_scatter, nonblocking, sizeof(T));
-  f.add(std::uint64_t(recv.size())).add(std::uint64_t(options.codec.bound.mode)).add(options.codec.bound.value);
-  f.add(std::uint64_t(options.reduction_bound));
-  rule.add_to(f);
-  a.fingerprint = f.value();
-  agree(a, comm, who);
-  if (workspace) workspace->taken(nonblocking);
+  };
+  workspace_slot* const slot = agree_ring_call<T>(collective_kind::reduce_scatter, recv.size(), true, options,
+                                                  rule, workspace, comm, nonblocking, who, local_checks);
 
   const std::size_t bytes = recv.size() * sizeof(T);
   if (shape.size == 1 || !rule.may_compress(bytes)) {

@@ -155,8 +155,7 @@ class embedding_exchange {
     expect(in, in_rows, in_width, "the input");
     expect(out, out_rows, out_width, "the output");
     using T = typename In::non_const_value_type;
-    kompress::detail::require_disjoint(in.data(), in.size() * sizeof(T), out.data(), out.size() * sizeof(T), who,
-                                       "the input and output Views");
+    kompress::detail::require_disjoint(in, out, who, "the input and output Views");
     kompress::detail::byte_count(local_batch_ * total_width_ * sizeof(T), who);  // any message fits MPI's int
   }
 

@@ -365,14 +365,4 @@ comm_shape enter_collective(const Exec& exec, MPI_Comm comm, const char* who) {
   return shape_of(comm, who);
 }
 
-/// MPI forbids a send buffer that overlaps the receive buffer.
-inline void require_disjoint(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes, const char* who,
-                             const char* what) {
-  const auto* a0 = static_cast<const std::byte*>(a);
-  const auto* b0 = static_cast<const std::byte*>(b);
-  if (a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes)
-    throw invalid_argument(std::string(who) + ": " + what +
-                           " overlap in memory (MPI forbids aliased send and receive buffers); pass separate Views");
-}
-
 }  // namespace kompress::inline v0::detail
