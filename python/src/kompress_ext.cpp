@@ -329,32 +329,43 @@ class py_request {
   std::vector<nb::object> keep_alive_;
 };
 
-nb::object alltoall(const in_array& send, const array& recv, std::uintptr_t comm, const collective_settings& s,
-                    bool nonblocking, nb::handle send_obj, nb::handle recv_obj) {
-  const char* who = nonblocking ? "kompress.ialltoall" : "kompress.alltoall";
-  const dtype_code code = pair_dtype(send, recv, who);
-  const auto options = make_collective_options(s, who);
+/// Runs a collective with the GIL released: `blocking(t)` returns its report, `start(t)` its
+/// request, which keeps the Python arrays alive until it completes.
+template <class Blocking, class Start>
+nb::object run_collective(dtype_code code, bool nonblocking, nb::handle send_obj, nb::handle recv_obj,
+                          Blocking&& blocking, Start&& start) {
   if (!nonblocking) {
     kompress::collective_report report;
     {
       nb::gil_scoped_release release;
-      report = dispatch(code, [&](auto t) {
-        using T = decltype(t);
-        return kompress::alltoall(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
-      });
+      report = dispatch(code, blocking);
     }
     return nb::cast(report);
   }
   kompress::request request;
   {
     nb::gil_scoped_release release;
-    request = dispatch(code, [&](auto t) {
-      using T = decltype(t);
-      return kompress::ialltoall(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
-    });
+    request = dispatch(code, start);
   }
   return nb::cast(new py_request(std::move(request), {nb::borrow(send_obj), nb::borrow(recv_obj)}),
                   nb::rv_policy::take_ownership);
+}
+
+nb::object alltoall(const in_array& send, const array& recv, std::uintptr_t comm, const collective_settings& s,
+                    bool nonblocking, nb::handle send_obj, nb::handle recv_obj) {
+  const char* who = nonblocking ? "kompress.ialltoall" : "kompress.alltoall";
+  const dtype_code code = pair_dtype(send, recv, who);
+  const auto options = make_collective_options(s, who);
+  return run_collective(
+      code, nonblocking, send_obj, recv_obj,
+      [&](auto t) {
+        using T = decltype(t);
+        return kompress::alltoall(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+      },
+      [&](auto t) {
+        using T = decltype(t);
+        return kompress::ialltoall(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+      });
 }
 
 nb::object alltoallv(const in_array& send, const std::vector<std::int64_t>& send_counts,
@@ -365,29 +376,18 @@ nb::object alltoallv(const in_array& send, const std::vector<std::int64_t>& send
   const char* who = nonblocking ? "kompress.ialltoallv" : "kompress.alltoallv";
   const dtype_code code = pair_dtype(send, recv, who);
   const auto options = make_collective_options(s, who);
-  if (!nonblocking) {
-    kompress::collective_report report;
-    {
-      nb::gil_scoped_release release;
-      report = dispatch(code, [&](auto t) {
+  return run_collective(
+      code, nonblocking, send_obj, recv_obj,
+      [&](auto t) {
         using T = decltype(t);
         return kompress::alltoallv(exec_space{}, view_of<T>(send), send_counts, send_displs, view_of<T>(recv),
-                                   recv_counts, recv_displs, comm_of(comm), options);
-      });
-    }
-    return nb::cast(report);
-  }
-  kompress::request request;
-  {
-    nb::gil_scoped_release release;
-    request = dispatch(code, [&](auto t) {
-      using T = decltype(t);
-      return kompress::ialltoallv(exec_space{}, view_of<T>(send), send_counts, send_displs, view_of<T>(recv),
                                   recv_counts, recv_displs, comm_of(comm), options);
-    });
-  }
-  return nb::cast(new py_request(std::move(request), {nb::borrow(send_obj), nb::borrow(recv_obj)}),
-                  nb::rv_policy::take_ownership);
+      },
+      [&](auto t) {
+        using T = decltype(t);
+        return kompress::ialltoallv(exec_space{}, view_of<T>(send), send_counts, send_displs, view_of<T>(recv),
+                                  recv_counts, recv_displs, comm_of(comm), options);
+      });
 }
 
 nb::object allreduce(const in_array& send, const array& recv, std::uintptr_t comm, const collective_settings& s,
@@ -395,27 +395,16 @@ nb::object allreduce(const in_array& send, const array& recv, std::uintptr_t com
   const char* who = nonblocking ? "kompress.iallreduce" : "kompress.allreduce";
   const dtype_code code = pair_dtype(send, recv, who);
   const auto options = make_collective_options(s, who);
-  if (!nonblocking) {
-    kompress::collective_report report;
-    {
-      nb::gil_scoped_release release;
-      report = dispatch(code, [&](auto t) {
+  return run_collective(
+      code, nonblocking, send_obj, recv_obj,
+      [&](auto t) {
         using T = decltype(t);
         return kompress::allreduce(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+      },
+      [&](auto t) {
+        using T = decltype(t);
+        return kompress::iallreduce(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
       });
-    }
-    return nb::cast(report);
-  }
-  kompress::request request;
-  {
-    nb::gil_scoped_release release;
-    request = dispatch(code, [&](auto t) {
-      using T = decltype(t);
-      return kompress::iallreduce(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
-    });
-  }
-  return nb::cast(new py_request(std::move(request), {nb::borrow(send_obj), nb::borrow(recv_obj)}),
-                  nb::rv_policy::take_ownership);
 }
 
 kompress::cost_model measure_cost_model(std::uintptr_t comm, std::size_t probe_bytes) {
