@@ -24,6 +24,10 @@ map a tensor to what the receivers get and count the bytes put on the wire.
 - kompress-allreduce: kompress at the fixed bound, and the dense gradients summed with
   kompress.allreduce instead of MPI_Allreduce.
 
+The variants train in lockstep: iteration i of every variant, in an order that rotates every
+iteration, then iteration i + 1 (each with its own model, optimizer and exchange, so the
+results are those of separate runs), so that load from anything else on the machine falls
+on every variant alike. Time per iteration: the slowest rank's, median over the iterations.
 A rank's own block is never encoded (every variant copies it exactly) and its bytes are not
 counted. The held-out evaluation uses the trained weights directly (every rank gathers the
 tables and scores its share of the held-out rows), so it measures the model, not the exchange.
@@ -455,95 +459,103 @@ def make_seam(name, layout, args, iterations):
     raise AssertionError(variant)
 
 
-def train(variant, seed, data: Flights, layout: Layout, args, log):
-    comm, lb, gb = layout.comm, layout.local_batch, layout.global_batch
-    order = data.train[np.random.default_rng(seed).permutation(data.train.size)]
-    iterations = data.train.size // gb if args.iterations <= 0 else min(args.iterations, data.train.size // gb)
-    model = DLRM(data.table_rows, layout, seed)
-    optimizer = torch.optim.Adagrad(list(model.parameters()), lr=args.lr)
-    seam = make_seam(variant, layout, args, iterations)
-    rel_of = seam.rel if isinstance(seam, KompressExchange) else (
-        lambda it, t, d: args.forward_rel if d == "forward" else args.backward_rel)
-    check = ErrorCheck(layout, rel_of)
-    mlp_params = model.mlp_parameters()
-    flat = torch.zeros(sum(p.numel() for p in mlp_params))
-    times = np.zeros((iterations, 5))    # total, forward exchange, backward exchange, allreduce, checked
-    sent = np.zeros(2)
-    allreduce_wire = allreduce_payload = 0
-    curve = []
-    me_rows = slice(layout.me * lb, (layout.me + 1) * lb)
+class Run:
+    """One variant's training: its own model, optimizer and exchange, stepped one iteration at a
+    time, so that main() can step every variant in turn (lockstep: load from anything else on
+    the machine falls on every variant alike, and no variant's weights depend on another's)."""
 
-    def record_eval(iteration):
-        result = evaluate(model, data, layout, args.eval_rows or None)
+    def __init__(self, name, seed, data: Flights, layout: Layout, args, iterations, log):
+        self.name, self.seed, self.data, self.layout, self.args, self.log = name, seed, data, layout, args, log
+        self.variant = parse_variant(name, args)[0]
+        self.iterations = iterations
+        self.order = data.train[np.random.default_rng(seed).permutation(data.train.size)]
+        self.model = DLRM(data.table_rows, layout, seed)
+        self.optimizer = torch.optim.Adagrad(list(self.model.parameters()), lr=args.lr)
+        self.seam = make_seam(name, layout, args, iterations)
+        rel_of = self.seam.rel if isinstance(self.seam, KompressExchange) else (
+            lambda it, t, d: args.forward_rel if d == "forward" else args.backward_rel)
+        self.check = ErrorCheck(layout, rel_of)
+        self.mlp_params = self.model.mlp_parameters()
+        self.flat = torch.zeros(sum(p.numel() for p in self.mlp_params))
+        self.times = np.zeros((iterations, 5))   # total, forward exchange, backward exchange, allreduce, checked
+        self.sent = np.zeros(2)
+        self.allreduce_wire = 0
+        self.curve = []
+
+    def evaluate(self, iteration):
+        result = evaluate(self.model, self.data, self.layout, self.args.eval_rows or None)
         if result is not None:
             result["iteration"] = iteration
-            curve.append(result)
-            log(f"  {variant:>18} seed {seed} it {iteration:4d}: AUC {result['auc']:.4f} loss {result['log_loss']:.4f}")
+            self.curve.append(result)
+            self.log(f"  {self.name:>18} seed {self.seed} it {iteration:4d}: AUC {result['auc']:.4f} "
+                     f"loss {result['log_loss']:.4f}")
 
-    comm.Barrier()
-    for it in range(iterations):
-        if args.eval_every and it % args.eval_every == 0 and it > 0:
-            record_eval(it)
+    def step(self, it):
+        layout, data, args, model = self.layout, self.data, self.args, self.model
+        comm, lb, gb = layout.comm, layout.local_batch, layout.global_batch
         checked = args.check_every > 0 and it % args.check_every == 0
-        step = {"iteration": it, "check": check if checked else None}
-        batch = order[it * gb:(it + 1) * gb]
-        mine = batch[me_rows]
+        step = {"iteration": it, "check": self.check if checked else None}
+        batch = self.order[it * gb:(it + 1) * gb]
+        mine = batch[layout.me * lb:(layout.me + 1) * lb]
+        comm.Barrier()      # every variant's iteration starts together on every rank
         t0 = time.perf_counter()
         sparse = torch.from_numpy(data.sparse[batch].astype(np.int64))
         pooled_local = model.lookup(sparse)
-        pooled = _Exchange.apply(pooled_local, seam, step)
+        pooled = _Exchange.apply(pooled_local, self.seam, step)
         logits = model.dense_part(torch.from_numpy(data.dense[mine]), pooled)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.from_numpy(data.labels[mine]))
-        optimizer.zero_grad(set_to_none=False)
+        self.optimizer.zero_grad(set_to_none=False)
         (loss / layout.p).backward()     # summed over ranks below: the global batch's mean
         t1 = time.perf_counter()
-        torch.cat([p.grad.view(-1) for p in mlp_params], out=flat)
-        if variant.startswith("kompress-allreduce"):
-            report = kompress.allreduce(flat, flat, comm, rel=args.allreduce_rel)
-            allreduce_wire += report.wire_bytes
-            allreduce_payload += report.payload_bytes
+        flat = self.flat
+        torch.cat([p.grad.view(-1) for p in self.mlp_params], out=flat)
+        if self.variant == "kompress-allreduce":
+            self.allreduce_wire += kompress.allreduce(flat, flat, comm, rel=args.allreduce_rel).wire_bytes
         else:
             comm.Allreduce(MPI.IN_PLACE, flat.numpy(), MPI.SUM)
         offset = 0
-        for p in mlp_params:
+        for p in self.mlp_params:
             p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
             offset += p.numel()
         t2 = time.perf_counter()
-        optimizer.step()
-        times[it] = (time.perf_counter() - t0, step["forward_s"], step["backward_s"], t2 - t1, checked)
-        sent += (step["forward_bytes"], step["backward_bytes"])
-    record_eval(iterations)
-    if isinstance(seam, KompressExchange):
-        seam.close()
+        self.optimizer.step()
+        self.times[it] = (time.perf_counter() - t0, step["forward_s"], step["backward_s"], t2 - t1, checked)
+        self.sent += (step["forward_bytes"], step["backward_bytes"])
 
-    # time: max over ranks per iteration, median over the iterations without an error check
-    worst = np.zeros_like(times)
-    comm.Allreduce(times, worst, MPI.MAX)
-    compute = times[:, 0] - times[:, 1] - times[:, 2] - times[:, 3]
-    worst_compute = np.zeros_like(compute)
-    comm.Allreduce(compute, worst_compute, MPI.MAX)
-    timed = worst[:, 4] == 0
-    if args.skip_first:
-        timed[:args.skip_first] = False
-    total_sent = np.zeros(2)
-    comm.Allreduce(sent, total_sent, MPI.SUM)
-    errors = check.summary()
-    allreduce_bytes = comm.allreduce(allreduce_wire, MPI.SUM)
-    if layout.me != 0:
-        return None
-    ms = lambda col: float(np.median(col[timed]) * 1e3)
-    return {
-        "variant": variant, "seed": seed, "iterations": iterations, "ranks": layout.p,
-        "global_batch": gb, "curve": curve, "final": curve[-1],
-        "bytes_per_iteration": {"forward": total_sent[0] / iterations, "backward": total_sent[1] / iterations,
-                                "allreduce_kompress": allreduce_bytes / iterations},
-        "ms": {"iteration": ms(worst[:, 0]), "forward_exchange": ms(worst[:, 1]),
-               "backward_exchange": ms(worst[:, 2]), "allreduce": ms(worst[:, 3]),
-               "compute": ms(worst_compute), "timed_iterations": int(timed.sum())},
-        "errors": errors,
-        "bounds": {"forward_rel": getattr(seam, "forward_rel", args.forward_rel),
-                   "backward_rel": getattr(seam, "backward_rel", args.backward_rel)},
-    }
+    def finish(self):
+        """Collective: the run's summary on rank 0 (None elsewhere)."""
+        comm, times, iterations = self.layout.comm, self.times, self.iterations
+        if isinstance(self.seam, KompressExchange):
+            self.seam.close()
+        # time: max over ranks per iteration, median over the iterations without an error check
+        worst = np.zeros_like(times)
+        comm.Allreduce(times, worst, MPI.MAX)
+        compute = times[:, 0] - times[:, 1] - times[:, 2] - times[:, 3]
+        worst_compute = np.zeros_like(compute)
+        comm.Allreduce(compute, worst_compute, MPI.MAX)
+        timed = worst[:, 4] == 0
+        timed[:self.args.skip_first] = False
+        total_sent = np.zeros(2)
+        comm.Allreduce(self.sent, total_sent, MPI.SUM)
+        errors = self.check.summary()
+        allreduce_bytes = comm.allreduce(self.allreduce_wire, MPI.SUM)
+        if self.layout.me != 0:
+            return None
+        ms = lambda col: float(np.median(col[timed]) * 1e3)
+        return {
+            "variant": self.variant, "name": self.name, "seed": self.seed, "iterations": iterations,
+            "ranks": self.layout.p, "global_batch": self.layout.global_batch, "curve": self.curve,
+            "final": self.curve[-1],
+            "bytes_per_iteration": {"forward": total_sent[0] / iterations, "backward": total_sent[1] / iterations,
+                                    "allreduce_kompress": allreduce_bytes / iterations},
+            "ms": {"iteration": ms(worst[:, 0]), "forward_exchange": ms(worst[:, 1]),
+                   "backward_exchange": ms(worst[:, 2]), "allreduce": ms(worst[:, 3]),
+                   "compute": ms(worst_compute), "timed_iterations": int(timed.sum()),
+                   "iteration_p90": float(np.percentile(worst[timed, 0], 90) * 1e3)},
+            "errors": errors,
+            "bounds": {"forward_rel": getattr(self.seam, "forward_rel", self.args.forward_rel),
+                       "backward_rel": getattr(self.seam, "backward_rel", self.args.backward_rel)},
+        }
 
 
 def main(argv=None):
@@ -589,26 +601,39 @@ def main(argv=None):
     seeds = [int(s) for s in args.seeds.split(",")]
     log(f"dlrm_training: {layout.p} ranks (tables {layout.groups}), global batch {args.batch}, "
         f"link {args.link}, variants {variants}, plain seeds {seeds}")
+    specs = [(v, s) for v in variants for s in (seeds if v == "plain" else seeds[:1])]
+    full = data.train.size // args.batch
+    iterations = full if args.iterations <= 0 else min(args.iterations, full)
+    runs = [Run(v, s, data, layout, args, iterations, log) for v, s in specs]
+    start = time.perf_counter()
+    for it in range(iterations):
+        if args.eval_every and it % args.eval_every == 0 and it > 0:
+            for run in runs:
+                run.evaluate(it)
+        shift = it % len(runs)           # the order rotates every iteration
+        for run in runs[shift:] + runs[:shift]:
+            run.step(it)
     results = []
-    runs = [(v, s) for v in variants for s in (seeds if v == "plain" else seeds[:1])]
-    for variant, seed in runs:
-        start = time.perf_counter()
-        result = train(variant, seed, data, layout, args, log)
+    for run in runs:
+        run.evaluate(iterations)
+        result = run.finish()
         if me == 0:
-            result["wall_s"] = time.perf_counter() - start
             result["link"] = args.link
             results.append(result)
             r = result
-            log(f"{variant:>18} seed {seed}: AUC {r['final']['auc']:.4f} loss {r['final']['log_loss']:.4f} "
+            log(f"{r['name']:>18} seed {r['seed']}: AUC {r['final']['auc']:.4f} loss {r['final']['log_loss']:.4f} "
                 f"fwd {r['bytes_per_iteration']['forward'] / 1e6:.3f} MB bwd {r['bytes_per_iteration']['backward'] / 1e6:.3f} MB "
                 f"it {r['ms']['iteration']:.1f} ms (fwd {r['ms']['forward_exchange']:.1f} bwd "
                 f"{r['ms']['backward_exchange']:.1f} allreduce {r['ms']['allreduce']:.1f} compute {r['ms']['compute']:.1f}) "
                 f"err/bound fwd {max(r['errors']['forward']['error_over_bound']):.3g} "
-                f"bwd {max(r['errors']['backward']['error_over_bound']):.3g} [{r['wall_s']:.0f} s]")
+                f"bwd {max(r['errors']['backward']['error_over_bound']):.3g}")
+    log(f"dlrm_training: {len(runs)} runs of {iterations} iterations in lockstep, "
+        f"{time.perf_counter() - start:.0f} s; load average {pathlib.Path('/proc/loadavg').read_text().split()[:3]}")
     status = 0
     if me == 0:
         if args.json:
-            args.json.write_text(json.dumps({"argv": sys.argv[1:], "results": results}, indent=1))
+            args.json.write_text(json.dumps({"argv": sys.argv[1:], "iterations": iterations,
+                                             "wall_s": time.perf_counter() - start, "results": results}, indent=1))
         plain = [r["final"]["auc"] for r in results if r["variant"] == "plain" and r["seed"] == seeds[0]]
         if args.max_auc_drop is not None:
             if not plain:
