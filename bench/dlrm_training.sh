@@ -11,14 +11,11 @@
 # ranks crosses the shaped link; the test bed of bench/dlrm_exchange_demo.sh. Before training,
 # a two-rank ping-pong measures the rate the ranks really get and prints it. With --link shm,
 # Open MPI's defaults (shared memory). Ranks run one thread each (torch, Kokkos, BLAS).
-#
-# BLAS: set KOMPRESS_BLAS_DIR to a folder holding a libblas.so.3 to load instead of the system's
-# (docs/dlrm.md: the dev root's is the reference BLAS, 20x slower than OpenBLAS on the MLPs).
 set -euo pipefail
 
 log() { printf 'dlrm_training: %s\n' "$*" >&2; }
 
-[ $# -ge 1 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,13p' "$0" >&2; exit 2; }
 build_dir=$(cd "$1" && pwd); shift
 link=1
 ranks=4
@@ -40,10 +37,6 @@ package=$build_dir/python/package
 export PYTHONPATH=$package OMP_NUM_THREADS=1 OMP_PROC_BIND=false KOMPRESS_NUM_THREADS=1 \
   OPENBLAS_NUM_THREADS=1 KOKKOS_DISABLE_WARNINGS=1 PYTHONWARNINGS=ignore \
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if [ -n "${KOMPRESS_BLAS_DIR:-}" ]; then
-  export LD_LIBRARY_PATH=$KOMPRESS_BLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  log "BLAS from $KOMPRESS_BLAS_DIR"
-fi
 program=$repo/python/examples/dlrm_training.py
 mpirun=(mpirun.openmpi --oversubscribe -n "$ranks")
 

@@ -8,14 +8,14 @@ endif()
 set(KOMPRESS_DATA_DIR "${kompress_python_data_default}" CACHE PATH "Folder of the real test data")
 
 set(tests_dir "${CMAKE_CURRENT_SOURCE_DIR}/tests")
-# One thread each for torch and Kokkos: the tests run two at a time, and MPI ones put up to four
-# ranks on the machine. As root (the dev root, CI containers) Open MPI needs the two ALLOW
+# One thread each for torch, OpenBLAS and Kokkos: the tests run two at a time, and MPI ones put
+# up to four ranks on the machine. As root (the dev root, CI containers) Open MPI needs the two ALLOW
 # variables; --oversubscribe lets 4 ranks run on fewer cores.
 set(kompress_python_env
   "PYTHONPATH=${CMAKE_CURRENT_BINARY_DIR}/package"
   "KOMPRESS_DATA_DIR=${KOMPRESS_DATA_DIR}"
   "KOMPRESS_STREAM_TOOL=$<TARGET_FILE:kompress_stream_tool>"
-  "OMP_NUM_THREADS=1" "OMP_PROC_BIND=false" "GLOO_SOCKET_IFNAME=lo"
+  "OMP_NUM_THREADS=1" "OPENBLAS_NUM_THREADS=1" "OMP_PROC_BIND=false" "GLOO_SOCKET_IFNAME=lo"
   "OMPI_ALLOW_RUN_AS_ROOT=1" "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
   "OMPI_MCA_rmaps_base_oversubscribe=1" "PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe")
 set(pytest ${Python_EXECUTABLE} -m pytest -q -p no:cacheprovider)
