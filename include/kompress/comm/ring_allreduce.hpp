@@ -60,9 +60,13 @@ class ring_phases {
       : exec_(exec), ring_(geometry), rule_(rule), codec_(codec), slot_(slot), output_(output) {
     const std::size_t largest = ring_.largest();
     // send: one hop's message; receive: one hop's arrival, then every final chunk (raw size
-    // each); decode: the partial sums (the input may be the output), then one decoded hop.
+    // each); decode: the partial sums (the input may be the output), then one decoded hop,
+    // then the homomorphic reduction's scratch.
+    const std::size_t sums_bytes = (ring_.count + largest) * sizeof(T);
+    const std::size_t homomorphic_bytes =
+        extras.homomorphic ? homomorphic_sums<T, Exec>::scratch_bytes(largest, codec_.block_size) + 8 : 0;
     slot_.reserve(max_compressed_size<T>(largest, codec_.block_size), (largest + ring_.count) * sizeof(T),
-                  (ring_.count + largest) * sizeof(T));
+                  sums_bytes + homomorphic_bytes);
     sums_ = reinterpret_cast<T*>(slot_.decode.data());
     incoming_ = sums_ + ring_.count;
     hop_ = slot_.receive.data();
@@ -71,7 +75,8 @@ class ring_phases {
     if (input) std::memcpy(sums_, input, ring_.count * sizeof(T));
     // --- homomorphic reduction hook (comm/detail/homomorphic.hpp) ---
     if (extras.homomorphic)
-      homomorphic_.emplace(exec_, *extras.homomorphic, codec_.block_size, ring_.count, largest, sums_);
+      homomorphic_.emplace(exec_, *extras.homomorphic, codec_.block_size, largest, sums_,
+                           slot_.decode.data() + (sums_bytes + 7) / 8 * 8);
     if (extras.measure_error) {
       max_error_ = 0.0;
       if (homomorphic_) homomorphic_->measure();

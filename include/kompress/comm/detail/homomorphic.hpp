@@ -29,11 +29,36 @@ namespace kompress::inline v0::detail {
 
 inline constexpr std::size_t code_blocks_per_chunk = 64;
 
+/// Loads block `start` (m values) of `values`, padded to BlockSize with its last value, and
+/// quantizes it: the codes, whether all m are on the grid, the largest |x - q s| among them.
+template <class T, int BlockSize>
+KOMPRESS_FUNCTION bool quantize_block(const T* values, int m, const code_grid& grid, double* codes, double& error) {
+  T padded[BlockSize];
+  const T* in = values;
+  if (m < BlockSize) {
+    for (int i = 0; i < BlockSize; ++i) padded[i] = values[i < m ? i : m - 1];
+    in = padded;
+  }
+  // Fixed trip count, no branches: vectorizes.
+  int off_grid = 0;
+  double largest = 0.0;
+  for (int i = 0; i < BlockSize; ++i) {
+    const double x = static_cast<double>(in[i]);
+    bool on_grid = false;
+    codes[i] = grid.quantize(x, on_grid);
+    off_grid |= !on_grid;
+    const double e = magnitude(x - codes[i] * grid.step);
+    largest = e > largest ? e : largest;
+  }
+  error = off_grid ? 0.0 : largest;
+  return !off_grid;
+}
+
 /// Encodes chunk j of a span: this rank's own values (quantized here) or the span's sums.
 template <class T, int BlockSize>
 struct code_chunk_encoder {
   const T* values;              ///< the span's values (own input, or floating partial sums)
-  const std::int64_t* codes;    ///< the span's code sums (reduced spans)
+  const double* codes;          ///< the span's code sums (reduced spans)
   const std::uint8_t* coded;    ///< per element at block starts: the block holds codes
   code_grid grid;
   bool reduced;
@@ -55,25 +80,23 @@ struct code_chunk_encoder {
     for (std::size_t b = 0; b < blocks; ++b) {
       const std::size_t start = first + b * BlockSize;
       const int m = int(count - b * BlockSize < BlockSize ? count - b * BlockSize : BlockSize);
-      std::int64_t own[BlockSize];
-      const std::int64_t* block_codes = codes + start;
-      bool on_grid = true;
+      double block[BlockSize];
+      bool on_grid;
       if (reduced) {
         on_grid = coded[start] != 0;
+        if (m == BlockSize) {
+          for (int i = 0; i < BlockSize; ++i) block[i] = codes[start + i];
+        } else {
+          for (int i = 0; i < BlockSize; ++i) block[i] = codes[start + (i < m ? i : m - 1)];
+        }
       } else {
         double block_error = 0.0;
-        for (int i = 0; i < m; ++i) {
-          const double x = static_cast<double>(values[start + i]);
-          on_grid = grid.quantize(x, own[i]) && on_grid;
-          const double e = magnitude(x - static_cast<double>(own[i]) * grid.step);
-          block_error = e > block_error ? e : block_error;
-        }
-        if (on_grid) error = block_error > error ? block_error : error;
-        block_codes = own;
+        on_grid = quantize_block<T, BlockSize>(values + start, m, grid, block, block_error);
+        error = block_error > error ? block_error : error;
       }
       std::uint8_t descriptor = descriptor_floating;
       if (on_grid) {
-        payload += encode_code_block<BlockSize>(block_codes, m, base, descriptor, payload);
+        payload += encode_code_block<BlockSize>(block, m, base, descriptor, payload);
       } else {
         std::memcpy(payload, values + start, std::size_t(m) * sizeof(T));
         payload += std::size_t(m) * sizeof(T);
@@ -86,7 +109,7 @@ struct code_chunk_encoder {
 };
 
 /// Walks the blocks of chunk j of a code message, calling f(start, m, codes or nullptr,
-/// floating values or nullptr) for each; false if the chunk is malformed.
+/// floating values or nullptr) for each (codes: BlockSize of them); false if malformed.
 template <class T, int BlockSize, class F>
 KOMPRESS_FUNCTION bool for_each_code_block(const std::byte* in, std::size_t bytes, std::size_t first,
                                            std::size_t count, F&& f) {
@@ -104,9 +127,9 @@ KOMPRESS_FUNCTION bool for_each_code_block(const std::byte* in, std::size_t byte
       T floating[BlockSize];
       std::memcpy(floating, in + position, raw);
       position += raw;
-      if (!f(start, m, static_cast<const std::int64_t*>(nullptr), floating)) return false;
+      if (!f(start, m, static_cast<const double*>(nullptr), floating)) return false;
     } else {
-      std::int64_t codes[BlockSize];
+      double codes[BlockSize];
       const int used = decode_code_block<BlockSize>(in + position, bytes - position, descriptor, m, base, codes);
       if (used < 0) return false;
       position += std::size_t(used);
@@ -123,7 +146,7 @@ struct code_chunk_adder {
   const std::byte* in;
   const std::uint64_t* offsets;  ///< chunk j at [offsets[j], offsets[j + 1])
   T* values;                     ///< own input in, floating sums out
-  std::int64_t* codes;
+  double* codes;
   std::uint8_t* coded;
   code_grid grid;
   std::size_t n;
@@ -135,33 +158,30 @@ struct code_chunk_adder {
     const std::size_t first = j * chunk_values;
     const std::size_t count = n - first < chunk_values ? n - first : chunk_values;
     double error = 0.0;
-    const auto add = [&](std::size_t start, int m, const std::int64_t* incoming, const T* floating) {
-      std::int64_t own[BlockSize];
-      bool on_grid = incoming != nullptr;
-      double block_error = 0.0;
-      for (int i = 0; i < m && on_grid; ++i) {
-        const double x = static_cast<double>(values[start + i]);
-        on_grid = grid.quantize(x, own[i]);
-        const double e = magnitude(x - static_cast<double>(own[i]) * grid.step);
-        block_error = e > block_error ? e : block_error;
-      }
-      if (on_grid) {
-        for (int i = 0; i < m; ++i) {
-          const std::int64_t sum = incoming[i] + own[i];  // both within 2^53: no overflow
-          if (sum > max_code_sum || sum < -max_code_sum) return false;  // only a damaged stream
-          codes[start + i] = sum;
+    const auto add = [&](std::size_t start, int m, const double* incoming, const T* floating) {
+      if (incoming) {
+        double own[BlockSize];
+        double block_error = 0.0;
+        if (quantize_block<T, BlockSize>(values + start, m, grid, own, block_error)) {
+          // Both sums of at most (p - 1) and 1 ranks' codes: |sum| <= p * code_limit <= 2^53,
+          // exact. Beyond it only from a damaged message.
+          bool bad = false;
+          for (int i = 0; i < BlockSize; ++i) {
+            own[i] += incoming[i];
+            bad |= !(magnitude(own[i]) <= max_code_sum);
+          }
+          if (bad) return false;
+          for (int i = 0; i < m; ++i) codes[start + i] = own[i];
+          error = block_error > error ? block_error : error;
+          coded[start] = 1;
+          return true;
         }
-        error = block_error > error ? block_error : error;
-        coded[start] = 1;
-      } else if (incoming) {
         for (int i = 0; i < m; ++i)
-          values[start + i] = static_cast<T>(static_cast<double>(incoming[i]) * grid.step +
-                                             static_cast<double>(values[start + i]));
-        coded[start] = 0;
+          values[start + i] = static_cast<T>(incoming[i] * grid.step + static_cast<double>(values[start + i]));
       } else {
         for (int i = 0; i < m; ++i) values[start + i] = floating[i] + values[start + i];
-        coded[start] = 0;
       }
+      coded[start] = 0;
       return true;
     };
     failed[j] = !for_each_code_block<T, BlockSize>(in + offsets[j], offsets[j + 1] - offsets[j], first, count, add);
@@ -183,8 +203,16 @@ struct code_chunk_decoder {
     constexpr std::size_t chunk_values = BlockSize * code_blocks_per_chunk;
     const std::size_t first = j * chunk_values;
     const std::size_t count = n - first < chunk_values ? n - first : chunk_values;
-    const auto decode = [&](std::size_t start, int m, const std::int64_t* codes, const T* floating) {
-      for (int i = 0; i < m; ++i) out[start + i] = codes ? grid.value<T>(codes[i]) : floating[i];
+    const auto decode = [&](std::size_t start, int m, const double* codes, const T* floating) {
+      if (codes) {
+        if (m == BlockSize) {
+          for (int i = 0; i < BlockSize; ++i) out[start + i] = grid.value<T>(codes[i]);
+        } else {
+          for (int i = 0; i < m; ++i) out[start + i] = grid.value<T>(codes[i]);
+        }
+      } else {
+        for (int i = 0; i < m; ++i) out[start + i] = floating[i];
+      }
       return true;
     };
     failed[j] = !for_each_code_block<T, BlockSize>(in + offsets[j], offsets[j + 1] - offsets[j], first, count, decode);
@@ -195,7 +223,7 @@ struct code_chunk_decoder {
 template <class T, int BlockSize>
 struct code_span_values {
   const T* values;
-  const std::int64_t* codes;
+  const double* codes;
   const std::uint8_t* coded;
   code_grid grid;
   T* out;
@@ -206,22 +234,28 @@ struct code_span_values {
 
 /// The homomorphic state of one ring operation. Spans are [begin, begin + n) of the ring's
 /// partial sums (`values`, which holds this rank's input until a span is reduced); blocks are
-/// aligned at each span's begin, so a span must be encoded, added and reconstructed with the
-/// same begin and n (ring chunks are).
+/// aligned at each span's begin. One span at a time holds sums (the ring adds an arrival, then
+/// sends that chunk on before the next arrives; the last one is the result), so the code sums
+/// and block flags are kept for `largest` values, relative to the span that holds them.
+/// Scratch (codes, flags, encoding slots, tables) comes from the caller: scratch_bytes(...).
 template <class T, class Exec>
 class homomorphic_sums {
  public:
-  homomorphic_sums(const Exec& exec, code_grid grid, int block_size, std::size_t count, std::size_t largest, T* values)
-      : exec_(exec), grid_(grid), block_size_(block_size), values_(values),
-        codes_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::homomorphic_codes"), count),
-        coded_("kompress::homomorphic_blocks", count) {
-    const std::size_t chunks = chunks_of(largest);
-    slot_bytes_ = chunk_values() / std::size_t(block_size_) + chunk_values() * 8;
-    slots_ = Kokkos::View<std::byte*, Kokkos::HostSpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::homomorphic_slots"), chunks * slot_bytes_);
-    lengths_ = Kokkos::View<std::uint64_t*, Kokkos::HostSpace>("kompress::homomorphic_lengths", chunks + 1);
-    errors_ = Kokkos::View<double*, Kokkos::HostSpace>("kompress::homomorphic_errors", chunks);
-    failed_ = Kokkos::View<std::uint8_t*, Kokkos::HostSpace>("kompress::homomorphic_failed", chunks);
+  static std::size_t scratch_bytes(std::size_t largest, int block_size) {
+    return layout(largest, block_size).total;
+  }
+
+  homomorphic_sums(const Exec& exec, code_grid grid, int block_size, std::size_t largest, T* values,
+                   std::byte* scratch)
+      : exec_(exec), grid_(grid), block_size_(block_size), values_(values) {
+    const scratch_layout at = layout(largest, block_size);
+    codes_ = reinterpret_cast<double*>(scratch + at.codes);
+    coded_ = reinterpret_cast<std::uint8_t*>(scratch + at.coded);
+    slots_ = scratch + at.slots;
+    slot_bytes_ = at.slot_bytes;
+    lengths_ = reinterpret_cast<std::uint64_t*>(scratch + at.lengths);
+    errors_ = reinterpret_cast<double*>(scratch + at.errors);
+    failed_ = reinterpret_cast<std::uint8_t*>(scratch + at.failed);
   }
 
   /// The message for a span into `out` (room n * sizeof(T)): its codes when `compress` and the
@@ -235,29 +269,25 @@ class homomorphic_sums {
       dispatch_block_size(block_size_, [&](auto block) {
         constexpr int B = decltype(block)::value;
         Kokkos::parallel_for("kompress::homomorphic::encode", Kokkos::RangePolicy<Exec>(exec_, 0, chunks),
-                             code_chunk_encoder<T, B>{values_ + begin, codes_.data() + begin, coded_.data() + begin,
-                                                      grid_, reduced, n, slots_.data(), slot_bytes_, lengths_.data(),
-                                                      errors_.data()});
+                             code_chunk_encoder<T, B>{values_ + begin, codes_, coded_, grid_, reduced, n, slots_,
+                                                      slot_bytes_, lengths_, errors_});
       });
       exec_.fence("kompress::homomorphic: codes encoded");
       std::size_t length = chunks * 4;
-      for (std::size_t j = 0; j < chunks; ++j) length += lengths_(j);
+      for (std::size_t j = 0; j < chunks; ++j) length += lengths_[j];
       if (rule.send_compressed(raw, length)) {
         std::byte* at = out + chunks * 4;
         for (std::size_t j = 0; j < chunks; ++j) {
-          store<std::uint32_t>(out + 4 * j, std::uint32_t(lengths_(j)));
-          std::memcpy(at, slots_.data() + j * slot_bytes_, lengths_(j));
-          at += lengths_(j);
+          store<std::uint32_t>(out + 4 * j, std::uint32_t(lengths_[j]));
+          std::memcpy(at, slots_ + j * slot_bytes_, lengths_[j]);
+          at += lengths_[j];
         }
         if (!reduced) note_errors(chunks);  // this rank's values were quantized
         return length;
       }
     }
-    if (reduced) {
-      values(begin, n, reinterpret_cast<T*>(out));  // out is suitably aligned staging
-    } else {
-      std::memcpy(out, values_ + begin, raw);
-    }
+    if (reduced) values(begin, n, reinterpret_cast<T*>(out));  // out: aligned staging
+    else std::memcpy(out, values_ + begin, raw);
     return raw;
   }
 
@@ -265,10 +295,8 @@ class homomorphic_sums {
   void add(std::size_t begin, std::size_t n, const std::byte* in, std::size_t length, const char* who) {
     if (n == 0) return;
     if (length == n * sizeof(T)) {  // raw partial sums: this rank's exact values added in floating point
-      T* const values = values_ + begin;
-      std::uint8_t* const coded = coded_.data() + begin;
       Kokkos::parallel_for("kompress::homomorphic::add_raw", Kokkos::RangePolicy<Exec>(exec_, 0, n),
-                           raw_adder{in, values, coded, block_size_});
+                           raw_adder{in, values_ + begin, coded_, block_size_});
       exec_.fence("kompress::homomorphic: raw sums added");
       return;
     }
@@ -276,8 +304,8 @@ class homomorphic_sums {
     dispatch_block_size(block_size_, [&](auto block) {
       constexpr int B = decltype(block)::value;
       Kokkos::parallel_for("kompress::homomorphic::add", Kokkos::RangePolicy<Exec>(exec_, 0, chunks),
-                           code_chunk_adder<T, B>{in, lengths_.data(), values_ + begin, codes_.data() + begin,
-                                                  coded_.data() + begin, grid_, n, failed_.data(), errors_.data()});
+                           code_chunk_adder<T, B>{in, lengths_, values_ + begin, codes_, coded_, grid_, n, failed_,
+                                                  errors_});
     });
     exec_.fence("kompress::homomorphic: codes added");
     check_chunks(chunks, who);
@@ -294,19 +322,18 @@ class homomorphic_sums {
     dispatch_block_size(block_size_, [&](auto block) {
       constexpr int B = decltype(block)::value;
       Kokkos::parallel_for("kompress::homomorphic::decode", Kokkos::RangePolicy<Exec>(exec_, 0, chunks),
-                           code_chunk_decoder<T, B>{in, lengths_.data(), out, grid_, n, failed_.data()});
+                           code_chunk_decoder<T, B>{in, lengths_, out, grid_, n, failed_});
     });
     exec_.fence("kompress::homomorphic: sums decoded");
     check_chunks(chunks, who);
   }
 
-  /// The values of a reduced span.
+  /// The values of the reduced span [begin, begin + n).
   void values(std::size_t begin, std::size_t n, T* out) {
     dispatch_block_size(block_size_, [&](auto block) {
       constexpr int B = decltype(block)::value;
       Kokkos::parallel_for("kompress::homomorphic::values", Kokkos::RangePolicy<Exec>(exec_, 0, n),
-                           code_span_values<T, B>{values_ + begin, codes_.data() + begin, coded_.data() + begin,
-                                                  grid_, out});
+                           code_span_values<T, B>{values_ + begin, codes_, coded_, grid_, out});
     });
     exec_.fence("kompress::homomorphic: sums reconstructed");
   }
@@ -331,6 +358,24 @@ class homomorphic_sums {
     }
   };
 
+  struct scratch_layout {
+    std::size_t codes = 0, coded = 0, slots = 0, slot_bytes = 0, lengths = 0, errors = 0, failed = 0, total = 0;
+  };
+  static scratch_layout layout(std::size_t largest, int block_size) {
+    const auto round8 = [](std::size_t bytes) { return (bytes + 7) / 8 * 8; };
+    const std::size_t chunk = std::size_t(block_size) * code_blocks_per_chunk;
+    const std::size_t chunks = (largest + chunk - 1) / chunk;
+    scratch_layout at;
+    at.slot_bytes = chunk / std::size_t(block_size) + chunk * 8;  // every block verbatim
+    at.coded = at.codes + largest * sizeof(double);
+    at.slots = at.coded + round8(largest);
+    at.lengths = at.slots + chunks * at.slot_bytes;
+    at.errors = at.lengths + (chunks + 1) * 8;
+    at.failed = at.errors + chunks * 8;
+    at.total = at.failed + round8(chunks);
+    return at;
+  }
+
   std::size_t chunk_values() const { return std::size_t(block_size_) * code_blocks_per_chunk; }
   std::size_t chunks_of(std::size_t n) const { return (n + chunk_values() - 1) / chunk_values(); }
 
@@ -340,40 +385,40 @@ class homomorphic_sums {
     std::size_t at = chunks * 4;
     bool fits = grid_.active() && length >= at;
     for (std::size_t j = 0; j < chunks && fits; ++j) {
-      lengths_(j) = at;
+      lengths_[j] = at;
       at += load<std::uint32_t>(in + 4 * j);
       fits = at <= length;
     }
     if (!fits || at != length)
       throw format_error(std::string(who) + ": a received message of " + std::to_string(length) +
                          " bytes is not a code message of " + std::to_string(n) + " values");
-    lengths_(chunks) = at;
+    lengths_[chunks] = at;
     return chunks;
   }
 
   void check_chunks(std::size_t chunks, const char* who) const {
     for (std::size_t j = 0; j < chunks; ++j)
-      if (failed_(j))
+      if (failed_[j])
         throw format_error(std::string(who) + ": a received code message is malformed (chunk " + std::to_string(j) +
                            ")");
   }
 
   void note_errors(std::size_t chunks) {
     if (!measure_) return;
-    for (std::size_t j = 0; j < chunks; ++j) max_error_ = std::max(max_error_, errors_(j));
+    for (std::size_t j = 0; j < chunks; ++j) max_error_ = std::max(max_error_, errors_[j]);
   }
 
   Exec exec_;
   code_grid grid_;
   int block_size_;
   T* values_;
-  Kokkos::View<std::int64_t*, Kokkos::HostSpace> codes_;
-  Kokkos::View<std::uint8_t*, Kokkos::HostSpace> coded_;
-  Kokkos::View<std::byte*, Kokkos::HostSpace> slots_;
+  double* codes_ = nullptr;
+  std::uint8_t* coded_ = nullptr;
+  std::byte* slots_ = nullptr;
   std::size_t slot_bytes_ = 0;
-  Kokkos::View<std::uint64_t*, Kokkos::HostSpace> lengths_;
-  Kokkos::View<double*, Kokkos::HostSpace> errors_;
-  Kokkos::View<std::uint8_t*, Kokkos::HostSpace> failed_;
+  std::uint64_t* lengths_ = nullptr;
+  double* errors_ = nullptr;
+  std::uint8_t* failed_ = nullptr;
   bool measure_ = false;
   double max_error_ = NAN;
 };
