@@ -4,9 +4,12 @@
 // result within p times it of the exact sum; with allreduce_bound::total the result is within
 // the bound (docs/collectives.md; floating-point summation error comes on top, as it does for
 // MPI's own sum in a different order). A REL bound resolves against the value range of all
-// ranks' inputs, agreed with one small MPI_Allreduce.
+// ranks' inputs, agreed with one small MPI_Allreduce. With reduction_method::homomorphic every
+// rank quantizes once on one power-of-two grid and the hops add integer codes: the result is
+// within p times the per-rank bound, exactly for double (docs/collectives.md, "Homomorphic
+// reduction").
 //
-// Every rank must pass the same count, mode and bound: a mismatch (or a bad argument on any
+// Every rank must pass the same count, mode, reduction method and bound: a mismatch (or a bad argument on any
 // rank) is an invalid_argument on every rank before any data moves (docs/collectives.md).
 //
 // Sync points: every call first fences `exec` (the input may be the output of work on it),

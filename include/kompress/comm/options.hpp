@@ -41,7 +41,9 @@ struct collective_options {
   /// within p times the per-rank bound (docs/collectives.md, "Homomorphic reduction").
   reduction_method reduction = reduction_method::recompress;
   cost_model cost{};
-  /// Decode what this rank sends and report the largest error (costs one decompression).
+  /// Report the largest error this rank's own compressions introduced (collective_report::
+  /// max_error): decodes what it sends (one decompression per stream); homomorphic: the largest
+  /// quantization error of its own values.
   bool measure_error = false;
 };
 

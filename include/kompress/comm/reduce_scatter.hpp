@@ -8,6 +8,8 @@
 // collective_report::absolute_bound reports that number. Floating-point summation error comes
 // on top, as it does for MPI's own sum in a different order. A REL bound resolves against the
 // value range of all ranks' send Views, agreed with one small MPI_Allreduce.
+// reduction_method::homomorphic: every rank (the owner too) quantizes once and the hops add
+// integer codes: p quantizations, within p * e (total: e / p each, within e).
 //
 // Every rank must pass the same count, mode and bound: a mismatch (or a bad argument on any
 // rank) is an invalid_argument on every rank before any data moves (docs/collectives.md).
