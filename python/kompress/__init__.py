@@ -37,6 +37,7 @@ from ._kompress import (  # noqa: F401  (re-exported)
 __all__ = [
     "compress", "compress_into", "decompress", "inspect", "max_compressed_size",
     "alltoall", "ialltoall", "alltoallv", "ialltoallv", "allreduce", "iallreduce",
+    "allgather", "iallgather", "reduce_scatter", "ireduce_scatter",
     "measure_cost_model", "Stash", "EmbeddingExchange",
     "Error", "InvalidArgument", "FormatError", "BudgetExceeded", "InvalidHandle",
     "Report", "Request", "StreamInfo", "CostModel", "StashStats", "StashEntryInfo", "StashHandle",
@@ -164,11 +165,12 @@ def _comm_handle(comm, who):
     return handle
 
 
-def _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost):
+def _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction="recompress"):
     s = _ext._CollectiveSettings()
     s.abs, s.rel = _bound_args(abs, rel)
     s.mode = str(mode)
     s.reduction_bound = str(reduction_bound)
+    s.reduction = str(reduction)
     s.block_size = int(block_size)
     s.measure_error = bool(measure_error)
     s.cost = cost
@@ -230,28 +232,74 @@ def ialltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, c
 
 
 def allreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
-              block_size=32, measure_error=False, cost=None) -> Report:
+              reduction="recompress", block_size=32, measure_error=False, cost=None) -> Report:
     """Sum of ``send`` over the ranks into ``recv`` (pass one array twice for in place).
     ``reduction_bound``: 'per_hop' (each compression within the bound, the sum within p times
-    it) or 'total' (the sum within the bound). Report.absolute_bound is the guarantee."""
+    it) or 'total' (the sum within the bound). ``reduction``: 'recompress' (decode, add,
+    compress again at every hop) or 'homomorphic' (every rank quantizes once on one grid, the
+    hops add integer codes; the sum within p times the bound). Report.absolute_bound is the
+    guarantee."""
     who = "kompress.allreduce"
     send, recv = _host(send, who), _host(recv, who)
     return _ext._allreduce(send, recv, _comm_handle(comm, who),
-                           _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost), False,
-                           send, recv)
+                           _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction),
+                           False, send, recv)
 
 
 def iallreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
-               block_size=32, measure_error=False, cost=None) -> Request:
+               reduction="recompress", block_size=32, measure_error=False, cost=None) -> Request:
     """Nonblocking allreduce; see ialltoall."""
     who = "kompress.iallreduce"
     send, recv = _host(send, who), _host(recv, who)
     return _ext._allreduce(send, recv, _comm_handle(comm, who),
-                           _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost), True,
-                           send, recv)
+                           _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction),
+                           True, send, recv)
 
 
-for _f in (alltoall, ialltoall, alltoallv, ialltoallv, allreduce, iallreduce):
+def allgather(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
+              measure_error=False, cost=None) -> Report:
+    """MPI_Allgather, compressed: every rank's ``send`` into block ``rank`` of ``recv``
+    (p * send.size values), bit-identical on every rank (the owner's block too holds the decoded
+    values). Every value within the bound of what its owner sent."""
+    who = "kompress.allgather"
+    send, recv = _host(send, who), _host(recv, who)
+    return _ext._allgather(send, recv, _comm_handle(comm, who),
+                           _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost), False, send, recv)
+
+
+def iallgather(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
+               measure_error=False, cost=None) -> Request:
+    """Nonblocking allgather; see ialltoall."""
+    who = "kompress.iallgather"
+    send, recv = _host(send, who), _host(recv, who)
+    return _ext._allgather(send, recv, _comm_handle(comm, who),
+                           _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost), True, send, recv)
+
+
+def reduce_scatter(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
+                   reduction="recompress", block_size=32, measure_error=False, cost=None) -> Report:
+    """MPI_Reduce_scatter_block with MPI_SUM: ``send`` holds p blocks of recv.size values;
+    ``recv`` gets the sum over ranks of block ``rank``. Within (p - 1) times the bound
+    ('recompress') or p times it ('homomorphic'); 'total' makes it the bound."""
+    who = "kompress.reduce_scatter"
+    send, recv = _host(send, who), _host(recv, who)
+    return _ext._reduce_scatter(send, recv, _comm_handle(comm, who),
+                                _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction),
+                                False, send, recv)
+
+
+def ireduce_scatter(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
+                    reduction="recompress", block_size=32, measure_error=False, cost=None) -> Request:
+    """Nonblocking reduce_scatter; see ialltoall."""
+    who = "kompress.ireduce_scatter"
+    send, recv = _host(send, who), _host(recv, who)
+    return _ext._reduce_scatter(send, recv, _comm_handle(comm, who),
+                                _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction),
+                                True, send, recv)
+
+
+for _f in (alltoall, ialltoall, alltoallv, ialltoallv, allreduce, iallreduce, allgather, iallgather, reduce_scatter,
+           ireduce_scatter):
     _f.__doc__ = (_f.__doc__ or "") + _collective_doc
 
 

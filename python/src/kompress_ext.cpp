@@ -241,6 +241,7 @@ struct collective_settings {
   std::optional<double> abs, rel;
   std::string mode = "compressed";
   std::string reduction_bound = "per_hop";
+  std::string reduction = "recompress";
   int block_size = 32;
   bool measure_error = false;
   std::optional<kompress::cost_model> cost;
@@ -265,6 +266,13 @@ kompress::collective_options make_collective_options(const collective_settings& 
   else
     throw kompress::invalid_argument(std::string(who) + ": reduction_bound must be 'per_hop' or 'total' (got '" +
                                      s.reduction_bound + "')");
+  if (s.reduction == "recompress")
+    options.reduction = kompress::reduction_method::recompress;
+  else if (s.reduction == "homomorphic")
+    options.reduction = kompress::reduction_method::homomorphic;
+  else
+    throw kompress::invalid_argument(std::string(who) + ": reduction must be 'recompress' or 'homomorphic' (got '" +
+                                     s.reduction + "')");
   options.codec.block_size = s.block_size;
   options.measure_error = s.measure_error;
   if (s.cost) options.cost = *s.cost;
@@ -404,6 +412,40 @@ nb::object allreduce(const in_array& send, const array& recv, std::uintptr_t com
       [&](auto t) {
         using T = decltype(t);
         return kompress::iallreduce(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+      });
+}
+
+nb::object allgather(const in_array& send, const array& recv, std::uintptr_t comm, const collective_settings& s,
+                     bool nonblocking, nb::handle send_obj, nb::handle recv_obj) {
+  const char* who = nonblocking ? "kompress.iallgather" : "kompress.allgather";
+  const dtype_code code = pair_dtype(send, recv, who);
+  const auto options = make_collective_options(s, who);
+  return run_collective(
+      code, nonblocking, send_obj, recv_obj,
+      [&](auto t) {
+        using T = decltype(t);
+        return kompress::allgather(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+      },
+      [&](auto t) {
+        using T = decltype(t);
+        return kompress::iallgather(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+      });
+}
+
+nb::object reduce_scatter(const in_array& send, const array& recv, std::uintptr_t comm, const collective_settings& s,
+                          bool nonblocking, nb::handle send_obj, nb::handle recv_obj) {
+  const char* who = nonblocking ? "kompress.ireduce_scatter" : "kompress.reduce_scatter";
+  const dtype_code code = pair_dtype(send, recv, who);
+  const auto options = make_collective_options(s, who);
+  return run_collective(
+      code, nonblocking, send_obj, recv_obj,
+      [&](auto t) {
+        using T = decltype(t);
+        return kompress::reduce_scatter(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+      },
+      [&](auto t) {
+        using T = decltype(t);
+        return kompress::ireduce_scatter(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
       });
 }
 
@@ -673,6 +715,7 @@ NB_MODULE(_kompress, m) {
       .def_rw("rel", &collective_settings::rel, nb::arg().none())
       .def_rw("mode", &collective_settings::mode)
       .def_rw("reduction_bound", &collective_settings::reduction_bound)
+      .def_rw("reduction", &collective_settings::reduction)
       .def_rw("block_size", &collective_settings::block_size)
       .def_rw("measure_error", &collective_settings::measure_error)
       .def_rw("cost", &collective_settings::cost, nb::arg().none());
@@ -701,6 +744,8 @@ NB_MODULE(_kompress, m) {
   m.def("_alltoall", &alltoall);
   m.def("_alltoallv", &alltoallv);
   m.def("_allreduce", &allreduce);
+  m.def("_allgather", &allgather);
+  m.def("_reduce_scatter", &reduce_scatter);
   m.def("_measure_cost_model", &measure_cost_model);
 
   // Stash.

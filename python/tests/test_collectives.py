@@ -19,7 +19,9 @@ def test_one_rank_is_a_local_copy():
     a = np.arange(8, dtype=np.float32)
     for call in (lambda out: kompress.alltoall(a, out, comm), lambda out: kompress.ialltoall(a, out, comm).wait(),
                  lambda out: kompress.alltoallv(a, [8], [0], out, [8], [0], comm),
-                 lambda out: kompress.allreduce(a, out, comm), lambda out: kompress.iallreduce(a, out, comm).wait()):
+                 lambda out: kompress.allreduce(a, out, comm), lambda out: kompress.iallreduce(a, out, comm).wait(),
+                 lambda out: kompress.allgather(a, out, comm), lambda out: kompress.ireduce_scatter(a, out, comm).wait(),
+                 lambda out: kompress.reduce_scatter(a, out, comm, reduction="homomorphic")):
         out = np.full_like(a, np.nan)
         call(out)
         assert np.array_equal(out, a)
@@ -117,6 +119,79 @@ def test_allreduce_matches_mpi4py(dtype, n, options):
         assert np.all(err <= report.absolute_bound + 2.0 * p * eps * magnitude.astype(np.float64)), variant
         root = comm.bcast(recv, root=0)
         assert np.array_equal(root.view(np.uint8), recv.view(np.uint8)), "results differ between ranks"
+
+
+@several
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 1001, 60000])
+@pytest.mark.parametrize("options", [{"abs": 1e-3}, {"rel": 1e-3}, {"mode": "raw"}])
+def test_allgather_matches_mpi4py(dtype, n, options):
+    send = field(n, dtype, 7)
+    expected = np.empty(n * p, dtype)
+    comm.Allgather(send, expected)
+    for nonblocking in (False, True):
+        recv = np.full_like(expected, np.nan)
+        if nonblocking:
+            report = kompress.iallgather(send, recv, comm, measure_error=True, **options).wait()
+        else:
+            report = kompress.allgather(send, recv, comm, measure_error=True, **options)
+        if options.get("mode") == "raw":
+            assert np.array_equal(recv, expected)
+        else:
+            assert_within(expected, recv, report.absolute_bound)
+        assert 0 <= report.max_error <= report.absolute_bound
+        root = comm.bcast(recv, root=0)
+        assert np.array_equal(root.view(np.uint8), recv.view(np.uint8)), "results differ between ranks"
+
+
+@several
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 1001, 60000])
+@pytest.mark.parametrize("options", [{"abs": 1e-3}, {"rel": 1e-3, "reduction_bound": "total"},
+                                     {"abs": 1e-3, "reduction": "homomorphic"},
+                                     {"rel": 1e-3, "reduction": "homomorphic", "reduction_bound": "total"},
+                                     {"mode": "raw"}])
+def test_reduce_scatter_matches_mpi4py(dtype, n, options):
+    send = field(n * p, dtype, 8)
+    expected = np.empty(n, dtype)
+    comm.Reduce_scatter_block(send, expected)
+    magnitude = np.empty(n, dtype)
+    comm.Reduce_scatter_block(np.abs(send), magnitude)
+    for nonblocking in (False, True):
+        recv = np.full_like(expected, np.nan)
+        if nonblocking:
+            report = kompress.ireduce_scatter(send, recv, comm, **options).wait()
+        else:
+            report = kompress.reduce_scatter(send, recv, comm, **options)
+        terms = p if options.get("reduction") == "homomorphic" else p - 1
+        if "abs" in options and p > 1 and n > 0:
+            assert report.absolute_bound <= terms * options["abs"] * (1 + 1e-12)
+        # The bound plus the rounding of two summation orders (tests/test_comm_homomorphic.cpp).
+        eps = np.finfo(dtype).eps
+        err = np.abs(recv.astype(np.float64) - expected.astype(np.float64))
+        slack = 2.0 * p * eps * (magnitude.astype(np.float64) + report.absolute_bound)
+        assert np.all(err <= report.absolute_bound + slack), nonblocking
+
+
+@several
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_homomorphic_allreduce_matches_mpi4py(dtype):
+    send = field(60000, dtype, 9)
+    expected = np.empty_like(send)
+    comm.Allreduce(send, expected)
+    magnitude = np.empty_like(send)
+    comm.Allreduce(np.abs(send), magnitude)
+    recv = np.full_like(send, np.nan)
+    report = kompress.iallreduce(send, recv, comm, abs=1e-3, reduction="homomorphic", measure_error=True).wait()
+    if p > 1:
+        assert report.absolute_bound <= p * 1e-3 * (1 + 1e-12) and 0 < report.max_error <= 1e-3
+    eps = np.finfo(dtype).eps
+    err = np.abs(recv.astype(np.float64) - expected.astype(np.float64))
+    assert np.all(err <= report.absolute_bound + 2.0 * p * eps * (magnitude.astype(np.float64) + report.absolute_bound))
+    root = comm.bcast(recv, root=0)
+    assert np.array_equal(root.view(np.uint8), recv.view(np.uint8)), "results differ between ranks"
+    with pytest.raises(kompress.InvalidArgument, match="reduction must be"):
+        kompress.allreduce(send, recv, comm, reduction="exact")
 
 
 @several

@@ -61,6 +61,7 @@ std::unique_ptr<operation> make_allgather(const Exec& exec, const SendView& send
       op->mutable_report().payload_bytes = op->mutable_report().wire_bytes = bytes * std::size_t(shape.size - 1);
       op->mutable_report().messages = std::uint64_t(shape.size - 1);
     }
+    if (options.measure_error) op->mutable_report().max_error = 0.0;
     return op;
   }
   collective_options per_hop = options;
@@ -71,7 +72,8 @@ std::unique_ptr<operation> make_allgather(const Exec& exec, const SendView& send
   // Ring chunk rank + 1 is memory block rank (rotation -1): this rank's block.
   return std::make_unique<ring_allreduce_operation<T, Exec>>(exec, ring_geometry{shape, recv.size(), -1}, rule, codec,
                                                              bound, send.data(), recv.data(), slot, comm, nonblocking,
-                                                             who, ring_schedule::allgather);
+                                                             who, ring_schedule::allgather,
+                                                             ring_extras{.homomorphic = {}, .measure_error = options.measure_error});
 }
 
 }  // namespace detail

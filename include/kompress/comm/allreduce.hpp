@@ -4,9 +4,12 @@
 // result within p times it of the exact sum; with allreduce_bound::total the result is within
 // the bound (docs/collectives.md; floating-point summation error comes on top, as it does for
 // MPI's own sum in a different order). A REL bound resolves against the value range of all
-// ranks' inputs, agreed with one small MPI_Allreduce.
+// ranks' inputs, agreed with one small MPI_Allreduce. With reduction_method::homomorphic every
+// rank quantizes once on one power-of-two grid and the hops add integer codes: the result is
+// within p times the per-rank bound, exactly for double (docs/collectives.md, "Homomorphic
+// reduction").
 //
-// Every rank must pass the same count, mode and bound: a mismatch (or a bad argument on any
+// Every rank must pass the same count, mode, reduction method and bound: a mismatch (or a bad argument on any
 // rank) is an invalid_argument on every rank before any data moves (docs/collectives.md).
 //
 // Sync points: every call first fences `exec` (the input may be the output of work on it),
@@ -87,6 +90,15 @@ double hop_bound(const Exec& exec, const SendView& send, const collective_option
   return options.reduction_bound == allreduce_bound::total ? bound / shape.size : bound;
 }
 
+/// The ring's extras for these options: the homomorphic grid of a per-rank bound `e` (the same
+/// on every rank: e and p are agreed), error measurement.
+inline ring_extras ring_extras_for(const collective_options& options, double e, comm_shape shape) {
+  ring_extras extras;
+  if (options.reduction == reduction_method::homomorphic) extras.homomorphic = code_grid::make(e, shape.size);
+  extras.measure_error = options.measure_error;
+  return extras;
+}
+
 /// The prologue the ring collectives share once the execution space is fenced: `local_checks`
 /// (this rank's arguments) and the workspace slot, then the agreement on what every rank must
 /// pass alike (the element count, type, mode, cost model and bound; with `sums`, the
@@ -98,8 +110,8 @@ workspace_slot* agree_ring_call(collective_kind kind, std::size_t count, bool su
                                 const char* who, LocalChecks&& local_checks) {
   workspace_slot* slot = nullptr;
   agreement a;
-  a.must_match = sums ? "the element count, element type, transfer mode, cost model and bound (mode, value and "
-                        "reduction_bound)"
+  a.must_match = sums ? "the element count, element type, transfer mode, cost model, reduction method and bound "
+                        "(mode, value and reduction_bound)"
                       : "the element count, element type, transfer mode, cost model and bound (mode and value)";
   a.local_failure = run_local_checks([&] {
     local_checks();
@@ -107,7 +119,7 @@ workspace_slot* agree_ring_call(collective_kind kind, std::size_t count, bool su
   });
   fingerprint f = call_fingerprint(kind, nonblocking, sizeof(T));
   f.add(std::uint64_t(count)).add(std::uint64_t(options.codec.bound.mode)).add(options.codec.bound.value);
-  if (sums) f.add(std::uint64_t(options.reduction_bound));
+  if (sums) f.add(std::uint64_t(options.reduction_bound)).add(std::uint64_t(options.reduction));
   rule.add_to(f);
   a.fingerprint = f.value();
   agree(a, comm, who);
@@ -140,14 +152,18 @@ std::unique_ptr<operation> make_allreduce(const Exec& exec, const SendView& send
     else
       check_mpi(MPI_Allreduce(in, recv.data(), count, mpi_type<T>(), MPI_SUM, comm), who, "MPI_Allreduce");
     if (shape.size > 1) op->mutable_report().payload_bytes = op->mutable_report().wire_bytes = bytes;
+    if (options.measure_error) op->mutable_report().max_error = 0.0;
     return op;
   }
+  // Recompress: the bound of each of the p compressions on an element's path. Homomorphic: the
+  // bound of each rank's one quantization (p of them add up), the same grid on every rank.
   const double hop = hop_bound(exec, send, options, shape, comm, who);
   compress_options codec = options.codec;
   codec.bound = absolute(hop);
+  const ring_extras extras = ring_extras_for(options, hop, shape);
   return std::make_unique<ring_allreduce_operation<T, Exec>>(exec, ring_geometry{shape, send.size()}, rule, codec,
                                                              hop * shape.size, send.data(), recv.data(), slot, comm,
-                                                             nonblocking, who);
+                                                             nonblocking, who, ring_schedule::allreduce, extras);
 }
 
 }  // namespace detail

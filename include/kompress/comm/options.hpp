@@ -23,6 +23,13 @@ enum class allreduce_bound {
   total,    ///< the result is within the bound; every compression gets bound / p
 };
 
+/// How allreduce and reduce_scatter form partial sums on the way (allgather and alltoall(v)
+/// have none; docs/collectives.md).
+enum class reduction_method {
+  recompress,   ///< decode each arrival, add in floating point, compress again for the next hop
+  homomorphic,  ///< quantize once on one grid shared by all ranks; hops add the integer codes
+};
+
 struct collective_options {
   /// The codec's options for every message: bound (REL resolves against the sender's whole
   /// send View; for allreduce against all ranks' inputs), block size, fill value (alltoall(v)
@@ -30,8 +37,13 @@ struct collective_options {
   compress_options codec{.bound = relative(1e-3), .block_size = 32};
   transfer_mode mode = transfer_mode::compressed;
   allreduce_bound reduction_bound = allreduce_bound::per_hop;
+  /// allreduce and reduce_scatter: homomorphic adds codes without recompressing; the result is
+  /// within p times the per-rank bound (docs/collectives.md, "Homomorphic reduction").
+  reduction_method reduction = reduction_method::recompress;
   cost_model cost{};
-  /// Decode what this rank sends and report the largest error (costs one decompression).
+  /// Report the largest error this rank's own compressions introduced (collective_report::
+  /// max_error): decodes what it sends (one decompression per stream); homomorphic: the largest
+  /// quantization error of its own values.
   bool measure_error = false;
 };
 

@@ -8,6 +8,8 @@
 // collective_report::absolute_bound reports that number. Floating-point summation error comes
 // on top, as it does for MPI's own sum in a different order. A REL bound resolves against the
 // value range of all ranks' send Views, agreed with one small MPI_Allreduce.
+// reduction_method::homomorphic: every rank (the owner too) quantizes once and the hops add
+// integer codes: p quantizations, within p * e (total: e / p each, within e).
 //
 // Every rank must pass the same count, mode and bound: a mismatch (or a bad argument on any
 // rank) is an invalid_argument on every rank before any data moves (docs/collectives.md).
@@ -64,19 +66,23 @@ std::unique_ptr<operation> make_reduce_scatter(const Exec& exec, const SendView&
       op->mutable_report().payload_bytes = op->mutable_report().wire_bytes = bytes * std::size_t(shape.size - 1);
       op->mutable_report().messages = std::uint64_t(shape.size - 1);
     }
+    if (options.measure_error) op->mutable_report().max_error = 0.0;
     return op;
   }
-  // p - 1 compressions per block: `total` splits the bound among them.
+  // Recompress: p - 1 compressions per block, `total` splits the bound among them.
+  // Homomorphic: p quantizations (one per rank, the owner's too), `total` splits it p ways.
   collective_options per_hop = options;
   per_hop.reduction_bound = allreduce_bound::per_hop;
   const double e = hop_bound(exec, send, per_hop, shape, comm, who);
-  const double hop = options.reduction_bound == allreduce_bound::total ? e / (shape.size - 1) : e;
+  const int terms = options.reduction == reduction_method::homomorphic ? shape.size : shape.size - 1;
+  const double hop = options.reduction_bound == allreduce_bound::total ? e / terms : e;
   compress_options codec = options.codec;
   codec.bound = absolute(hop);
+  const ring_extras extras = ring_extras_for(options, hop, shape);
   // The phase leaves ring chunk rank + 1 reduced on this rank; rotation -1 makes it block rank.
   return std::make_unique<ring_allreduce_operation<T, Exec>>(exec, ring_geometry{shape, send.size(), -1}, rule, codec,
-                                                             hop * (shape.size - 1), send.data(), recv.data(), slot,
-                                                             comm, nonblocking, who, ring_schedule::reduce_scatter);
+                                                             hop * terms, send.data(), recv.data(), slot, comm,
+                                                             nonblocking, who, ring_schedule::reduce_scatter, extras);
 }
 
 }  // namespace detail

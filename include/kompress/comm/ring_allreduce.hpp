@@ -7,9 +7,12 @@
 // docs/collectives.md gives the schedule and the error argument.
 
 #include <kompress/comm/detail/engine.hpp>
+#include <kompress/comm/detail/homomorphic.hpp>
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -40,25 +43,53 @@ struct ring_geometry {
   }
 };
 
+/// What a ring operation does beyond the recompressing sum: the homomorphic reduction (the
+/// grid every rank quantizes on; comm/detail/homomorphic.hpp) and error measurement.
+struct ring_extras {
+  std::optional<code_grid> homomorphic;
+  bool measure_error = false;
+};
+
 /// The two phases' steps. Reduce-scatter step s (0 .. p-2) sends chunk rank - s and receives
 /// rank - s - 1; allgather step s sends chunk rank + 1 - s and receives rank - s.
 template <class T, class Exec>
 class ring_phases {
  public:
   ring_phases(const Exec& exec, ring_geometry geometry, wire_rule rule, compress_options codec, workspace_slot& slot,
-              const T* input, T* output)
+              const T* input, T* output, const ring_extras& extras = {})
       : exec_(exec), ring_(geometry), rule_(rule), codec_(codec), slot_(slot), output_(output) {
     const std::size_t largest = ring_.largest();
     // send: one hop's message; receive: one hop's arrival, then every final chunk (raw size
-    // each); decode: the partial sums (the input may be the output), then one decoded hop.
+    // each); decode: the partial sums (the input may be the output), then one decoded hop,
+    // then the homomorphic reduction's scratch.
+    const std::size_t sums_bytes = (ring_.count + largest) * sizeof(T);
+    const std::size_t homomorphic_bytes =
+        extras.homomorphic ? homomorphic_sums<T, Exec>::scratch_bytes(largest, codec_.block_size) + 8 : 0;
     slot_.reserve(max_compressed_size<T>(largest, codec_.block_size), (largest + ring_.count) * sizeof(T),
-                  (ring_.count + largest) * sizeof(T));
+                  sums_bytes + homomorphic_bytes);
     sums_ = reinterpret_cast<T*>(slot_.decode.data());
     incoming_ = sums_ + ring_.count;
     hop_ = slot_.receive.data();
     finals_ = slot_.receive.data() + largest * sizeof(T);
     final_length_.assign(std::size_t(ring_.p()), 0);
     if (input) std::memcpy(sums_, input, ring_.count * sizeof(T));
+    // --- homomorphic reduction hook (comm/detail/homomorphic.hpp) ---
+    if (extras.homomorphic)
+      homomorphic_.emplace(exec_, *extras.homomorphic, codec_.block_size, largest, sums_,
+                           slot_.decode.data() + (sums_bytes + 7) / 8 * 8);
+    if (extras.measure_error) {
+      max_error_ = 0.0;
+      if (homomorphic_) homomorphic_->measure();
+    }
+  }
+
+  /// The largest error this rank's compressions introduced (NaN unless measured).
+  double max_error() const { return homomorphic_ ? homomorphic_->max_error() : max_error_; }
+
+  /// reduce_scatter's result: this rank's chunk once the last arrival was added.
+  const T* own_result() {
+    if (homomorphic_) homomorphic_->values(ring_.begin(allgather_sent(0)), own_size(), own_chunk());
+    return own_chunk();
   }
 
   /// This rank's chunk (ring chunk rank + 1, the one it owns at the allgather phase): with a
@@ -70,14 +101,18 @@ class ring_phases {
   int reduce_scatter_sent(int s) const { return ring_.wrap(ring_.shape.rank - s); }
   int reduce_scatter_received(int s) const { return ring_.wrap(ring_.shape.rank - s - 1); }
   std::span<const std::byte> reduce_scatter_send(int s) {
-    const int chunk = reduce_scatter_sent(s);
-    const std::size_t length = encode(sums_ + ring_.begin(chunk), ring_.size(chunk), slot_.send.data());
+    // Step 0 sends this rank's own values; later steps the sums formed on arrival.
+    const std::size_t length = encode_chunk(reduce_scatter_sent(s), s > 0);
     return {slot_.send.data(), length};
   }
   std::byte* reduce_scatter_target(int) { return hop_; }
   void reduce_scatter_arrived(int s, std::size_t length, const char* who) {
     const int chunk = reduce_scatter_received(s);
     const std::size_t n = ring_.size(chunk);
+    if (homomorphic_) {  // --- homomorphic reduction hook: codes added as they arrive ---
+      homomorphic_->add(ring_.begin(chunk), n, hop_, length, who);
+      return;
+    }
     decode_message(exec_, hop_, length, n, incoming_, who);
     T* const sums = sums_ + ring_.begin(chunk);
     const T* const incoming = incoming_;
@@ -95,9 +130,9 @@ class ring_phases {
       // one included, decodes these same bytes.
       const int own = allgather_sent(0);
       std::byte* const slot = finals_ + ring_.begin(own) * sizeof(T);
-      final_length_[std::size_t(own)] = encode(sums_ + ring_.begin(own), ring_.size(own), slot_.send.data());
+      final_length_[std::size_t(own)] = encode_chunk(own, true);
       std::memcpy(slot, slot_.send.data(), final_length_[std::size_t(own)]);
-      decode_message(exec_, slot, final_length_[std::size_t(own)], ring_.size(own), output_ + ring_.begin(own), who);
+      decode_final(slot, final_length_[std::size_t(own)], own, who);
     }
     const int chunk = allgather_sent(s);
     return {finals_ + ring_.begin(chunk) * sizeof(T), final_length_[std::size_t(chunk)]};
@@ -106,7 +141,7 @@ class ring_phases {
   void allgather_arrived(int s, std::size_t length, const char* who) {
     const int chunk = allgather_received(s);
     final_length_[std::size_t(chunk)] = length;
-    decode_message(exec_, allgather_target(s), length, ring_.size(chunk), output_ + ring_.begin(chunk), who);
+    decode_final(allgather_target(s), length, chunk, who);
   }
 
   const ring_geometry& geometry() const { return ring_; }
@@ -116,13 +151,36 @@ class ring_phases {
   /// raw values copied there.
   std::size_t encode(const T* values, std::size_t count, std::byte* out) {
     const std::size_t raw = count * sizeof(T);
-    if (rule_.may_compress(ring_.count * sizeof(T) / std::size_t(ring_.p())) && count > 0) {
+    if (may_compress() && count > 0) {
       const std::size_t length = compress(exec_, host_values<const T>(values, count),
                                           host_bytes(out, max_compressed_size<T>(count, codec_.block_size)), codec_);
-      if (rule_.send_compressed(raw, length)) return length;
+      if (rule_.send_compressed(raw, length)) {
+        if (max_error_ == max_error_) {  // measuring: decode what leaves (incoming_ is free while sending)
+          decode_message(exec_, out, length, count, incoming_, "kompress::measure_error");
+          for (std::size_t i = 0; i < count; ++i)
+            if (std::isfinite(values[i]))
+              max_error_ = std::max(max_error_, std::fabs(double(values[i]) - double(incoming_[i])));
+        }
+        return length;
+      }
     }
     std::memcpy(out, values, raw);
     return raw;
+  }
+  bool may_compress() const { return rule_.may_compress(ring_.count * sizeof(T) / std::size_t(ring_.p())); }
+
+  /// The message for ring chunk `chunk` in slot_.send: `reduced` when it holds sums.
+  std::size_t encode_chunk(int chunk, bool reduced) {
+    if (homomorphic_)  // --- homomorphic reduction hook ---
+      return homomorphic_->encode(ring_.begin(chunk), ring_.size(chunk), reduced, may_compress(), rule_,
+                                  slot_.send.data());
+    return encode(sums_ + ring_.begin(chunk), ring_.size(chunk), slot_.send.data());
+  }
+  /// Decodes a final chunk's message into the output.
+  void decode_final(const std::byte* in, std::size_t length, int chunk, const char* who) {
+    T* const out = output_ + ring_.begin(chunk);
+    if (homomorphic_) homomorphic_->decode(in, length, ring_.size(chunk), out, who);  // --- homomorphic hook ---
+    else decode_message(exec_, in, length, ring_.size(chunk), out, who);
   }
 
   Exec exec_;
@@ -134,6 +192,8 @@ class ring_phases {
   T *sums_ = nullptr, *incoming_ = nullptr;
   std::byte *hop_ = nullptr, *finals_ = nullptr;
   std::vector<std::size_t> final_length_;
+  double max_error_ = NAN;  ///< measured when not NaN
+  std::optional<homomorphic_sums<T, Exec>> homomorphic_;
 };
 
 /// Which phases a ring operation runs.
@@ -149,10 +209,11 @@ class ring_allreduce_operation final : public operation {
  public:
   ring_allreduce_operation(const Exec& exec, ring_geometry geometry, wire_rule rule, compress_options codec,
                            double result_bound, const T* input, T* output, workspace_slot* leased, MPI_Comm comm,
-                           bool nonblocking, const char* who, ring_schedule schedule = ring_schedule::allreduce)
+                           bool nonblocking, const char* who, ring_schedule schedule = ring_schedule::allreduce,
+                           const ring_extras& extras = {})
       : who_(who), schedule_(schedule), output_(output), scratch_(leased, comm, nonblocking, who),
         phases_(exec, geometry, rule, codec, *scratch_, schedule == ring_schedule::allgather ? nullptr : input,
-                output) {
+                output, extras) {
     if (schedule_ == ring_schedule::allgather) std::memcpy(phases_.own_chunk(), input, phases_.own_size() * sizeof(T));
     report_.absolute_bound = result_bound;
     if (total_steps() > 0) start_step();
@@ -185,7 +246,8 @@ class ring_allreduce_operation final : public operation {
   /// reduce_scatter: the own chunk's sum is the result (the last arrival was added to it).
   void finish() {
     if (schedule_ == ring_schedule::reduce_scatter && phases_.own_size() > 0)
-      std::memcpy(output_, phases_.own_chunk(), phases_.own_size() * sizeof(T));
+      std::memcpy(output_, phases_.own_result(), phases_.own_size() * sizeof(T));
+    report_.max_error = phases_.max_error();
   }
 
   void start_step() {
