@@ -41,7 +41,10 @@ struct ring_geometry {
 };
 
 /// The two phases' steps. Reduce-scatter step s (0 .. p-2) sends chunk rank - s and receives
-/// rank - s - 1; allgather step s sends chunk rank + 1 - s and receives rank - s.
+/// rank - s - 1; allgather step s sends chunk rank + 1 - s and receives rank - s. Each hop's
+/// message is cut into pieces (comm/detail/pipeline.hpp): piece i of a ring chunk is its own
+/// stream or raw values and its own MPI message, so that encoding piece i+1, sending piece i
+/// and decoding (and adding) the pieces that came in overlap within one hop.
 template <class T, class Exec>
 class ring_phases {
  public:
@@ -49,17 +52,27 @@ class ring_phases {
               const T* input, T* output)
       : exec_(exec), ring_(geometry), rule_(rule), codec_(codec), slot_(slot), output_(output) {
     const std::size_t largest = ring_.largest();
-    // send: one hop's message; receive: one hop's arrival, then every final chunk (raw size
+    // send: one hop's pieces; receive: one hop's arrival, then every final chunk (raw size
     // each); decode: the partial sums (the input may be the output), then one decoded hop.
-    slot_.reserve(max_compressed_size<T>(largest, codec_.block_size), (largest + ring_.count) * sizeof(T),
+    const chunk_plan widest = plan(largest);
+    piece_room_ = max_compressed_size<T>(widest.chunk, codec_.block_size);
+    slot_.reserve(std::max<std::size_t>(1, widest.count()) * piece_room_, (largest + ring_.count) * sizeof(T),
                   (ring_.count + largest) * sizeof(T));
     sums_ = reinterpret_cast<T*>(slot_.decode.data());
     incoming_ = sums_ + ring_.count;
     hop_ = slot_.receive.data();
     finals_ = slot_.receive.data() + largest * sizeof(T);
-    final_length_.assign(std::size_t(ring_.p()), 0);
+    final_length_.resize(std::size_t(ring_.p()));
+    for (int c = 0; c < ring_.p(); ++c) final_length_[std::size_t(c)].assign(plan(ring_.size(c)).count(), 0);
     if (input) std::memcpy(sums_, input, ring_.count * sizeof(T));
   }
+
+  /// How a ring chunk of `values` elements is cut: the same on both sides of a hop, from the
+  /// agreed per-hop size.
+  chunk_plan plan(std::size_t values) const {
+    return rule_.plan(values, sizeof(T), ring_.count * sizeof(T) / std::size_t(ring_.p()));
+  }
+  chunk_plan plan_of(int chunk) const { return plan(ring_.size(chunk)); }
 
   /// This rank's chunk (ring chunk rank + 1, the one it owns at the allgather phase): with a
   /// null input, allgather loads its contribution here; reduce_scatter reads its result here.
@@ -69,18 +82,21 @@ class ring_phases {
   // --- reduce-scatter ---------------------------------------------------------------------
   int reduce_scatter_sent(int s) const { return ring_.wrap(ring_.shape.rank - s); }
   int reduce_scatter_received(int s) const { return ring_.wrap(ring_.shape.rank - s - 1); }
-  std::span<const std::byte> reduce_scatter_send(int s) {
+  std::span<const std::byte> reduce_scatter_send(int s, std::size_t piece) {
     const int chunk = reduce_scatter_sent(s);
-    const std::size_t length = encode(sums_ + ring_.begin(chunk), ring_.size(chunk), slot_.send.data());
-    return {slot_.send.data(), length};
+    const chunk_plan pieces = plan_of(chunk);
+    std::byte* const out = slot_.send.data() + piece * piece_room_;
+    const std::size_t length = encode(sums_ + ring_.begin(chunk) + pieces.begin(piece), pieces.size(piece), out);
+    return {out, length};
   }
   std::byte* reduce_scatter_target(int) { return hop_; }
-  void reduce_scatter_arrived(int s, std::size_t length, const char* who) {
+  void reduce_scatter_arrived(int s, std::size_t piece, std::size_t length, const char* who) {
     const int chunk = reduce_scatter_received(s);
-    const std::size_t n = ring_.size(chunk);
-    decode_message(exec_, hop_, length, n, incoming_, who);
-    T* const sums = sums_ + ring_.begin(chunk);
-    const T* const incoming = incoming_;
+    const chunk_plan pieces = plan_of(chunk);
+    const std::size_t n = pieces.size(piece), at = pieces.begin(piece);
+    decode_message(exec_, hop_ + at * sizeof(T), length, n, incoming_ + at, who);
+    T* const sums = sums_ + ring_.begin(chunk) + at;
+    const T* const incoming = incoming_ + at;
     Kokkos::parallel_for("kompress::allreduce::add", Kokkos::RangePolicy<Exec>(exec_, 0, n),
                          KOKKOS_LAMBDA(std::size_t i) { sums[i] += incoming[i]; });
     exec_.fence("kompress::allreduce: partial sum added");
@@ -89,24 +105,28 @@ class ring_phases {
   // --- allgather --------------------------------------------------------------------------
   int allgather_sent(int s) const { return ring_.wrap(ring_.shape.rank + 1 - s); }
   int allgather_received(int s) const { return ring_.wrap(ring_.shape.rank - s); }
-  std::span<const std::byte> allgather_send(int s, const char* who) {
+  std::span<const std::byte> allgather_send(int s, std::size_t piece, const char* who) {
+    const int chunk = allgather_sent(s);
+    const chunk_plan pieces = plan_of(chunk);
+    std::byte* const slot = finals_ + (ring_.begin(chunk) + pieces.begin(piece)) * sizeof(T);
+    std::size_t& length = final_length_[std::size_t(chunk)][piece];
     if (s == 0) {
       // This rank owns the final value of chunk rank + 1: compress it once; every rank, this
       // one included, decodes these same bytes.
-      const int own = allgather_sent(0);
-      std::byte* const slot = finals_ + ring_.begin(own) * sizeof(T);
-      final_length_[std::size_t(own)] = encode(sums_ + ring_.begin(own), ring_.size(own), slot_.send.data());
-      std::memcpy(slot, slot_.send.data(), final_length_[std::size_t(own)]);
-      decode_message(exec_, slot, final_length_[std::size_t(own)], ring_.size(own), output_ + ring_.begin(own), who);
+      std::byte* const out = slot_.send.data() + piece * piece_room_;
+      length = encode(sums_ + ring_.begin(chunk) + pieces.begin(piece), pieces.size(piece), out);
+      std::memcpy(slot, out, length);
+      decode_message(exec_, slot, length, pieces.size(piece), output_ + ring_.begin(chunk) + pieces.begin(piece), who);
     }
-    const int chunk = allgather_sent(s);
-    return {finals_ + ring_.begin(chunk) * sizeof(T), final_length_[std::size_t(chunk)]};
+    return {slot, length};
   }
   std::byte* allgather_target(int s) { return finals_ + ring_.begin(allgather_received(s)) * sizeof(T); }
-  void allgather_arrived(int s, std::size_t length, const char* who) {
+  void allgather_arrived(int s, std::size_t piece, std::size_t length, const char* who) {
     const int chunk = allgather_received(s);
-    final_length_[std::size_t(chunk)] = length;
-    decode_message(exec_, allgather_target(s), length, ring_.size(chunk), output_ + ring_.begin(chunk), who);
+    const chunk_plan pieces = plan_of(chunk);
+    final_length_[std::size_t(chunk)][piece] = length;
+    decode_message(exec_, allgather_target(s) + pieces.begin(piece) * sizeof(T), length, pieces.size(piece),
+                   output_ + ring_.begin(chunk) + pieces.begin(piece), who);
   }
 
   const ring_geometry& geometry() const { return ring_; }
@@ -133,7 +153,8 @@ class ring_phases {
   T* output_;
   T *sums_ = nullptr, *incoming_ = nullptr;
   std::byte *hop_ = nullptr, *finals_ = nullptr;
-  std::vector<std::size_t> final_length_;
+  std::size_t piece_room_ = 0;                          ///< send staging per piece
+  std::vector<std::vector<std::size_t>> final_length_;  ///< per ring chunk, per piece
 };
 
 /// Which phases a ring operation runs.
@@ -161,10 +182,8 @@ class ring_allreduce_operation final : public operation {
 
   bool progress(bool block) override {
     while (step_ < total_steps()) {
-      // The arrival may come in one call and the send's completion in a later one.
-      if (!posted_->progress(block, who_, [&](int, std::size_t bytes) { arrived_ = bytes; })) return false;
-      if (scatter(step_)) phases_.reduce_scatter_arrived(step_, arrived_, who_);
-      else phases_.allgather_arrived(gather_step(step_), arrived_, who_);
+      // The arrivals may come in one call and the sends' completion in a later one.
+      if (!posted_->progress(block, who_, [&](int piece, std::size_t bytes) { arrived(piece, bytes); })) return false;
       ++step_;
       if (step_ < total_steps()) start_step();
       else finish();
@@ -188,6 +207,14 @@ class ring_allreduce_operation final : public operation {
       std::memcpy(output_, phases_.own_chunk(), phases_.own_size() * sizeof(T));
   }
 
+  /// Piece `piece` of this step's incoming chunk arrived, `bytes` long.
+  void arrived(int piece, std::size_t bytes) {
+    if (scatter(step_)) phases_.reduce_scatter_arrived(step_, std::size_t(piece), bytes, who_);
+    else phases_.allgather_arrived(gather_step(step_), std::size_t(piece), bytes, who_);
+  }
+
+  /// Posts this step's receives (one per piece), then encodes and sends the outgoing pieces
+  /// one by one, decoding arrivals between them.
   void start_step() {
     const ring_geometry& ring = phases_.geometry();
     const bool scatter = this->scatter(step_);
@@ -195,16 +222,26 @@ class ring_allreduce_operation final : public operation {
     const int out_chunk = scatter ? phases_.reduce_scatter_sent(s) : phases_.allgather_sent(s);
     const int in_chunk = scatter ? phases_.reduce_scatter_received(s) : phases_.allgather_received(s);
     posted_.emplace();  // the previous step's requests have all completed
-    posted_->receive(scatter ? phases_.reduce_scatter_target(s) : phases_.allgather_target(s),
-                     ring.size(in_chunk) * sizeof(T), ring.left(), scratch_->comm, who_);
-    const std::span<const std::byte> payload = scatter ? phases_.reduce_scatter_send(s) : phases_.allgather_send(s, who_);
-    const std::size_t raw = ring.size(out_chunk) * sizeof(T);
-    report_.payload_bytes += raw;
-    report_.wire_bytes += payload.size();
-    // Shorter than the raw values means a stream: allgather hops forward streams too.
-    if (payload.size() < raw) ++report_.compressed_messages;
+    post_chunk_receives(*posted_, phases_.plan_of(in_chunk), sizeof(T),
+                        scatter ? phases_.reduce_scatter_target(s) : phases_.allgather_target(s), ring.left(),
+                        scratch_->comm, who_, [](std::size_t piece) { return int(piece); });
+    const chunk_plan pieces = phases_.plan_of(out_chunk);
+    bool compressed = false;
+    send_chunks(
+        *posted_, pieces, ring.right(), scratch_->comm, who_,
+        [&](std::size_t piece) {
+          const std::span<const std::byte> payload =
+              scatter ? phases_.reduce_scatter_send(s, piece) : phases_.allgather_send(s, piece, who_);
+          // Shorter than the raw values means a stream: allgather hops forward streams too.
+          compressed = compressed || payload.size() < pieces.size(piece) * sizeof(T);
+          report_.wire_bytes += payload.size();
+          ++report_.chunks;
+          return payload;
+        },
+        [&] { posted_->progress(false, who_, [&](int piece, std::size_t bytes) { arrived(piece, bytes); }); });
+    report_.payload_bytes += ring.size(out_chunk) * sizeof(T);
+    if (compressed) ++report_.compressed_messages;
     ++report_.messages;
-    posted_->send(payload.data(), payload.size(), ring.right(), scratch_->comm, who_);
   }
 
   const char* who_;
@@ -213,7 +250,6 @@ class ring_allreduce_operation final : public operation {
   call_scratch scratch_;
   ring_phases<T, Exec> phases_;
   int step_ = 0;
-  std::size_t arrived_ = 0;
   collective_report report_;
   std::optional<posted_messages> posted_;  // last: completed or cancelled before the buffers go
 };
