@@ -35,7 +35,7 @@
 //
 // Timing: one untimed call of every variant first (the warm-up, and the error check below),
 // then rounds in which every variant runs once after an MPI_Barrier, in an order that changes
-// from round to round (the next permutation). Rounds: 15 for up to 64 KiB, 15, 9, 5 and 3 for 1, 4, 16 and 64 MiB
+// from round to round (a shuffle, seeded alike on every rank). Rounds: 15 for up to 64 KiB, 15, 9, 5 and 3 for 1, 4, 16 and 64 MiB
 // (x --reps-scale), and more, up to 25, where the untimed calls say that a round takes less
 // than --round-budget-s / that count (fast links get more samples). Small messages are timed
 // as a batch of back-to-back calls divided by their number: as many calls as make about 5 ms
@@ -83,6 +83,7 @@
 #include <fstream>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -416,6 +417,7 @@ struct row {
   double abs_bound = 0.0, max_error = nan, library_max_error = nan;
   std::uint64_t chunks = 0;  // MPI messages, sum over ranks
   double stage_compress = nan, stage_wire = nan, stage_decompress = nan;  // seconds (alltoall, pipelined)
+  double stage_prepare = nan;  // the REL bound's range pass, before any chunk can leave
   bool ok = true;
   std::string problem;
 };
@@ -456,7 +458,11 @@ void time_stages(row& r, const values_view& send, const values_view& recv, std::
   const int p = world_size;
   const host_exec exec;
   kompress::compress_options copts{.bound = kompress::relative(ctx.opts.rel_bound), .block_size = ctx.opts.block_size};
-  copts.bound = kompress::absolute(kompress::absolute_bound(exec, send, copts));  // over the whole send View
+  double bound = 0.0;
+  // Before the pipeline starts: the REL bound's range pass over the whole send View, and the
+  // block to itself (which overlaps the last chunks, but plain MPI_Alltoall copies it too).
+  const double prepare = fastest([&] { bound = kompress::absolute_bound(exec, send, copts); }, 3);
+  copts.bound = kompress::absolute(bound);
   const std::size_t room = kompress::max_compressed_size<float>(per_peer, ctx.opts.block_size);
   Kokkos::View<std::byte*, Kokkos::HostSpace> streams("bench::stages", room * std::size_t(p));
   std::vector<std::size_t> lengths(std::size_t(p), 0);
@@ -471,10 +477,11 @@ void time_stages(row& r, const values_view& send, const values_view& recv, std::
   const auto others = [&](auto&& f) {
     for (int step = 1; step < p; ++step) f((world_rank + step) % p);
   };
-  double t[3] = {
+  double t[4] = {
       fastest([&] { others([&](int peer) { lengths[std::size_t(peer)] = kompress::compress(exec, block(send, peer), stream(peer, room), copts); }); }, 3),
       0.0,
-      fastest([&] { others([&](int peer) { kompress::decompress(exec, stream(peer, lengths[std::size_t(peer)]), block(recv, peer)); }); }, 3)};
+      fastest([&] { others([&](int peer) { kompress::decompress(exec, stream(peer, lengths[std::size_t(peer)]), block(recv, peer)); }); }, 3),
+      prepare};
   const int wire_per_peer = int(std::max<std::uint64_t>(1, r.wire / std::uint64_t(p) / std::uint64_t(std::max(1, p - 1))));
   std::vector<char> out(std::size_t(wire_per_peer) * std::size_t(p)), in(out.size());
   t[1] = fastest([&] {
@@ -482,10 +489,11 @@ void time_stages(row& r, const values_view& send, const values_view& recv, std::
     check_mpi(MPI_Alltoall(out.data(), wire_per_peer, MPI_BYTE, in.data(), wire_per_peer, MPI_BYTE, MPI_COMM_WORLD),
               "MPI_Alltoall");
   }, 3);
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, t, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, t, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
   r.stage_compress = t[0];
   r.stage_wire = t[1];
   r.stage_decompress = t[2];
+  r.stage_prepare = t[3];
 }
 
 /// Every variant of one operation at one size: the untimed checked call, then the rounds.
@@ -560,10 +568,12 @@ std::vector<row> measure(const std::string& op, const dataset& data, std::size_t
     }
   }
 
-  // The timed rounds: every variant once per round, after a barrier, in a new order each round
-  // (the permutations in turn) so that no variant always runs after the same one: a call right
-  // after a compressed one finds its buffers evicted from the caches (a cyclic rotation kept
-  // auto always after compressed, and auto came out 10% slower than raw at 4 KiB for that).
+  // The timed rounds: every variant once per round, after a barrier, in a new random order each
+  // round (seeded alike on every rank) so that no variant always runs after the same one: a
+  // call right after a compressed one finds its buffers evicted from the caches, and one right
+  // after plain MPI over a tc-shaped link finds the token bucket drained (a cyclic rotation
+  // kept auto always after compressed, and the permutations in lexicographic order kept plain
+  // and raw first in every round of the 5 taken at 16 MiB).
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, &round_estimate, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
   const std::size_t variants = rows.size();
   const int calls = calls_per_sample(bytes, round_estimate, variants);
@@ -574,8 +584,9 @@ std::vector<row> measure(const std::string& op, const dataset& data, std::size_t
   std::vector<kompress::collective_report> last(variants);
   std::vector<std::size_t> order(variants);
   std::iota(order.begin(), order.end(), std::size_t(0));
+  std::mt19937 shuffler{std::uint32_t(bytes)};  // the same seed, so the same orders, on every rank
   for (int rep = 0; rep < reps; ++rep) {
-    std::next_permutation(order.begin(), order.end());  // the same on every rank
+    std::shuffle(order.begin(), order.end(), shuffler);
     for (const std::size_t k : order) {
       check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
       const auto start = clock_type::now();
@@ -643,12 +654,13 @@ void print_row(const row& r) {
               static_cast<unsigned long long>(r.chunks), r.max_error, r.abs_bound, auto_decision(r),
               r.ok ? "" : ("CHECK FAILED: " + r.problem).c_str());
   if (!std::isnan(r.stage_compress)) {
-    const double sum = r.stage_compress + r.stage_wire + r.stage_decompress;
-    const double most = std::max({r.stage_compress, r.stage_wire, r.stage_decompress});
-    std::printf("%-14s   stages alone (ms): compress %.2f, wire %.2f, decompress %.2f; sum %.2f, max %.2f; "
-                "pipelined best %.2f: overlap %.0f%% of the possible\n",
-                "", r.stage_compress * 1e3, r.stage_wire * 1e3, r.stage_decompress * 1e3, sum * 1e3, most * 1e3,
-                r.best * 1e3, sum > most ? 100.0 * (sum - r.best) / (sum - most) : 0.0);
+    // Serial: range pass + the three stages; perfect overlap: range pass + the slowest stage.
+    const double sum = r.stage_prepare + r.stage_compress + r.stage_wire + r.stage_decompress;
+    const double most = r.stage_prepare + std::max({r.stage_compress, r.stage_wire, r.stage_decompress});
+    std::printf("%-14s   stages alone (ms): range %.2f, compress %.2f, wire %.2f, decompress %.2f; serial %.2f, "
+                "overlapped %.2f; pipelined best %.2f: overlap %.0f%% of the possible\n",
+                "", r.stage_prepare * 1e3, r.stage_compress * 1e3, r.stage_wire * 1e3, r.stage_decompress * 1e3,
+                sum * 1e3, most * 1e3, r.best * 1e3, sum > most ? 100.0 * (sum - r.best) / (sum - most) : 0.0);
   }
 }
 
@@ -666,7 +678,7 @@ void write_csv(const std::vector<row>& rows, const std::vector<dataset>& sets, c
            "speedup_min,"
            "payload_bytes,wire_bytes,ratio,messages,"
            "compressed_messages,decision,abs_bound,max_error,library_max_error,ok,codec_comp_gbs,"
-           "codec_decomp_gbs,load_1min,chunks,stage_compress_s,stage_wire_s,stage_decompress_s\n";
+           "codec_decomp_gbs,load_1min,chunks,stage_range_s,stage_compress_s,stage_wire_s,stage_decompress_s\n";
   out.precision(6);
   for (const row& r : rows) {
     const dataset& d = *std::find_if(sets.begin(), sets.end(), [&](const dataset& s) { return s.key == r.data; });
@@ -678,7 +690,7 @@ void write_csv(const std::vector<row>& rows, const std::vector<dataset>& sets, c
         << (r.wire ? double(r.payload) / double(r.wire) : 1.0) << ',' << r.messages << ',' << r.compressed_messages
         << ',' << auto_decision(r) << ',' << r.abs_bound << ',' << r.max_error << ',' << r.library_max_error << ','
         << (r.ok ? 1 : 0) << ',' << d.compress_bytes_per_second / 1e9 << ',' << d.decompress_bytes_per_second / 1e9
-        << ',' << ctx.load << ',' << r.chunks << ',' << r.stage_compress << ',' << r.stage_wire << ','
+        << ',' << ctx.load << ',' << r.chunks << ',' << r.stage_prepare << ',' << r.stage_compress << ',' << r.stage_wire << ','
         << r.stage_decompress << '\n';
   }
 }

@@ -1,7 +1,8 @@
 #pragma once
 // The one exchange engine behind alltoall, alltoallv and the DLRM embedding exchange: receives
-// posted first, the block to itself copied, then a rotating schedule of nonblocking sends
-// (rank+1, rank+2, ...) each encoded just before it leaves, and arrivals decoded as they come.
+// posted first, then a rotating schedule of nonblocking sends (rank+1, rank+2, ...), each
+// message cut into chunks (comm/detail/pipeline.hpp) encoded just before they leave, arrivals
+// decoded as they come, and the block to itself copied while the last chunks travel.
 // What a message between two ranks holds is a small policy (`Messages`): one contiguous block
 // per peer (block_messages, here) or a list of per-table segments (dlrm/segments.hpp).
 // docs/collectives.md describes the schedule, the wire rule and the failure guarantees.
@@ -70,7 +71,7 @@ struct wire_rule {
     f.add(std::uint64_t(mode));
     if (mode != transfer_mode::raw)
       f.add(cost.link_bytes_per_second).add(cost.compress_bytes_per_second).add(cost.decompress_bytes_per_second)
-          .add(cost.min_message_bytes).add(std::uint64_t(cost.pipeline)).add(cost.chunk_seconds)
+          .add(cost.min_message_bytes).add(cost.min_gain).add(std::uint64_t(cost.pipeline)).add(cost.chunk_seconds)
           .add(cost.min_chunk_bytes).add(cost.max_chunks).add(cost.fixed_chunk_bytes);
   }
   /// How a message of `values` elements is cut (one chunk unless it may be compressed).
@@ -279,8 +280,6 @@ class exchange_engine final : public operation {
                               return int(arrivals_.size() - 1);
                             });
 
-    messages_.copy_self(exec_);
-
     // Rotating order, so no rank is everyone's first target; each chunk leaves as soon as it
     // is encoded, and arrivals are decoded between two chunks: the transfer of one chunk
     // overlaps the compression of the next and the decoding of what came in.
@@ -307,6 +306,8 @@ class exchange_engine final : public operation {
       ++report_.messages;
       if (compressed) ++report_.compressed_messages;
     }
+    // The block to itself last: the copy overlaps the last chunks on the wire.
+    messages_.copy_self(exec_);
   }
 
   Exec exec_;
