@@ -1,20 +1,32 @@
-// bench_collectives: kompress's compressed alltoall and allreduce against plain MPI, measured
+// bench_collectives: kompress's compressed collectives (alltoall, allreduce, allgather,
+// reduce_scatter) against plain MPI, measured
 // in the same run, on real data, over whatever link the job runs on. bench/collectives_sweep.sh
 // runs it over a rate-limited loopback (tc in a private network namespace) at 1, 2.5, 5 and
 // 10 Gb/s and over shared memory; docs/performance.md shows the results.
 //
 // For each data set (--data), operation (--ops) and message size (4 KiB .. 64 MiB per peer,
-// --min-bytes/--max-bytes), four variants:
-//   plain       MPI_Alltoall / MPI_Allreduce(MPI_SUM) on the same buffers: the baseline
+// --min-bytes/--max-bytes), five variants:
+//   plain       MPI_Alltoall / MPI_Allreduce(MPI_SUM) / MPI_Allgather /
+//               MPI_Reduce_scatter_block(MPI_SUM) on the same buffers: the baseline
 //   raw         kompress with transfer_mode::raw (what kompress costs when it does nothing)
-//   compressed  kompress with transfer_mode::compressed at the fixed REL bound (--bound)
-//   auto        kompress with transfer_mode::automatic; its cost model holds the link rate of
+//   compressed  kompress with transfer_mode::compressed at the fixed REL bound (--bound), each
+//               message compressed whole before it leaves (cost_model::pipeline = false)
+//   pipelined   the same, each message cut into chunks that are compressed, sent and decoded
+//               in a pipeline (the default; chunk size from the cost model)
+//   auto        kompress with transfer_mode::automatic, pipelined; its cost model holds the link rate of
 //               the run (--link-gbps, or the measured ping-pong rate with --link-gbps measure)
 //               and the codec throughputs this bench measures once at start on each data set
 //               (one thread, the fastest of several calls), agreed across ranks with
 //               MPI_Allreduce(MIN) as the cost model requires
 // alltoall moves `bytes` per peer (a send buffer of p x bytes per rank); allreduce sums a
-// buffer of `bytes` per rank.
+// buffer of `bytes` per rank; allgather gathers `bytes` from every rank (receive: p x bytes);
+// reduce_scatter sums blocks of `bytes` (send: p x bytes).
+//
+// Overlap (alltoall): after the rounds, the three stages of the pipelined variant are timed
+// alone, each the fastest of 3: compressing every outgoing block whole, plain MPI_Alltoall of
+// the compressed size, decompressing every incoming block whole. The CSV's stage_* columns
+// hold them on the pipelined row; the pipelined time against their sum (no overlap) and their
+// maximum (perfect overlap) is the overlap achieved.
 //
 // Data: the real arrays of the data folder (support/real_data.hpp), tiled to the buffer
 // size, each rank starting at a different offset: "dlrm" (DLRM embedding lookups,
@@ -23,7 +35,7 @@
 //
 // Timing: one untimed call of every variant first (the warm-up, and the error check below),
 // then rounds in which every variant runs once after an MPI_Barrier, in an order that changes
-// from round to round (the next permutation). Rounds: 15 for up to 64 KiB, 15, 9, 5 and 3 for 1, 4, 16 and 64 MiB
+// from round to round (a shuffle, seeded alike on every rank). Rounds: 15 for up to 64 KiB, 15, 9, 5 and 3 for 1, 4, 16 and 64 MiB
 // (x --reps-scale), and more, up to 25, where the untimed calls say that a round takes less
 // than --round-budget-s / that count (fast links get more samples). Small messages are timed
 // as a batch of back-to-back calls divided by their number: as many calls as make about 5 ms
@@ -71,6 +83,7 @@
 #include <fstream>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -99,7 +112,7 @@ void check_mpi(int code, const char* call) {
 
 struct options {
   std::size_t min_bytes = 4 * KiB, max_bytes = 64 * MiB;
-  std::vector<std::string> ops = {"alltoall", "allreduce"};
+  std::vector<std::string> ops = {"alltoall", "allreduce", "allgather", "reduce_scatter"};
   std::vector<std::string> data = {"dlrm", "act"};
   double rel_bound = 1e-2;
   double link_gbps = nan;  // NaN: use the measured ping-pong rate
@@ -117,7 +130,7 @@ struct options {
     std::fprintf(stderr,
                  "bench_collectives: %s\n"
                  "usage: mpiexec -n P bench_collectives [--link-gbps G|measure] [--link-name NAME]\n"
-                 "         [--max-bytes N[K|M|G]] [--min-bytes N[K|M|G]] [--ops alltoall,allreduce]\n"
+                 "         [--max-bytes N[K|M|G]] [--min-bytes N[K|M|G]] [--ops alltoall,allreduce,allgather,reduce_scatter]\n"
                  "         [--data dlrm,act] [--bound REL] [--reps-scale X] [--round-budget-s S]\n"
                  "         [--stat paired|min|median] [--block-size 32|64|128] [--csv PATH] [--append]\n",
                  complaint.c_str());
@@ -161,7 +174,8 @@ options parse_options(int argc, char** argv) {
       } else if (arg == "--ops") {
         opts.ops = split(value, ',');
         for (const auto& op : opts.ops)
-          if (op != "alltoall" && op != "allreduce") usage("unknown op " + op);
+          if (op != "alltoall" && op != "allreduce" && op != "allgather" && op != "reduce_scatter")
+            usage("unknown op " + op);
       } else if (arg == "--data") {
         opts.data = split(value, ',');
         for (const auto& d : opts.data)
@@ -315,13 +329,15 @@ void measure_codec(dataset& data, const options& opts) {
 // ---------------------------------------------------------------------------------------------
 // The variants
 
-enum class variant { plain, raw, compressed, automatic };
-constexpr variant all_variants[] = {variant::plain, variant::raw, variant::compressed, variant::automatic};
+enum class variant { plain, raw, compressed, pipelined, automatic };
+constexpr variant all_variants[] = {variant::plain, variant::raw, variant::compressed, variant::pipelined,
+                                    variant::automatic};
 const char* name_of(variant v) {
   switch (v) {
     case variant::plain: return "plain";
     case variant::raw: return "raw";
     case variant::compressed: return "compressed";
+    case variant::pipelined: return "pipelined";
     default: return "auto";
   }
 }
@@ -340,10 +356,11 @@ kompress::collective_options options_for(variant v, const run_context& ctx, bool
   kompress::collective_options o;
   o.codec = {.bound = kompress::relative(ctx.opts.rel_bound), .block_size = ctx.opts.block_size};
   o.cost = ctx.cost;
+  o.cost.pipeline = v != variant::compressed;  // compressed: whole messages, the previous path
   o.measure_error = measure_error;
-  o.mode = v == variant::raw          ? kompress::transfer_mode::raw
-           : v == variant::compressed ? kompress::transfer_mode::compressed
-                                      : kompress::transfer_mode::automatic;
+  o.mode = v == variant::raw                                        ? kompress::transfer_mode::raw
+           : v == variant::compressed || v == variant::pipelined ? kompress::transfer_mode::compressed
+                                                                     : kompress::transfer_mode::automatic;
   return o;
 }
 
@@ -360,6 +377,17 @@ kompress::collective_report call(const std::string& op, variant v, const values_
                 "MPI_Alltoall");
       r.payload_bytes = r.wire_bytes = bytes / std::uint64_t(p) * std::uint64_t(p - 1);
       r.messages = std::uint64_t(p - 1);
+    } else if (op == "allgather") {
+      check_mpi(MPI_Allgather(send.data(), int(send.size()), MPI_FLOAT, recv.data(), int(send.size()), MPI_FLOAT,
+                              MPI_COMM_WORLD),
+                "MPI_Allgather");
+      r.payload_bytes = r.wire_bytes = bytes * std::uint64_t(p - 1);  // a ring's volume
+      r.messages = std::uint64_t(p - 1);
+    } else if (op == "reduce_scatter") {
+      check_mpi(MPI_Reduce_scatter_block(send.data(), recv.data(), int(recv.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+                "MPI_Reduce_scatter_block");
+      r.payload_bytes = r.wire_bytes = bytes / std::uint64_t(p) * std::uint64_t(p - 1);  // a ring's volume
+      r.messages = std::uint64_t(p - 1);
     } else {
       check_mpi(MPI_Allreduce(send.data(), recv.data(), int(send.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
                 "MPI_Allreduce");
@@ -372,6 +400,9 @@ kompress::collective_report call(const std::string& op, variant v, const values_
   }
   const auto o = options_for(v, ctx, measure_error);
   if (op == "alltoall") return kompress::alltoall(host_exec(), send, recv, MPI_COMM_WORLD, o, ctx.workspace);
+  if (op == "allgather") return kompress::allgather(host_exec(), send, recv, MPI_COMM_WORLD, o, ctx.workspace);
+  if (op == "reduce_scatter")
+    return kompress::reduce_scatter(host_exec(), send, recv, MPI_COMM_WORLD, o, ctx.workspace);
   return kompress::allreduce(host_exec(), send, recv, MPI_COMM_WORLD, o, ctx.workspace);
 }
 
@@ -384,6 +415,9 @@ struct row {
   double speedup = nan, speedup_paired = nan, speedup_median = nan, speedup_best = nan;
   std::uint64_t payload = 0, wire = 0, messages = 0, compressed_messages = 0;  // sums over ranks
   double abs_bound = 0.0, max_error = nan, library_max_error = nan;
+  std::uint64_t chunks = 0;  // MPI messages, sum over ranks
+  double stage_compress = nan, stage_wire = nan, stage_decompress = nan;  // seconds (alltoall, pipelined)
+  double stage_prepare = nan;  // the REL bound's range pass, before any chunk can leave
   bool ok = true;
   std::string problem;
 };
@@ -416,18 +450,66 @@ std::uint64_t fnv1a(const float* values, std::size_t count) {
   return hash;
 }
 
+/// The pipelined alltoall's three stages, each alone (the fastest of 3, the slowest rank):
+/// compress every outgoing block whole, plain MPI_Alltoall of the compressed size (the
+/// pipelined row's wire bytes), decompress every incoming block whole.
+void time_stages(row& r, const values_view& send, const values_view& recv, std::size_t per_peer,
+                 const run_context& ctx) {
+  const int p = world_size;
+  const host_exec exec;
+  kompress::compress_options copts{.bound = kompress::relative(ctx.opts.rel_bound), .block_size = ctx.opts.block_size};
+  double bound = 0.0;
+  // Before the pipeline starts: the REL bound's range pass over the whole send View, and the
+  // block to itself (which overlaps the last chunks, but plain MPI_Alltoall copies it too).
+  const double prepare = fastest([&] { bound = kompress::absolute_bound(exec, send, copts); }, 3);
+  copts.bound = kompress::absolute(bound);
+  const std::size_t room = kompress::max_compressed_size<float>(per_peer, ctx.opts.block_size);
+  Kokkos::View<std::byte*, Kokkos::HostSpace> streams("bench::stages", room * std::size_t(p));
+  std::vector<std::size_t> lengths(std::size_t(p), 0);
+  const auto block = [&](const values_view& v, int peer) {
+    return Kokkos::subview(v, std::pair<std::size_t, std::size_t>(std::size_t(peer) * per_peer,
+                                                                  std::size_t(peer + 1) * per_peer));
+  };
+  const auto stream = [&](int peer, std::size_t length) {
+    return Kokkos::subview(streams, std::pair<std::size_t, std::size_t>(std::size_t(peer) * room,
+                                                                        std::size_t(peer) * room + length));
+  };
+  const auto others = [&](auto&& f) {
+    for (int step = 1; step < p; ++step) f((world_rank + step) % p);
+  };
+  double t[4] = {
+      fastest([&] { others([&](int peer) { lengths[std::size_t(peer)] = kompress::compress(exec, block(send, peer), stream(peer, room), copts); }); }, 3),
+      0.0,
+      fastest([&] { others([&](int peer) { kompress::decompress(exec, stream(peer, lengths[std::size_t(peer)]), block(recv, peer)); }); }, 3),
+      prepare};
+  const int wire_per_peer = int(std::max<std::uint64_t>(1, r.wire / std::uint64_t(p) / std::uint64_t(std::max(1, p - 1))));
+  std::vector<char> out(std::size_t(wire_per_peer) * std::size_t(p)), in(out.size());
+  t[1] = fastest([&] {
+    check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    check_mpi(MPI_Alltoall(out.data(), wire_per_peer, MPI_BYTE, in.data(), wire_per_peer, MPI_BYTE, MPI_COMM_WORLD),
+              "MPI_Alltoall");
+  }, 3);
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, t, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+  r.stage_compress = t[0];
+  r.stage_wire = t[1];
+  r.stage_decompress = t[2];
+  r.stage_prepare = t[3];
+}
+
 /// Every variant of one operation at one size: the untimed checked call, then the rounds.
 std::vector<row> measure(const std::string& op, const dataset& data, std::size_t bytes, const run_context& ctx) {
   const int p = world_size;
   const std::size_t per_peer = bytes / sizeof(float);
-  const std::size_t count = op == "alltoall" ? per_peer * std::size_t(p) : per_peer;
+  const bool sums = op == "allreduce" || op == "reduce_scatter";
+  const std::size_t count = op == "alltoall" || op == "reduce_scatter" ? per_peer * std::size_t(p) : per_peer;
+  const std::size_t recv_count = op == "alltoall" || op == "allgather" ? per_peer * std::size_t(p) : per_peer;
   values_view send(Kokkos::view_alloc(Kokkos::WithoutInitializing, "bench::send"), count);
-  values_view recv(Kokkos::view_alloc(Kokkos::WithoutInitializing, "bench::recv"), count);
-  values_view reference(Kokkos::view_alloc(Kokkos::WithoutInitializing, "bench::reference"), count);
+  values_view recv(Kokkos::view_alloc(Kokkos::WithoutInitializing, "bench::recv"), recv_count);
+  values_view reference(Kokkos::view_alloc(Kokkos::WithoutInitializing, "bench::reference"), recv_count);
   fill_tiled(data.values, send.data(), count, world_rank, p);
   // The sum's magnitude, for the float summation slack of the allreduce check.
   double abs_sum_bound = 0.0;
-  if (op == "allreduce") {
+  if (sums) {
     float local_max = 0.0f;
     for (std::size_t i = 0; i < count; ++i) local_max = std::max(local_max, std::fabs(send.data()[i]));
     double m = local_max;
@@ -448,18 +530,18 @@ std::vector<row> measure(const std::string& op, const dataset& data, std::size_t
   // The untimed call of each variant: warm-up and error check against plain MPI's result.
   double round_estimate = 0.0;  // seconds, this rank's untimed calls (the check included)
   for (row& r : rows) {
-    std::fill_n(recv.data(), count, std::numeric_limits<float>::quiet_NaN());
+    std::fill_n(recv.data(), recv_count, std::numeric_limits<float>::quiet_NaN());
     const auto check_start = clock_type::now();
     const kompress::collective_report report = call(op, r.v, send, recv, ctx, true);
     round_estimate += std::chrono::duration<double>(clock_type::now() - check_start).count();
     if (r.v == variant::plain) {
-      std::memcpy(reference.data(), recv.data(), count * sizeof(float));
+      std::memcpy(reference.data(), recv.data(), recv_count * sizeof(float));
       r.max_error = 0.0;
       continue;
     }
     double local[3] = {0.0, std::isnan(report.max_error) ? -1.0 : report.max_error, report.absolute_bound};
     std::size_t nonfinite = 0;
-    for (std::size_t i = 0; i < count; ++i) {
+    for (std::size_t i = 0; i < recv_count; ++i) {
       const double got = recv.data()[i], want = reference.data()[i];
       if (!std::isfinite(got)) ++nonfinite;
       else local[0] = std::max(local[0], std::fabs(got - want));
@@ -470,13 +552,13 @@ std::vector<row> measure(const std::string& op, const dataset& data, std::size_t
     r.library_max_error = local[1] < 0.0 ? nan : local[1];
     r.abs_bound = local[2];
     // allreduce: MPI sums in another order; allow float rounding of a p-term sum on top.
-    const double slack = op == "allreduce" ? 2.0 * p * std::numeric_limits<float>::epsilon() * abs_sum_bound : 0.0;
+    const double slack = sums ? 2.0 * p * std::numeric_limits<float>::epsilon() * abs_sum_bound : 0.0;
     if (!(r.max_error <= r.abs_bound + slack)) {
       r.ok = false;
       r.problem += "max |kompress - MPI| above the bound; ";
     }
-    if (op == "allreduce") {
-      const std::uint64_t hash = fnv1a(recv.data(), count);
+    if (op == "allreduce" || op == "allgather") {
+      const std::uint64_t hash = fnv1a(recv.data(), recv_count);
       std::uint64_t extremes[2] = {hash, ~hash};
       check_mpi(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
       if (extremes[0] != ~extremes[1]) {
@@ -486,10 +568,12 @@ std::vector<row> measure(const std::string& op, const dataset& data, std::size_t
     }
   }
 
-  // The timed rounds: every variant once per round, after a barrier, in a new order each round
-  // (the permutations in turn) so that no variant always runs after the same one: a call right
-  // after a compressed one finds its buffers evicted from the caches (a cyclic rotation kept
-  // auto always after compressed, and auto came out 10% slower than raw at 4 KiB for that).
+  // The timed rounds: every variant once per round, after a barrier, in a new random order each
+  // round (seeded alike on every rank) so that no variant always runs after the same one: a
+  // call right after a compressed one finds its buffers evicted from the caches, and one right
+  // after plain MPI over a tc-shaped link finds the token bucket drained (a cyclic rotation
+  // kept auto always after compressed, and the permutations in lexicographic order kept plain
+  // and raw first in every round of the 5 taken at 16 MiB).
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, &round_estimate, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
   const std::size_t variants = rows.size();
   const int calls = calls_per_sample(bytes, round_estimate, variants);
@@ -500,8 +584,9 @@ std::vector<row> measure(const std::string& op, const dataset& data, std::size_t
   std::vector<kompress::collective_report> last(variants);
   std::vector<std::size_t> order(variants);
   std::iota(order.begin(), order.end(), std::size_t(0));
+  std::mt19937 shuffler{std::uint32_t(bytes)};  // the same seed, so the same orders, on every rank
   for (int rep = 0; rep < reps; ++rep) {
-    std::next_permutation(order.begin(), order.end());  // the same on every rank
+    std::shuffle(order.begin(), order.end(), shuffler);
     for (const std::size_t k : order) {
       check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
       const auto start = clock_type::now();
@@ -520,12 +605,14 @@ std::vector<row> measure(const std::string& op, const dataset& data, std::size_t
     r.calls = calls;
     r.median = median_of(mine);
     r.best = *std::min_element(mine.begin(), mine.end());
-    std::uint64_t sums[4] = {last[k].payload_bytes, last[k].wire_bytes, last[k].messages, last[k].compressed_messages};
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
-    r.payload = sums[0];
-    r.wire = sums[1];
-    r.messages = sums[2];
-    r.compressed_messages = sums[3];
+    std::uint64_t totals[5] = {last[k].payload_bytes, last[k].wire_bytes, last[k].messages,
+                               last[k].compressed_messages, last[k].chunks};
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, totals, 5, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    r.payload = totals[0];
+    r.wire = totals[1];
+    r.messages = totals[2];
+    r.compressed_messages = totals[3];
+    r.chunks = totals[4];
   }
   for (std::size_t k = 0; k < variants; ++k) {
     row& r = rows[k];
@@ -539,6 +626,7 @@ std::vector<row> measure(const std::string& op, const dataset& data, std::size_t
                 : ctx.opts.stat == "median" ? r.speedup_median
                                             : r.speedup_best;
   }
+  if (op == "alltoall") time_stages(rows[3], send, recv, per_peer, ctx);
   return rows;
 }
 
@@ -560,10 +648,20 @@ const char* auto_decision(const row& r) {
 }
 
 void print_row(const row& r) {
-  std::printf("%-9s %-4s %7s  %-10s %10.3f %10.3f %7.2fx %11.2f %6.2f %10.3g %10.3g %-10s %s\n", r.op.c_str(),
+  std::printf("%-14s %-4s %7s  %-10s %10.3f %10.3f %7.2fx %11.2f %6.2f %7llu %10.3g %10.3g %-10s %s\n", r.op.c_str(),
               r.data.c_str(), human_bytes(r.bytes).c_str(), name_of(r.v), r.best * 1e3, r.median * 1e3, r.speedup,
-              double(r.wire) / double(MiB), r.wire ? double(r.payload) / double(r.wire) : 1.0, r.max_error,
-              r.abs_bound, auto_decision(r), r.ok ? "" : ("CHECK FAILED: " + r.problem).c_str());
+              double(r.wire) / double(MiB), r.wire ? double(r.payload) / double(r.wire) : 1.0,
+              static_cast<unsigned long long>(r.chunks), r.max_error, r.abs_bound, auto_decision(r),
+              r.ok ? "" : ("CHECK FAILED: " + r.problem).c_str());
+  if (!std::isnan(r.stage_compress)) {
+    // Serial: range pass + the three stages; perfect overlap: range pass + the slowest stage.
+    const double sum = r.stage_prepare + r.stage_compress + r.stage_wire + r.stage_decompress;
+    const double most = r.stage_prepare + std::max({r.stage_compress, r.stage_wire, r.stage_decompress});
+    std::printf("%-14s   stages alone (ms): range %.2f, compress %.2f, wire %.2f, decompress %.2f; serial %.2f, "
+                "overlapped %.2f; pipelined best %.2f: overlap %.0f%% of the possible\n",
+                "", r.stage_prepare * 1e3, r.stage_compress * 1e3, r.stage_wire * 1e3, r.stage_decompress * 1e3,
+                sum * 1e3, most * 1e3, r.best * 1e3, sum > most ? 100.0 * (sum - r.best) / (sum - most) : 0.0);
+  }
 }
 
 void write_csv(const std::vector<row>& rows, const std::vector<dataset>& sets, const run_context& ctx) {
@@ -580,7 +678,7 @@ void write_csv(const std::vector<row>& rows, const std::vector<dataset>& sets, c
            "speedup_min,"
            "payload_bytes,wire_bytes,ratio,messages,"
            "compressed_messages,decision,abs_bound,max_error,library_max_error,ok,codec_comp_gbs,"
-           "codec_decomp_gbs,load_1min\n";
+           "codec_decomp_gbs,load_1min,chunks,stage_range_s,stage_compress_s,stage_wire_s,stage_decompress_s\n";
   out.precision(6);
   for (const row& r : rows) {
     const dataset& d = *std::find_if(sets.begin(), sets.end(), [&](const dataset& s) { return s.key == r.data; });
@@ -592,7 +690,8 @@ void write_csv(const std::vector<row>& rows, const std::vector<dataset>& sets, c
         << (r.wire ? double(r.payload) / double(r.wire) : 1.0) << ',' << r.messages << ',' << r.compressed_messages
         << ',' << auto_decision(r) << ',' << r.abs_bound << ',' << r.max_error << ',' << r.library_max_error << ','
         << (r.ok ? 1 : 0) << ',' << d.compress_bytes_per_second / 1e9 << ',' << d.decompress_bytes_per_second / 1e9
-        << ',' << ctx.load << '\n';
+        << ',' << ctx.load << ',' << r.chunks << ',' << r.stage_prepare << ',' << r.stage_compress << ',' << r.stage_wire << ','
+        << r.stage_decompress << '\n';
   }
 }
 
@@ -651,8 +750,8 @@ int run(int argc, char** argv) {
                 opts.stat == "paired"   ? "median over rounds of plain's time / the variant's in the same round"
                 : opts.stat == "median" ? "median time of plain / median time of the variant"
                                         : "fastest time of plain / fastest time of the variant");
-    std::printf("%-9s %-4s %7s  %-10s %10s %10s %8s %11s %6s %10s %10s %-10s\n", "op", "data", "bytes", "variant",
-                "best ms", "median ms", "speedup", "wire MiB", "ratio", "max err", "abs bound", "auto sent");
+    std::printf("%-14s %-4s %7s  %-10s %10s %10s %8s %11s %6s %7s %10s %10s %-10s\n", "op", "data", "bytes", "variant",
+                "best ms", "median ms", "speedup", "wire MiB", "ratio", "chunks", "max err", "abs bound", "auto sent");
     std::fflush(stdout);
   }
 

@@ -18,8 +18,9 @@
 #                               own, autogroup nice -19), for a machine shared with builds
 #
 # Outputs in DIR: collectives.csv (all runs), logs/<link>_<ranks>.txt, summary.md (tables of the
-# 2-rank speedups), collectives_alltoall.png and collectives_allreduce.png (2 ranks; one line
-# per link rate; compressed solid, auto dashed; one panel per data set).
+# 2-rank speedups), collectives_{alltoall,allreduce,allgather,reduce_scatter}.png (2 ranks; one
+# colour per link rate; pipelined solid, auto dashed, compressed whole dotted; one panel per
+# data set).
 #
 # How the namespace works: `unshare --net` gives the job a network namespace with nothing but a
 # loopback device, down; the script brings it up, adds `tc qdisc add dev lo root tbf rate <R>gbit
@@ -160,13 +161,15 @@ c_bytes=$(col bytes_per_peer); c_variant=$(col variant); c_speedup=$(col speedup
 c_time=$(col time_s_min); c_ratio=$(col ratio); c_err=$(col max_error); c_decision=$(col decision)
 c_bound=$(col abs_bound)
 
-# summary.md: for 2 ranks, per op and data set, speedup of compressed / auto per size and link.
+# summary.md: for 2 ranks, per op and data set, speedup of compressed / pipelined / auto per size
+# and link.
 awk -F, -v L="$c_link" -v R="$c_ranks" -v O="$c_op" -v D="$c_data" -v B="$c_bytes" -v V="$c_variant" \
     -v S="$c_speedup" -v DEC="$c_decision" -v links="$links" '
   NR == 1 { next }
   $R == 2 {
     key = $O SUBSEP $D SUBSEP $B SUBSEP $L
     if ($V == "compressed") comp[key] = $S
+    if ($V == "pipelined") pipe[key] = $S
     if ($V == "auto") { auto[key] = $S; dec[key] = $DEC }
     sizes[$B] = 1; sets[$O SUBSEP $D] = 1
   }
@@ -176,17 +179,17 @@ awk -F, -v L="$c_link" -v R="$c_ranks" -v O="$c_op" -v D="$c_data" -v B="$c_byte
     n = split(links, ls, " ")
     ns = 0; for (s in sizes) sorted[++ns] = s + 0
     for (i = 1; i <= ns; i++) for (j = i + 1; j <= ns; j++) if (sorted[j] < sorted[i]) { t = sorted[i]; sorted[i] = sorted[j]; sorted[j] = t }
-    split("alltoall allreduce", ops, " "); split("dlrm act", ds, " ")
-    for (oi = 1; oi <= 2; oi++) for (di = 1; di <= 2; di++) {
+    split("alltoall allreduce allgather reduce_scatter", ops, " "); split("dlrm act", ds, " ")
+    for (oi = 1; oi <= 4; oi++) for (di = 1; di <= 2; di++) {
       if (!((ops[oi] SUBSEP ds[di]) in sets)) continue
-      printf "\n%s, %s, 2 ranks: speedup over plain MPI, compressed / auto (auto: r = sent raw, c = compressed)\n\n", ops[oi], ds[di]
+      printf "\n%s, %s, 2 ranks: speedup over plain MPI, compressed whole / pipelined / auto (auto: r = sent raw, c = compressed)\n\n", ops[oi], ds[di]
       printf "| per peer |"; for (k = 1; k <= n; k++) printf " %s |", (ls[k] == "shm" ? "shm" : ls[k] " Gb/s"); printf "\n"
       printf "|---:|"; for (k = 1; k <= n; k++) printf "---:|"; printf "\n"
       for (i = 1; i <= ns; i++) {
         printf "| %s |", human(sorted[i])
         for (k = 1; k <= n; k++) {
           key = ops[oi] SUBSEP ds[di] SUBSEP sorted[i] SUBSEP label(ls[k])
-          if (key in comp) printf " %.2f / %.2f%s |", comp[key], auto[key], (dec[key] == "raw" ? " r" : (dec[key] == "compressed" ? " c" : " m"))
+          if (key in comp) printf " %.2f / %.2f / %.2f%s |", comp[key], pipe[key], auto[key], (dec[key] == "raw" ? " r" : (dec[key] == "compressed" ? " c" : " m"))
           else printf " |"
         }
         printf "\n"
@@ -199,7 +202,7 @@ plot_dir=$out_dir/plot
 rm -rf "$plot_dir"; mkdir -p "$plot_dir"
 awk -F, -v L="$c_link" -v R="$c_ranks" -v O="$c_op" -v D="$c_data" -v B="$c_bytes" -v V="$c_variant" \
     -v S="$c_speedup" -v dir="$plot_dir" '
-  NR > 1 && $R == 2 && ($V == "compressed" || $V == "auto") {
+  NR > 1 && $R == 2 && ($V == "compressed" || $V == "pipelined" || $V == "auto") {
     f = dir "/" $O "_" $D "_" $V "_" $L ".dat"; print $B, $S >> f; close(f)
   }' "$csv"
 
@@ -208,7 +211,7 @@ gnuplot_script() {
   cat <<EOF
 set terminal pngcairo size 1400,620 font "sans,11" noenhanced
 set output "$png"
-set multiplot layout 1,2 title "$op, 2 ranks: speedup over plain MPI_${op^} vs message size per peer, by link rate (solid: compressed at REL 1e-2; dashed: auto)" font "sans,13"
+set multiplot layout 1,2 title "$op, 2 ranks: speedup over plain MPI vs message size per peer, by link rate (REL 1e-2; solid: pipelined, dotted: compressed whole, dashed: auto)" font "sans,13"
 set logscale x 2
 set xlabel "bytes per peer"
 set ylabel "speedup over plain MPI (x)"
@@ -231,12 +234,14 @@ EOF
       i=$((i + 1))
       case "$link" in shm) label="shm" ;; tcp) label="tcp" ;; *) label="${link}gbit" ;; esac
       local name=$label; [ "$link" = shm ] && name="shared memory"; [ "$link" = tcp ] || [ "$link" = shm ] || name="$link Gb/s"
-      file=$plot_dir/${op}_${data}_compressed_${label}.dat
+      file=$plot_dir/${op}_${data}_pipelined_${label}.dat
       [ -f "$file" ] && plots+=("\"$file\" using 1:2 with linespoints lw 2 pt 7 lc rgb \"${colors[$(( (i - 1) % 6 ))]}\" dt 1 title \"$name\"")
+      file=$plot_dir/${op}_${data}_compressed_${label}.dat
+      [ -f "$file" ] && plots+=("\"$file\" using 1:2 with lines lw 1.5 lc rgb \"${colors[$(( (i - 1) % 6 ))]}\" dt 3 notitle")
       file=$plot_dir/${op}_${data}_auto_${label}.dat
       [ -f "$file" ] && plots+=("\"$file\" using 1:2 with linespoints lw 2 pt 6 lc rgb \"${colors[$(( (i - 1) % 6 ))]}\" dt 2 notitle")
     done
-    plots+=("NaN with lines lw 2 lc rgb \"black\" dt 1 title \"compressed\"" "NaN with lines lw 2 lc rgb \"black\" dt 2 title \"auto\"")
+    plots+=("NaN with lines lw 2 lc rgb \"black\" dt 1 title \"pipelined\"" "NaN with lines lw 1.5 lc rgb \"black\" dt 3 title \"compressed whole\"" "NaN with lines lw 2 lc rgb \"black\" dt 2 title \"auto\"")
     local joined
     joined=$(printf '%s, ' "${plots[@]}")
     echo "plot ${joined%, }"
@@ -244,11 +249,12 @@ EOF
   echo "unset multiplot"
 }
 
-for op in alltoall allreduce; do
+for op in alltoall allreduce allgather reduce_scatter; do
+  grep -q ",$op," "$csv" || continue
   png=$out_dir/collectives_$op.png
   gnuplot_script "$op" "$png" >"$plot_dir/$op.gp"
   gnuplot "$plot_dir/$op.gp" || { log "gnuplot failed on $plot_dir/$op.gp"; status=1; }
   if [ -n "$img_dir" ] && [ -f "$png" ]; then mkdir -p "$img_dir"; cp "$png" "$img_dir/"; fi
 done
-log "summary: $out_dir/summary.md; plots: $out_dir/collectives_{alltoall,allreduce}.png${img_dir:+ (copied to $img_dir)}"
+log "summary: $out_dir/summary.md; plots: $out_dir/collectives_<op>.png${img_dir:+ (copied to $img_dir)}"
 exit $status

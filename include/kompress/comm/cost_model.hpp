@@ -1,26 +1,81 @@
 #pragma once
-// The cost model of automatic mode: when compressing a message pays (docs/collectives.md).
+// The cost model of automatic mode and of pipelining: when compressing a message pays, and into
+// how many chunks a compressed message is cut (docs/collectives.md).
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace kompress {
 inline namespace v0 {
 
-/// The cost model of automatic mode (docs/collectives.md). Every rank must hold the same
-/// numbers: decisions are taken on each side of a message without talking about them.
-/// kompress::measure_cost_model (kompress/comm/measure.hpp) measures them and makes every rank
-/// agree on them.
+/// The cost model of automatic mode and of pipelining (docs/collectives.md). Every rank must
+/// hold the same numbers: decisions (compress or not, the chunk size) are taken on each side
+/// of a message without talking about them, so the collectives agree on the model before any
+/// message is posted. kompress::measure_cost_model (kompress/comm/measure.hpp) measures the
+/// rates and makes every rank agree on them.
 struct cost_model {
   double link_bytes_per_second = 1.25e9;       ///< 10 Gb/s unless measured or stated
   double compress_bytes_per_second = 0.6e9;    ///< per rank, this machine's codec, 1 thread
   double decompress_bytes_per_second = 2.0e9;
   std::uint64_t min_message_bytes = 64 * 1024; ///< below this, latency dominates: send raw
+  /// Automatic mode compresses only where the model predicts at least this gain over raw: its
+  /// numbers are uncertain (a codec probe taken under other load, links that let a burst
+  /// through unshaped, the REL bound's range pass it leaves out). The 2-rank sweeps of
+  /// docs/performance.md compressed and lost at 1 MiB per peer and 5 Gb/s, predicted 1.25-1.40x,
+  /// measured 0.77-0.98x; 1.5 sends those raw and keeps the decisions that paid well.
+  double min_gain = 1.5;
 
-  /// True when compressing a message of `bytes` could pay, at a ratio of at least 2.
+  /// Pipelining: a message that may be compressed is cut into chunks, each its own stream and
+  /// its own MPI message, so that compressing chunk k+1, sending chunk k and decoding chunk
+  /// k-1 overlap. False: one stream per message, compressed whole before it leaves.
+  bool pipeline = true;
+  /// Fixed cost of one more chunk (an MPI message, a codec call, a stream header), seconds.
+  double chunk_seconds = 50e-6;
+  std::uint64_t min_chunk_bytes = 256 * 1024;  ///< no chunk smaller (the last one aside)
+  std::uint64_t max_chunks = 64;               ///< no message in more chunks
+  /// A fixed chunk size in bytes (0: from the model, chunk_bytes below).
+  std::uint64_t fixed_chunk_bytes = 0;
+
+  /// The three stages of a compressed message of `bytes` at ratio `ratio`, seconds.
+  double compress_seconds(double bytes) const { return bytes / compress_bytes_per_second; }
+  double wire_seconds(double bytes, double ratio) const { return bytes / (ratio * link_bytes_per_second); }
+  double decompress_seconds(double bytes) const { return bytes / decompress_bytes_per_second; }
+
+  /// Chunks for a compressed message of `bytes` (ratio 2 assumed, as worth_compressing does).
+  /// In k chunks the stages overlap: T(k) = sum/k + (k-1)/k * max + k * chunk_seconds, where
+  /// sum and max are over the three stages of the whole message (the first chunk fills the
+  /// pipeline, then the slowest stage sets the pace). T is least at k = sqrt((sum - max) /
+  /// chunk_seconds), clamped to [1, max_chunks] and to chunks of at least min_chunk_bytes.
+  std::uint64_t chunks(std::uint64_t bytes) const {
+    if (!pipeline || bytes == 0) return 1;
+    if (fixed_chunk_bytes > 0) return (bytes + fixed_chunk_bytes - 1) / fixed_chunk_bytes;
+    const double b = double(bytes);
+    const double c = compress_seconds(b), w = wire_seconds(b, 2.0), d = decompress_seconds(b);
+    const double sum = c + w + d, slowest = std::max({c, w, d});
+    double k = chunk_seconds > 0.0 ? std::sqrt((sum - slowest) / chunk_seconds) : double(max_chunks);
+    k = std::min({k, double(max_chunks), std::floor(b / double(std::max<std::uint64_t>(min_chunk_bytes, 1)))});
+    return std::max<std::uint64_t>(1, std::uint64_t(k));
+  }
+  /// The chunk size for a message of `bytes`, in bytes (the last chunk may be shorter).
+  std::uint64_t chunk_bytes(std::uint64_t bytes) const {
+    const std::uint64_t k = chunks(bytes);
+    return k <= 1 ? bytes : (bytes + k - 1) / k;
+  }
+
+  /// Predicted seconds of a message of `bytes` sent compressed at `ratio`, in chunks as above.
+  double compressed_seconds(std::uint64_t bytes, double ratio) const {
+    const double b = double(bytes);
+    const double c = compress_seconds(b), w = wire_seconds(b, ratio), d = decompress_seconds(b);
+    const double k = double(chunks(bytes));
+    return (c + w + d) / k + (k - 1.0) / k * std::max({c, w, d}) + (k - 1.0) * chunk_seconds;
+  }
+
+  /// True when compressing a message of `bytes` could pay, at a ratio of at least 2: the
+  /// message, pipelined as above, beats the raw values on the link by min_gain.
   bool worth_compressing(std::uint64_t bytes) const {
     if (bytes < min_message_bytes) return false;
-    const double codec = 1.0 / compress_bytes_per_second + 1.0 / decompress_bytes_per_second;
-    return codec + 0.5 / link_bytes_per_second < 1.0 / link_bytes_per_second;
+    return compressed_seconds(bytes, 2.0) * min_gain < double(bytes) / link_bytes_per_second;
   }
 
   /// True when `wire_bytes` compressed beat `raw_bytes` raw, the compression already done.

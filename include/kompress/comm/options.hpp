@@ -51,8 +51,9 @@ struct collective_options {
 struct collective_report {
   std::uint64_t payload_bytes = 0;      ///< bytes of values this rank sent to other ranks
   std::uint64_t wire_bytes = 0;         ///< bytes it put on the wire for them
-  std::uint64_t messages = 0;           ///< messages it sent
-  std::uint64_t compressed_messages = 0;
+  std::uint64_t messages = 0;           ///< messages it sent (one per peer and hop)
+  std::uint64_t compressed_messages = 0;  ///< messages of which at least one chunk was compressed
+  std::uint64_t chunks = 0;             ///< MPI messages those were cut into (pipelining)
   double absolute_bound = 0.0;          ///< guaranteed |error| of every value this call delivers
   double max_error = NAN;               ///< measured, with collective_options::measure_error
 

@@ -51,7 +51,10 @@ struct ring_extras {
 };
 
 /// The two phases' steps. Reduce-scatter step s (0 .. p-2) sends chunk rank - s and receives
-/// rank - s - 1; allgather step s sends chunk rank + 1 - s and receives rank - s.
+/// rank - s - 1; allgather step s sends chunk rank + 1 - s and receives rank - s. Each hop's
+/// message is cut into pieces (comm/detail/pipeline.hpp): piece i of a ring chunk is its own
+/// stream or raw values and its own MPI message, so that encoding piece i+1, sending piece i
+/// and decoding (and adding) the pieces that came in overlap within one hop.
 template <class T, class Exec>
 class ring_phases {
  public:
@@ -59,23 +62,29 @@ class ring_phases {
               const T* input, T* output, const ring_extras& extras = {})
       : exec_(exec), ring_(geometry), rule_(rule), codec_(codec), slot_(slot), output_(output) {
     const std::size_t largest = ring_.largest();
-    // send: one hop's message; receive: one hop's arrival, then every final chunk (raw size
+    // send: one hop's pieces; receive: one hop's arrival, then every final chunk (raw size
     // each); decode: the partial sums (the input may be the output), then one decoded hop,
     // then the homomorphic reduction's scratch.
+    const chunk_plan widest = plan(largest);
+    // Rounded to 8 bytes: the homomorphic reduction stages raw values there.
+    piece_room_ = (max_compressed_size<T>(widest.chunk, codec_.block_size) + 7) / 8 * 8;
     const std::size_t sums_bytes = (ring_.count + largest) * sizeof(T);
     const std::size_t homomorphic_bytes =
-        extras.homomorphic ? homomorphic_sums<T, Exec>::scratch_bytes(largest, codec_.block_size) + 8 : 0;
-    slot_.reserve(max_compressed_size<T>(largest, codec_.block_size), (largest + ring_.count) * sizeof(T),
+        extras.homomorphic
+            ? homomorphic_sums<T, Exec>::scratch_bytes(ring_.count, widest.chunk, codec_.block_size) + 8
+            : 0;
+    slot_.reserve(std::max<std::size_t>(1, widest.count()) * piece_room_, (largest + ring_.count) * sizeof(T),
                   sums_bytes + homomorphic_bytes);
     sums_ = reinterpret_cast<T*>(slot_.decode.data());
     incoming_ = sums_ + ring_.count;
     hop_ = slot_.receive.data();
     finals_ = slot_.receive.data() + largest * sizeof(T);
-    final_length_.assign(std::size_t(ring_.p()), 0);
+    final_length_.resize(std::size_t(ring_.p()));
+    for (int c = 0; c < ring_.p(); ++c) final_length_[std::size_t(c)].assign(plan(ring_.size(c)).count(), 0);
     if (input) std::memcpy(sums_, input, ring_.count * sizeof(T));
     // --- homomorphic reduction hook (comm/detail/homomorphic.hpp) ---
     if (extras.homomorphic)
-      homomorphic_.emplace(exec_, *extras.homomorphic, codec_.block_size, largest, sums_,
+      homomorphic_.emplace(exec_, *extras.homomorphic, codec_.block_size, ring_.count, widest.chunk, sums_,
                            slot_.decode.data() + (sums_bytes + 7) / 8 * 8);
     if (extras.measure_error) {
       max_error_ = 0.0;
@@ -88,9 +97,22 @@ class ring_phases {
 
   /// reduce_scatter's result: this rank's chunk once the last arrival was added.
   const T* own_result() {
-    if (homomorphic_) homomorphic_->values(ring_.begin(allgather_sent(0)), own_size(), own_chunk());
+    if (homomorphic_) {  // the codes of each piece, as they were added
+      const int own = allgather_sent(0);
+      const chunk_plan pieces = plan_of(own);
+      for (std::size_t piece = 0; piece < pieces.count(); ++piece)
+        homomorphic_->values(ring_.begin(own) + pieces.begin(piece), pieces.size(piece),
+                             own_chunk() + pieces.begin(piece));
+    }
     return own_chunk();
   }
+
+  /// How a ring chunk of `values` elements is cut: the same on both sides of a hop, from the
+  /// agreed per-hop size.
+  chunk_plan plan(std::size_t values) const {
+    return rule_.plan(values, sizeof(T), ring_.count * sizeof(T) / std::size_t(ring_.p()));
+  }
+  chunk_plan plan_of(int chunk) const { return plan(ring_.size(chunk)); }
 
   /// This rank's chunk (ring chunk rank + 1, the one it owns at the allgather phase): with a
   /// null input, allgather loads its contribution here; reduce_scatter reads its result here.
@@ -100,22 +122,26 @@ class ring_phases {
   // --- reduce-scatter ---------------------------------------------------------------------
   int reduce_scatter_sent(int s) const { return ring_.wrap(ring_.shape.rank - s); }
   int reduce_scatter_received(int s) const { return ring_.wrap(ring_.shape.rank - s - 1); }
-  std::span<const std::byte> reduce_scatter_send(int s) {
+  std::span<const std::byte> reduce_scatter_send(int s, std::size_t piece) {
+    const int chunk = reduce_scatter_sent(s);
+    const chunk_plan pieces = plan_of(chunk);
+    std::byte* const out = slot_.send.data() + piece * piece_room_;
     // Step 0 sends this rank's own values; later steps the sums formed on arrival.
-    const std::size_t length = encode_chunk(reduce_scatter_sent(s), s > 0);
-    return {slot_.send.data(), length};
+    const std::size_t length = encode_span(ring_.begin(chunk) + pieces.begin(piece), pieces.size(piece), s > 0, out);
+    return {out, length};
   }
   std::byte* reduce_scatter_target(int) { return hop_; }
-  void reduce_scatter_arrived(int s, std::size_t length, const char* who) {
+  void reduce_scatter_arrived(int s, std::size_t piece, std::size_t length, const char* who) {
     const int chunk = reduce_scatter_received(s);
-    const std::size_t n = ring_.size(chunk);
+    const chunk_plan pieces = plan_of(chunk);
+    const std::size_t n = pieces.size(piece), at = pieces.begin(piece);
     if (homomorphic_) {  // --- homomorphic reduction hook: codes added as they arrive ---
-      homomorphic_->add(ring_.begin(chunk), n, hop_, length, who);
+      homomorphic_->add(ring_.begin(chunk) + at, n, hop_ + at * sizeof(T), length, who);
       return;
     }
-    decode_message(exec_, hop_, length, n, incoming_, who);
-    T* const sums = sums_ + ring_.begin(chunk);
-    const T* const incoming = incoming_;
+    decode_message(exec_, hop_ + at * sizeof(T), length, n, incoming_ + at, who);
+    T* const sums = sums_ + ring_.begin(chunk) + at;
+    const T* const incoming = incoming_ + at;
     Kokkos::parallel_for("kompress::allreduce::add", Kokkos::RangePolicy<Exec>(exec_, 0, n),
                          KOKKOS_LAMBDA(std::size_t i) { sums[i] += incoming[i]; });
     exec_.fence("kompress::allreduce: partial sum added");
@@ -124,24 +150,28 @@ class ring_phases {
   // --- allgather --------------------------------------------------------------------------
   int allgather_sent(int s) const { return ring_.wrap(ring_.shape.rank + 1 - s); }
   int allgather_received(int s) const { return ring_.wrap(ring_.shape.rank - s); }
-  std::span<const std::byte> allgather_send(int s, const char* who) {
+  std::span<const std::byte> allgather_send(int s, std::size_t piece, const char* who) {
+    const int chunk = allgather_sent(s);
+    const chunk_plan pieces = plan_of(chunk);
+    std::byte* const slot = finals_ + (ring_.begin(chunk) + pieces.begin(piece)) * sizeof(T);
+    std::size_t& length = final_length_[std::size_t(chunk)][piece];
     if (s == 0) {
       // This rank owns the final value of chunk rank + 1: compress it once; every rank, this
       // one included, decodes these same bytes.
-      const int own = allgather_sent(0);
-      std::byte* const slot = finals_ + ring_.begin(own) * sizeof(T);
-      final_length_[std::size_t(own)] = encode_chunk(own, true);
-      std::memcpy(slot, slot_.send.data(), final_length_[std::size_t(own)]);
-      decode_final(slot, final_length_[std::size_t(own)], own, who);
+      std::byte* const out = slot_.send.data() + piece * piece_room_;
+      length = encode_span(ring_.begin(chunk) + pieces.begin(piece), pieces.size(piece), true, out);
+      std::memcpy(slot, out, length);
+      decode_final(slot, length, ring_.begin(chunk) + pieces.begin(piece), pieces.size(piece), who);
     }
-    const int chunk = allgather_sent(s);
-    return {finals_ + ring_.begin(chunk) * sizeof(T), final_length_[std::size_t(chunk)]};
+    return {slot, length};
   }
   std::byte* allgather_target(int s) { return finals_ + ring_.begin(allgather_received(s)) * sizeof(T); }
-  void allgather_arrived(int s, std::size_t length, const char* who) {
+  void allgather_arrived(int s, std::size_t piece, std::size_t length, const char* who) {
     const int chunk = allgather_received(s);
-    final_length_[std::size_t(chunk)] = length;
-    decode_final(allgather_target(s), length, chunk, who);
+    const chunk_plan pieces = plan_of(chunk);
+    final_length_[std::size_t(chunk)][piece] = length;
+    decode_final(allgather_target(s) + pieces.begin(piece) * sizeof(T), length,
+                 ring_.begin(chunk) + pieces.begin(piece), pieces.size(piece), who);
   }
 
   const ring_geometry& geometry() const { return ring_; }
@@ -169,18 +199,17 @@ class ring_phases {
   }
   bool may_compress() const { return rule_.may_compress(ring_.count * sizeof(T) / std::size_t(ring_.p())); }
 
-  /// The message for ring chunk `chunk` in slot_.send: `reduced` when it holds sums.
-  std::size_t encode_chunk(int chunk, bool reduced) {
+  /// The message for the values [begin, begin + count) of the sums in `out`: `reduced` when
+  /// they hold sums (an arrival was added), else this rank's own values.
+  std::size_t encode_span(std::size_t begin, std::size_t count, bool reduced, std::byte* out) {
     if (homomorphic_)  // --- homomorphic reduction hook ---
-      return homomorphic_->encode(ring_.begin(chunk), ring_.size(chunk), reduced, may_compress(), rule_,
-                                  slot_.send.data());
-    return encode(sums_ + ring_.begin(chunk), ring_.size(chunk), slot_.send.data());
+      return homomorphic_->encode(begin, count, reduced, may_compress(), rule_, out);
+    return encode(sums_ + begin, count, out);
   }
-  /// Decodes a final chunk's message into the output.
-  void decode_final(const std::byte* in, std::size_t length, int chunk, const char* who) {
-    T* const out = output_ + ring_.begin(chunk);
-    if (homomorphic_) homomorphic_->decode(in, length, ring_.size(chunk), out, who);  // --- homomorphic hook ---
-    else decode_message(exec_, in, length, ring_.size(chunk), out, who);
+  /// Decodes a message of final values [begin, begin + count) into the output.
+  void decode_final(const std::byte* in, std::size_t length, std::size_t begin, std::size_t count, const char* who) {
+    if (homomorphic_) homomorphic_->decode(in, length, count, output_ + begin, who);  // --- homomorphic hook ---
+    else decode_message(exec_, in, length, count, output_ + begin, who);
   }
 
   Exec exec_;
@@ -191,8 +220,9 @@ class ring_phases {
   T* output_;
   T *sums_ = nullptr, *incoming_ = nullptr;
   std::byte *hop_ = nullptr, *finals_ = nullptr;
-  std::vector<std::size_t> final_length_;
-  double max_error_ = NAN;  ///< measured when not NaN
+  std::size_t piece_room_ = 0;                          ///< send staging per piece
+  std::vector<std::vector<std::size_t>> final_length_;  ///< per ring chunk, per piece
+  double max_error_ = NAN;                              ///< measured when not NaN
   std::optional<homomorphic_sums<T, Exec>> homomorphic_;
 };
 
@@ -222,10 +252,8 @@ class ring_allreduce_operation final : public operation {
 
   bool progress(bool block) override {
     while (step_ < total_steps()) {
-      // The arrival may come in one call and the send's completion in a later one.
-      if (!posted_->progress(block, who_, [&](int, std::size_t bytes) { arrived_ = bytes; })) return false;
-      if (scatter(step_)) phases_.reduce_scatter_arrived(step_, arrived_, who_);
-      else phases_.allgather_arrived(gather_step(step_), arrived_, who_);
+      // The arrivals may come in one call and the sends' completion in a later one.
+      if (!posted_->progress(block, who_, [&](int piece, std::size_t bytes) { arrived(piece, bytes); })) return false;
       ++step_;
       if (step_ < total_steps()) start_step();
       else finish();
@@ -250,6 +278,14 @@ class ring_allreduce_operation final : public operation {
     report_.max_error = phases_.max_error();
   }
 
+  /// Piece `piece` of this step's incoming chunk arrived, `bytes` long.
+  void arrived(int piece, std::size_t bytes) {
+    if (scatter(step_)) phases_.reduce_scatter_arrived(step_, std::size_t(piece), bytes, who_);
+    else phases_.allgather_arrived(gather_step(step_), std::size_t(piece), bytes, who_);
+  }
+
+  /// Posts this step's receives (one per piece), then encodes and sends the outgoing pieces
+  /// one by one, decoding arrivals between them.
   void start_step() {
     const ring_geometry& ring = phases_.geometry();
     const bool scatter = this->scatter(step_);
@@ -257,16 +293,26 @@ class ring_allreduce_operation final : public operation {
     const int out_chunk = scatter ? phases_.reduce_scatter_sent(s) : phases_.allgather_sent(s);
     const int in_chunk = scatter ? phases_.reduce_scatter_received(s) : phases_.allgather_received(s);
     posted_.emplace();  // the previous step's requests have all completed
-    posted_->receive(scatter ? phases_.reduce_scatter_target(s) : phases_.allgather_target(s),
-                     ring.size(in_chunk) * sizeof(T), ring.left(), scratch_->comm, who_);
-    const std::span<const std::byte> payload = scatter ? phases_.reduce_scatter_send(s) : phases_.allgather_send(s, who_);
-    const std::size_t raw = ring.size(out_chunk) * sizeof(T);
-    report_.payload_bytes += raw;
-    report_.wire_bytes += payload.size();
-    // Shorter than the raw values means a stream: allgather hops forward streams too.
-    if (payload.size() < raw) ++report_.compressed_messages;
+    post_chunk_receives(*posted_, phases_.plan_of(in_chunk), sizeof(T),
+                        scatter ? phases_.reduce_scatter_target(s) : phases_.allgather_target(s), ring.left(),
+                        scratch_->comm, who_, [](std::size_t piece) { return int(piece); });
+    const chunk_plan pieces = phases_.plan_of(out_chunk);
+    bool compressed = false;
+    send_chunks(
+        *posted_, pieces, ring.right(), scratch_->comm, who_,
+        [&](std::size_t piece) {
+          const std::span<const std::byte> payload =
+              scatter ? phases_.reduce_scatter_send(s, piece) : phases_.allgather_send(s, piece, who_);
+          // Shorter than the raw values means a stream: allgather hops forward streams too.
+          compressed = compressed || payload.size() < pieces.size(piece) * sizeof(T);
+          report_.wire_bytes += payload.size();
+          ++report_.chunks;
+          return payload;
+        },
+        [&] { posted_->progress(false, who_, [&](int piece, std::size_t bytes) { arrived(piece, bytes); }); });
+    report_.payload_bytes += ring.size(out_chunk) * sizeof(T);
+    if (compressed) ++report_.compressed_messages;
     ++report_.messages;
-    posted_->send(payload.data(), payload.size(), ring.right(), scratch_->comm, who_);
   }
 
   const char* who_;
@@ -275,7 +321,6 @@ class ring_allreduce_operation final : public operation {
   call_scratch scratch_;
   ring_phases<T, Exec> phases_;
   int step_ = 0;
-  std::size_t arrived_ = 0;
   collective_report report_;
   std::optional<posted_messages> posted_;  // last: completed or cancelled before the buffers go
 };

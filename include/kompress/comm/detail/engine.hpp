@@ -1,7 +1,8 @@
 #pragma once
 // The one exchange engine behind alltoall, alltoallv and the DLRM embedding exchange: receives
-// posted first, the block to itself copied, then a rotating schedule of nonblocking sends
-// (rank+1, rank+2, ...) each encoded just before it leaves, and arrivals decoded as they come.
+// posted first, then a rotating schedule of nonblocking sends (rank+1, rank+2, ...), each
+// message cut into chunks (comm/detail/pipeline.hpp) encoded just before they leave, arrivals
+// decoded as they come, and the block to itself copied while the last chunks travel.
 // What a message between two ranks holds is a small policy (`Messages`): one contiguous block
 // per peer (block_messages, here) or a list of per-table segments (dlrm/segments.hpp).
 // docs/collectives.md describes the schedule, the wire rule and the failure guarantees.
@@ -15,8 +16,12 @@
 //   decode_room()                             scratch bytes finish may decode into
 //   finish(exec, peer, landed, length, room)  decodes an arrival; returns its absolute bound
 //   measures_error()                          whether encode reports the error it introduces
+// A policy whose messages are pipelined (block_messages) also provides chunks_to(peer) and
+// chunks_from(peer) (chunk_plans, comm/detail/pipeline.hpp) and value_bytes, and its encode and
+// finish take the chunk's index after the peer: each chunk is a message of its own.
 
 #include <kompress/comm/detail/agreement.hpp>
+#include <kompress/comm/detail/pipeline.hpp>
 #include <kompress/comm/options.hpp>
 #include <kompress/comm/request.hpp>
 #include <kompress/comm/workspace.hpp>
@@ -28,9 +33,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstring>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kompress::inline v0::detail {
@@ -58,11 +65,18 @@ struct wire_rule {
   bool send_compressed(std::uint64_t raw_bytes, std::uint64_t length) const {
     return length < raw_bytes && (mode != transfer_mode::automatic || cost.compressed_wins(raw_bytes, length));
   }
+  /// The mode and, unless raw, the cost model: automatic mode decides with it, and both modes
+  /// that compress cut messages into chunks by it, on each side alone.
   void add_to(fingerprint& f) const {
     f.add(std::uint64_t(mode));
-    if (mode == transfer_mode::automatic)
+    if (mode != transfer_mode::raw)
       f.add(cost.link_bytes_per_second).add(cost.compress_bytes_per_second).add(cost.decompress_bytes_per_second)
-          .add(cost.min_message_bytes);
+          .add(cost.min_message_bytes).add(cost.min_gain).add(std::uint64_t(cost.pipeline)).add(cost.chunk_seconds)
+          .add(cost.min_chunk_bytes).add(cost.max_chunks).add(cost.fixed_chunk_bytes);
+  }
+  /// How a message of `values` elements is cut (one chunk unless it may be compressed).
+  chunk_plan plan(std::size_t values, std::size_t value_bytes, std::uint64_t nominal_bytes) const {
+    return plan_chunks(cost, may_compress(nominal_bytes), values, value_bytes, nominal_bytes);
   }
 };
 
@@ -97,9 +111,10 @@ class posted_messages {
   posted_messages& operator=(const posted_messages&) = delete;
   ~posted_messages() { abandon(); }
 
-  void receive(void* buffer, std::size_t bytes, int peer, MPI_Comm comm, const char* who) {
+  /// `key` is what the arrival reports (default: the peer).
+  void receive(void* buffer, std::size_t bytes, int peer, MPI_Comm comm, const char* who, int key = -1) {
     receives_.push_back(MPI_REQUEST_NULL);
-    receive_peers_.push_back(peer);
+    receive_keys_.push_back(key < 0 ? peer : key);
     check_mpi(MPI_Irecv(buffer, byte_count(bytes, who), MPI_BYTE, peer, collective_tag, comm, &receives_.back()), who,
               "MPI_Irecv");
     ++pending_;
@@ -110,7 +125,7 @@ class posted_messages {
               "MPI_Isend");
   }
 
-  /// Completes receives as they arrive, on_arrival(peer, length) for each, then the sends.
+  /// Completes receives as they arrive, on_arrival(key, length) for each, then the sends.
   /// Blocks if `block`; otherwise returns false as soon as nothing more is ready.
   template <class OnArrival>
   bool progress(bool block, const char* who, OnArrival&& on_arrival) {
@@ -128,7 +143,7 @@ class posted_messages {
       --pending_;
       int length = 0;
       check_mpi(MPI_Get_count(&status, MPI_BYTE, &length), who, "MPI_Get_count");
-      on_arrival(receive_peers_[std::size_t(index)], std::size_t(length));
+      on_arrival(receive_keys_[std::size_t(index)], std::size_t(length));
     }
     if (block) {
       check_mpi(MPI_Waitall(int(sends_.size()), sends_.data(), MPI_STATUSES_IGNORE), who, "MPI_Waitall");
@@ -150,7 +165,7 @@ class posted_messages {
 
  private:
   std::vector<MPI_Request> receives_, sends_;
-  std::vector<int> receive_peers_;
+  std::vector<int> receive_keys_;
   std::size_t pending_ = 0;
 };
 
@@ -177,6 +192,13 @@ class call_scratch {
   workspace_slot* slot_ = nullptr;
 };
 
+/// Whether a Messages policy cuts its messages into chunks (see the top of this file).
+template <class Messages>
+concept chunked_messages = requires(const Messages& m) {
+  { m.chunks_to(0) } -> std::same_as<chunk_plan>;
+  { m.chunks_from(0) } -> std::same_as<chunk_plan>;
+};
+
 /// One exchange in flight (see the top of this file).
 template <class Messages, class Exec>
 class exchange_engine final : public operation {
@@ -190,10 +212,7 @@ class exchange_engine final : public operation {
 
   bool progress(bool block) override {
     if (finished_) return true;
-    const bool done = posted_.progress(block, who_, [&](int peer, std::size_t length) {
-      report_.absolute_bound = std::max(report_.absolute_bound, messages_.finish(exec_, peer, target(peer), length,
-                                                                                scratch_->decode.data()));
-    });
+    const bool done = posted_.progress(block, who_, [&](int key, std::size_t length) { arrived(key, length); });
     if (done) {
       exec_.fence("kompress: exchange decoded");
       finished_ = true;
@@ -204,9 +223,34 @@ class exchange_engine final : public operation {
   const collective_report& report() const override { return report_; }
 
  private:
+  static constexpr bool chunked = chunked_messages<Messages>;
+  static constexpr std::size_t value_bytes() {
+    if constexpr (chunked) return Messages::value_bytes;
+    else return 1;
+  }
+  /// One chunk per message unless the policy cuts them (plans in bytes then).
+  chunk_plan plan_to(int peer) const {
+    if constexpr (chunked) return messages_.chunks_to(peer);
+    else return chunk_plan{messages_.raw_bytes_to(peer), std::max<std::size_t>(1, messages_.raw_bytes_to(peer))};
+  }
+  chunk_plan plan_from(int peer) const {
+    if constexpr (chunked) return messages_.chunks_from(peer);
+    else return chunk_plan{messages_.raw_bytes_from(peer), std::max<std::size_t>(1, messages_.raw_bytes_from(peer))};
+  }
+
   std::byte* target(int peer) const {
     return messages_.receives_in_place(peer) ? messages_.place_from(peer)
                                              : scratch_->receive.data() + receive_offset_[std::size_t(peer)];
+  }
+
+  /// Chunk `chunk` of `peer`'s message arrived, `length` bytes.
+  void arrived(int key, std::size_t length) {
+    const auto [peer, chunk] = arrivals_[std::size_t(key)];
+    std::byte* const landed = target(peer) + plan_from(peer).begin(chunk) * value_bytes();
+    double bound = 0.0;
+    if constexpr (chunked) bound = messages_.finish(exec_, peer, chunk, landed, length, scratch_->decode.data());
+    else bound = messages_.finish(exec_, peer, landed, length, scratch_->decode.data());
+    report_.absolute_bound = std::max(report_.absolute_bound, bound);
   }
 
   void start() {
@@ -226,27 +270,44 @@ class exchange_engine final : public operation {
     scratch_->reserve(send_bytes, receive_bytes, messages_.decode_room());
     if (messages_.measures_error()) report_.max_error = 0.0;
 
-    // Receives first, so early senders find them posted.
+    // Receives first, so early senders find them posted: every chunk of every message, each
+    // at its raw offset, in order (MPI matches them in that order).
     for (int peer = 0; peer < p; ++peer)
       if (peer != rank && messages_.raw_bytes_from(peer) > 0)
-        posted_.receive(target(peer), messages_.raw_bytes_from(peer), peer, scratch_->comm, who_);
+        post_chunk_receives(posted_, plan_from(peer), value_bytes(), target(peer), peer, scratch_->comm, who_,
+                            [&](std::size_t chunk) {
+                              arrivals_.push_back({peer, chunk});
+                              return int(arrivals_.size() - 1);
+                            });
 
-    messages_.copy_self(exec_);
-
-    // Rotating order, so no rank is everyone's first target; each message leaves as soon as it
-    // is encoded, overlapping its transfer with the next one's compression.
+    // Rotating order, so no rank is everyone's first target; each chunk leaves as soon as it
+    // is encoded, and arrivals are decoded between two chunks: the transfer of one chunk
+    // overlaps the compression of the next and the decoding of what came in.
     for (int step = 1; step < p; ++step) {
       const int peer = (rank + step) % p;
       const std::size_t raw = messages_.raw_bytes_to(peer);
       if (raw == 0) continue;
-      const std::span<const std::byte> payload =
-          messages_.encode(exec_, peer, scratch_->send.data() + send_offset_[std::size_t(peer)], report_);
+      std::byte* const room = scratch_->send.data() + send_offset_[std::size_t(peer)];
+      const chunk_plan plan = plan_to(peer);
+      bool compressed = false;
+      send_chunks(
+          posted_, plan, peer, scratch_->comm, who_,
+          [&](std::size_t chunk) {
+            std::span<const std::byte> payload;
+            if constexpr (chunked) payload = messages_.encode(exec_, peer, chunk, room, report_);
+            else payload = messages_.encode(exec_, peer, room, report_);
+            compressed = compressed || payload.size() < plan.size(chunk) * value_bytes();
+            report_.wire_bytes += payload.size();
+            ++report_.chunks;
+            return payload;
+          },
+          [&] { posted_.progress(false, who_, [&](int key, std::size_t length) { arrived(key, length); }); });
       report_.payload_bytes += raw;
-      report_.wire_bytes += payload.size();
       ++report_.messages;
-      if (payload.size() < raw) ++report_.compressed_messages;
-      posted_.send(payload.data(), payload.size(), peer, scratch_->comm, who_);
+      if (compressed) ++report_.compressed_messages;
     }
+    // The block to itself last: the copy overlaps the last chunks on the wire.
+    messages_.copy_self(exec_);
   }
 
   Exec exec_;
@@ -255,6 +316,7 @@ class exchange_engine final : public operation {
   const char* who_;
   call_scratch scratch_;
   std::vector<std::size_t> receive_offset_, send_offset_;
+  std::vector<std::pair<int, std::size_t>> arrivals_;  ///< per posted receive: (peer, chunk)
   collective_report report_;
   bool finished_ = false;
   posted_messages posted_;  // last: completed or cancelled before the buffers above go
@@ -265,7 +327,9 @@ struct exchange_layout {
   std::vector<std::size_t> send_counts, send_displs, recv_counts, recv_displs;
 };
 
-/// One contiguous block per peer (alltoall, alltoallv).
+/// One contiguous block per peer (alltoall, alltoallv), cut into chunks when it may be
+/// compressed (comm/detail/pipeline.hpp): chunk i of a block is values [begin(i), begin(i) +
+/// size(i)), its own stream or its raw values, its own message.
 template <class T>
 struct block_messages {
   const T* send = nullptr;
@@ -277,16 +341,26 @@ struct block_messages {
   int rank = 0;
   const char* who = "kompress::alltoall";
 
+  static constexpr std::size_t value_bytes = sizeof(T);
+
   std::size_t raw_bytes_to(int peer) const { return layout.send_counts[std::size_t(peer)] * sizeof(T); }
   std::size_t raw_bytes_from(int peer) const { return layout.recv_counts[std::size_t(peer)] * sizeof(T); }
+  chunk_plan chunks_to(int peer) const {
+    return rule.plan(layout.send_counts[std::size_t(peer)], sizeof(T), raw_bytes_to(peer));
+  }
+  chunk_plan chunks_from(int peer) const {
+    return rule.plan(layout.recv_counts[std::size_t(peer)], sizeof(T), raw_bytes_from(peer));
+  }
   bool receives_in_place(int peer) const { return !rule.may_compress(raw_bytes_from(peer)); }
   std::byte* place_from(int peer) const {
     return reinterpret_cast<std::byte*>(recv + layout.recv_displs[std::size_t(peer)]);
   }
+  /// Staging of one chunk's stream: every chunk but the last is full, the last no larger.
+  std::size_t chunk_room(const chunk_plan& plan) const { return max_compressed_size<T>(plan.chunk, codec.block_size); }
   std::size_t send_room(int peer) const {
-    return rule.may_compress(raw_bytes_to(peer))
-               ? max_compressed_size<T>(layout.send_counts[std::size_t(peer)], codec.block_size)
-               : 0;
+    if (!rule.may_compress(raw_bytes_to(peer))) return 0;
+    const chunk_plan plan = chunks_to(peer);
+    return plan.count() * chunk_room(plan);
   }
   bool measures_error() const { return measure_error; }
   std::size_t decode_room() const { return 0; }
@@ -298,27 +372,33 @@ struct block_messages {
       std::memmove(recv + layout.recv_displs[r], send + layout.send_displs[r], layout.send_counts[r] * sizeof(T));
   }
 
+  /// Chunk `chunk` of the block for `peer`; `room` is the peer's staging (send_room bytes).
   template <class Exec>
-  std::span<const std::byte> encode(const Exec& exec, int peer, std::byte* room, collective_report& report) const {
-    const std::size_t count = layout.send_counts[std::size_t(peer)];
-    const T* const values = send + layout.send_displs[std::size_t(peer)];
+  std::span<const std::byte> encode(const Exec& exec, int peer, std::size_t chunk, std::byte* room,
+                                    collective_report& report) const {
+    const chunk_plan plan = chunks_to(peer);
+    const std::size_t count = plan.size(chunk);
+    const T* const values = send + layout.send_displs[std::size_t(peer)] + plan.begin(chunk);
     const std::size_t raw = count * sizeof(T);
-    if (rule.may_compress(raw)) {
-      const host_bytes staging(room, send_room(peer));
+    if (rule.may_compress(raw_bytes_to(peer))) {
+      std::byte* const out = room + chunk * chunk_room(plan);
+      const host_bytes staging(out, chunk_room(plan));
       const std::size_t length = compress(exec, host_values<const T>(values, count), staging, codec);
       if (rule.send_compressed(raw, length)) {
-        if (measure_error) report.max_error = std::fmax(report.max_error, decode_error(exec, values, count, room, length));
-        return {room, length};
+        if (measure_error) report.max_error = std::fmax(report.max_error, decode_error(exec, values, count, out, length));
+        return {out, length};
       }
     }
     return {reinterpret_cast<const std::byte*>(values), raw};
   }
 
   template <class Exec>
-  double finish(const Exec& exec, int peer, const std::byte* landed, std::size_t length, std::byte*) const {
+  double finish(const Exec& exec, int peer, std::size_t chunk, const std::byte* landed, std::size_t length,
+                std::byte*) const {
     if (receives_in_place(peer)) return 0.0;  // raw values landed in place
-    return decode_message(exec, landed, length, layout.recv_counts[std::size_t(peer)],
-                          recv + layout.recv_displs[std::size_t(peer)], who);
+    const chunk_plan plan = chunks_from(peer);
+    return decode_message(exec, landed, length, plan.size(chunk), recv + layout.recv_displs[std::size_t(peer)] +
+                                                                     plan.begin(chunk), who);
   }
 
  private:

@@ -241,14 +241,19 @@ struct code_span_values {
 template <class T, class Exec>
 class homomorphic_sums {
  public:
-  static std::size_t scratch_bytes(std::size_t largest, int block_size) {
-    return layout(largest, block_size).total;
+  /// Scratch for `count` values whose spans (one message each) hold at most `largest`.
+  static std::size_t scratch_bytes(std::size_t count, std::size_t largest, int block_size) {
+    return layout(count, largest, block_size).total;
   }
 
-  homomorphic_sums(const Exec& exec, code_grid grid, int block_size, std::size_t largest, T* values,
-                   std::byte* scratch)
+  /// The codes of a span stay in the scratch between the call that forms them and the one that
+  /// sends them, at the span's own position: the ring encodes one chunk's pieces while the
+  /// next chunk's pieces arrive (comm/detail/pipeline.hpp). Every call on one span must use the
+  /// same (begin, n) as the others on it, since blocks start at `begin`.
+  homomorphic_sums(const Exec& exec, code_grid grid, int block_size, std::size_t count, std::size_t largest,
+                   T* values, std::byte* scratch)
       : exec_(exec), grid_(grid), block_size_(block_size), values_(values) {
-    const scratch_layout at = layout(largest, block_size);
+    const scratch_layout at = layout(count, largest, block_size);
     codes_ = reinterpret_cast<double*>(scratch + at.codes);
     coded_ = reinterpret_cast<std::uint8_t*>(scratch + at.coded);
     slots_ = scratch + at.slots;
@@ -269,8 +274,8 @@ class homomorphic_sums {
       dispatch_block_size(block_size_, [&](auto block) {
         constexpr int B = decltype(block)::value;
         Kokkos::parallel_for("kompress::homomorphic::encode", Kokkos::RangePolicy<Exec>(exec_, 0, chunks),
-                             code_chunk_encoder<T, B>{values_ + begin, codes_, coded_, grid_, reduced, n, slots_,
-                                                      slot_bytes_, lengths_, errors_});
+                             code_chunk_encoder<T, B>{values_ + begin, codes_ + begin, coded_ + begin, grid_,
+                                                      reduced, n, slots_, slot_bytes_, lengths_, errors_});
       });
       exec_.fence("kompress::homomorphic: codes encoded");
       std::size_t length = chunks * 4;
@@ -296,7 +301,7 @@ class homomorphic_sums {
     if (n == 0) return;
     if (length == n * sizeof(T)) {  // raw partial sums: this rank's exact values added in floating point
       Kokkos::parallel_for("kompress::homomorphic::add_raw", Kokkos::RangePolicy<Exec>(exec_, 0, n),
-                           raw_adder{in, values_ + begin, coded_, block_size_});
+                           raw_adder{in, values_ + begin, coded_ + begin, block_size_});
       exec_.fence("kompress::homomorphic: raw sums added");
       return;
     }
@@ -304,8 +309,8 @@ class homomorphic_sums {
     dispatch_block_size(block_size_, [&](auto block) {
       constexpr int B = decltype(block)::value;
       Kokkos::parallel_for("kompress::homomorphic::add", Kokkos::RangePolicy<Exec>(exec_, 0, chunks),
-                           code_chunk_adder<T, B>{in, lengths_, values_ + begin, codes_, coded_, grid_, n, failed_,
-                                                  errors_});
+                           code_chunk_adder<T, B>{in, lengths_, values_ + begin, codes_ + begin, coded_ + begin,
+                                                  grid_, n, failed_, errors_});
     });
     exec_.fence("kompress::homomorphic: codes added");
     check_chunks(chunks, who);
@@ -333,7 +338,7 @@ class homomorphic_sums {
     dispatch_block_size(block_size_, [&](auto block) {
       constexpr int B = decltype(block)::value;
       Kokkos::parallel_for("kompress::homomorphic::values", Kokkos::RangePolicy<Exec>(exec_, 0, n),
-                           code_span_values<T, B>{values_ + begin, codes_, coded_, grid_, out});
+                           code_span_values<T, B>{values_ + begin, codes_ + begin, coded_ + begin, grid_, out});
     });
     exec_.fence("kompress::homomorphic: sums reconstructed");
   }
@@ -361,14 +366,14 @@ class homomorphic_sums {
   struct scratch_layout {
     std::size_t codes = 0, coded = 0, slots = 0, slot_bytes = 0, lengths = 0, errors = 0, failed = 0, total = 0;
   };
-  static scratch_layout layout(std::size_t largest, int block_size) {
+  static scratch_layout layout(std::size_t count, std::size_t largest, int block_size) {
     const auto round8 = [](std::size_t bytes) { return (bytes + 7) / 8 * 8; };
     const std::size_t chunk = std::size_t(block_size) * code_blocks_per_chunk;
     const std::size_t chunks = (largest + chunk - 1) / chunk;
     scratch_layout at;
     at.slot_bytes = chunk / std::size_t(block_size) + chunk * 8;  // every block verbatim
-    at.coded = at.codes + largest * sizeof(double);
-    at.slots = at.coded + round8(largest);
+    at.coded = at.codes + count * sizeof(double);
+    at.slots = at.coded + round8(count);
     at.lengths = at.slots + chunks * at.slot_bytes;
     at.errors = at.lengths + (chunks + 1) * 8;
     at.failed = at.errors + chunks * 8;
