@@ -49,8 +49,8 @@ struct ratio_shape {
   std::uint64_t plane_rows = 0;
 };
 
-/// Padded length of a chunk: residuals and bitmaps cover whole 32-value groups.
-KOMPRESS_FUNCTION constexpr int ratio_padded(int n) { return (n + 31) & ~31; }
+/// Padded length of a chunk: residuals and bitmaps cover whole 64-value blocks.
+KOMPRESS_FUNCTION constexpr int ratio_padded(int n) { return (n + 63) & ~63; }
 
 /// Scratch for one chunk (about 54 KiB): one per thread on the host.
 struct ratio_scratch {
@@ -139,9 +139,12 @@ KOMPRESS_FUNCTION std::uint64_t zero_eliminated_size(const std::uint8_t* in, std
 }
 
 /// Writes in[0, length) zero-eliminated, with the bitmaps zero_eliminated_size just built in
-/// `levels`; returns the bytes written.
+/// `levels`, to `out`, which has room for `room` bytes (at least the size); returns the bytes
+/// written. A bitmap byte's kept bytes are stored with eight unconditional writes where the room
+/// allows (the writes past the kept ones are overwritten next or lie beyond the chunk's end).
 KOMPRESS_FUNCTION std::uint64_t write_zero_eliminated(const std::uint8_t* in, std::uint32_t length,
-                                                      const std::uint8_t* levels, std::byte* out) {
+                                                      const std::uint8_t* levels, std::byte* out,
+                                                      std::uint64_t room) {
   std::uint32_t lengths[8];
   const int top = zero_levels(length, lengths);
   const std::uint8_t* level_data[8];
@@ -158,19 +161,27 @@ KOMPRESS_FUNCTION std::uint64_t write_zero_eliminated(const std::uint8_t* in, st
     const std::uint8_t* bitmap = level_data[k + 1];
     for (std::uint32_t b = 0; b < lengths[k + 1]; ++b) {
       std::uint32_t m = bitmap[b];
-      while (m) {
-        const int j = lowest_bit(m);
-        m &= m - 1;
-        out[position++] = std::byte(data[8 * b + std::uint32_t(j)]);
+      if (!m) continue;
+      if (position + 8 <= room && 8 * b + 8 <= lengths[k]) {
+        for (std::uint32_t j = 0; j < 8; ++j) {
+          out[position] = std::byte(data[8 * b + j]);
+          position += (m >> j) & 1u;
+        }
+      } else {
+        while (m) {
+          const int j = lowest_bit(m);
+          m &= m - 1;
+          out[position++] = std::byte(data[8 * b + std::uint32_t(j)]);
+        }
       }
     }
   }
   return position;
 }
 
-/// Reads a zero-eliminated buffer of `length` bytes into out (zeroed here), using `levels`
-/// (length / 7 + 64 bytes) for the bitmaps; returns the bytes consumed, or -1 if it would
-/// read past `available` or a bitmap marks bytes past the buffer.
+/// Reads a zero-eliminated buffer of `length` bytes into out, using `levels` (length / 7 + 64
+/// bytes) for the bitmaps; returns the bytes consumed, or -1 if it would read past `available`
+/// or a bitmap marks bytes past the buffer.
 KOMPRESS_FUNCTION std::int64_t read_zero_eliminated(const std::byte* in, std::uint64_t available,
                                                     std::uint32_t length, std::uint8_t* levels,
                                                     std::uint8_t* out) {
@@ -189,14 +200,32 @@ KOMPRESS_FUNCTION std::int64_t read_zero_eliminated(const std::byte* in, std::ui
   for (int k = top - 1; k >= 0; --k) {
     std::uint8_t* data = level_data[k];
     const std::uint8_t* bitmap = level_data[k + 1];
-    for (std::uint32_t j = 0; j < lengths[k]; ++j) data[j] = 0;
+    // Nothing marked past the level's end, and every kept byte within `available`.
+    const std::uint32_t full = lengths[k] / 8;
+    if (lengths[k] % 8 && (bitmap[full] >> (lengths[k] % 8)) != 0) return -1;
+    std::uint64_t kept = 0;
+    for (std::uint32_t b = 0; b < lengths[k + 1]; ++b) kept += std::uint64_t(popcount32(bitmap[b]));
+    if (kept > available - position) return -1;
+    const std::uint64_t last = position + kept;  // one past the last kept byte
     for (std::uint32_t b = 0; b < lengths[k + 1]; ++b) {
-      std::uint32_t m = bitmap[b];
-      while (m) {
-        const std::uint32_t j = 8 * b + std::uint32_t(lowest_bit(m));
-        m &= m - 1;
-        if (j >= lengths[k] || position >= available) return -1;
-        data[j] = std::uint8_t(in[position++]);
+      const std::uint32_t m = bitmap[b];
+      if (b < full) {
+        if (!m) {
+          store<std::uint64_t>(reinterpret_cast<std::byte*>(data + 8 * b), 0);
+          continue;
+        }
+        for (std::uint32_t j = 0; j < 8; ++j) {
+          const std::uint32_t bit = (m >> j) & 1u;
+          const std::uint64_t at = position < last ? position : last - 1;
+          data[8 * b + j] = std::uint8_t(std::uint8_t(in[at]) & (0u - bit));
+          position += bit;
+        }
+      } else {
+        for (std::uint32_t j = 0; 8 * b + j < lengths[k]; ++j) {
+          const std::uint32_t bit = (m >> j) & 1u;
+          data[8 * b + j] = bit ? std::uint8_t(in[position]) : 0;
+          position += bit;
+        }
       }
     }
   }
@@ -279,20 +308,29 @@ KOMPRESS_FUNCTION std::uint32_t unzigzag32(std::uint32_t z) {
   return (z >> 1) ^ (std::uint32_t(0) - (z & 1));
 }
 
-/// Walks the chunk's values with their row and plane positions: f(i, x, y).
-template <class F>
-KOMPRESS_FUNCTION void walk_positions(std::uint64_t first, int n, const ratio_geometry& g, F&& f) {
-  std::uint32_t x = 0, y = 0;
-  if (g.row) {
-    x = std::uint32_t(first % g.row);
-    if (g.plane_rows) y = std::uint32_t((first / g.row) % g.plane_rows);
-  }
-  for (int i = 0; i < n; ++i) {
-    f(i, x, y);
-    if (g.row && ++x == g.row) {
-      x = 0;
-      if (g.plane_rows && ++y == g.plane_rows) y = 0;
-    }
+/// Walks the chunk's values row segment by row segment: general(i, x, y) for the values with a
+/// neighbour missing (x and y: the value's position in its row and its row's in its plane),
+/// interior(lo, hi) for the runs [lo, hi) whose Lorenzo neighbours are all in the chunk.
+template <class General, class Interior>
+KOMPRESS_FUNCTION void walk_rows(std::uint64_t first, int n, const ratio_geometry& g,
+                                 General&& general, Interior&& interior) {
+  const int r = int(g.row);
+  const bool three = g.predictor == predict_lorenzo3;
+  const int threshold = three ? int(g.row * g.plane_rows) + r + 1 : r + 1;
+  std::uint32_t x = std::uint32_t(first % g.row);
+  std::uint32_t y = three ? std::uint32_t((first / g.row) % g.plane_rows) : 1u;
+  int a = 0;
+  while (a < n) {
+    const int b = a + int(g.row - x) < n ? a + int(g.row - x) : n;
+    int lo = a + (x == 0 ? 1 : 0);
+    if (lo < threshold) lo = threshold;
+    if (three && y == 0) lo = b;
+    if (lo > b) lo = b;
+    for (int i = a; i < lo; ++i) general(i, x + std::uint32_t(i - a), y);
+    if (lo < b) interior(lo, b);
+    a = b;
+    x = 0;
+    if (three && ++y == g.plane_rows) y = 0;
   }
 }
 
@@ -306,9 +344,22 @@ KOMPRESS_FUNCTION std::uint64_t ratio_residuals(const std::int32_t* q, int n, st
     out[0] = zigzag32(std::uint32_t(q[0]));
     for (int i = 1; i < n; ++i) out[i] = zigzag32(std::uint32_t(q[i]) - std::uint32_t(q[i - 1]));
   } else {
-    walk_positions(first, n, g, [&](int i, std::uint32_t x, std::uint32_t y) {
+    const auto general = [&](int i, std::uint32_t x, std::uint32_t y) {
       out[i] = zigzag32(std::uint32_t(q[i]) - predict(q, i, x, y, g));
-    });
+    };
+    const int r = int(g.row), p = int(g.row * g.plane_rows);
+    const auto* u = reinterpret_cast<const std::uint32_t*>(q);
+    if (g.predictor == predict_lorenzo2) {
+      walk_rows(first, n, g, general, [&](int lo, int hi) {
+        for (int i = lo; i < hi; ++i) out[i] = zigzag32(u[i] - (u[i - 1] + u[i - r] - u[i - r - 1]));
+      });
+    } else {
+      walk_rows(first, n, g, general, [&](int lo, int hi) {
+        for (int i = lo; i < hi; ++i)
+          out[i] = zigzag32(u[i] - (u[i - 1] + u[i - r] + u[i - p] - u[i - r - 1] - u[i - p - 1] -
+                                    u[i - p - r] + u[i - p - r - 1]));
+      });
+    }
   }
   std::uint64_t estimate = 0;
   for (int k = 0; k < n / 8; ++k) {
@@ -321,34 +372,81 @@ KOMPRESS_FUNCTION std::uint64_t ratio_residuals(const std::int32_t* q, int n, st
   return estimate + std::uint64_t(popcount32(o));
 }
 
-/// Bit planes of residuals[0, padded): byte p * (padded / 8) + k holds bit p of residuals
-/// 8k .. 8k + 7 (bit j = residual 8k + j). `planes` has 4 * padded bytes.
+/// Transposes, in each of the 8 byte lanes independently, the 8x8 bit matrix whose row i is
+/// that byte of w[i] (bit j = column j): afterwards bit j of byte k of w[i] is what bit i of
+/// byte k of w[j] was. Three rounds of block swaps (Hacker's Delight 7-3, across words).
+KOMPRESS_FUNCTION void transpose_lanes(std::uint64_t* w) {
+  constexpr std::uint64_t m4 = 0x0F0F0F0F0F0F0F0Full, m2 = 0x3333333333333333ull,
+                          m1 = 0x5555555555555555ull;
+  for (int i = 0; i < 4; ++i) {
+    const std::uint64_t t = ((w[i] >> 4) ^ w[i + 4]) & m4;
+    w[i + 4] ^= t;
+    w[i] ^= t << 4;
+  }
+  for (int a = 0; a < 4; ++a) {
+    const int i = (a & 1) | ((a & 2) << 1);  // 0, 1, 4, 5
+    const std::uint64_t t = ((w[i] >> 2) ^ w[i + 2]) & m2;
+    w[i + 2] ^= t;
+    w[i] ^= t << 2;
+  }
+  for (int a = 0; a < 4; ++a) {
+    const int i = 2 * a;
+    const std::uint64_t t = ((w[i] >> 1) ^ w[i + 1]) & m1;
+    w[i + 1] ^= t;
+    w[i] ^= t << 1;
+  }
+}
+
+/// Bit planes of residuals[0, padded) (padded a multiple of 64): byte p * (padded / 8) + k
+/// holds bit p of residuals 8k .. 8k + 7 (bit j = residual 8k + j). `planes` has 4 * padded
+/// bytes. Per 64 residuals and byte slice (planes 8b .. 8b + 7) holding a set bit: gather the
+/// slice's bytes into 8 words (word j, byte k: residual 8k + j), transpose the lanes, and each
+/// word is a plane's 8 bytes.
 KOMPRESS_FUNCTION void to_bit_planes(const std::uint32_t* residuals, int padded, std::uint8_t* planes) {
   const int groups = padded / 8;
   for (int b = 0; b < 4 * padded; ++b) planes[b] = 0;
-  for (int k = 0; k < groups; ++k) {
-    const std::uint32_t* r = residuals + 8 * k;
+  for (int block = 0; block < padded / 64; ++block) {
+    const std::uint32_t* r = residuals + 64 * block;
     std::uint32_t o = 0;
-    for (int j = 0; j < 8; ++j) o |= r[j];
-    const int width = bit_width(o);
-    for (int p = 0; p < width; ++p) {
-      std::uint32_t byte = 0;
-      for (int j = 0; j < 8; ++j) byte |= ((r[j] >> p) & 1u) << j;
-      planes[p * groups + k] = std::uint8_t(byte);
+    for (int i = 0; i < 64; ++i) o |= r[i];
+    const int slices = (bit_width(o) + 7) / 8;
+    for (int b = 0; b < slices; ++b) {
+      std::uint64_t w[8];
+      for (int j = 0; j < 8; ++j) {
+        std::uint64_t x = 0;
+        for (int k = 0; k < 8; ++k) x |= std::uint64_t((r[8 * k + j] >> (8 * b)) & 0xFFu) << (8 * k);
+        w[j] = x;
+      }
+      transpose_lanes(w);
+      for (int p = 0; p < 8; ++p)
+        store<std::uint64_t>(reinterpret_cast<std::byte*>(planes + (8 * b + p) * groups + 8 * block), w[p]);
     }
   }
 }
 
 KOMPRESS_FUNCTION void from_bit_planes(const std::uint8_t* planes, int padded, std::uint32_t* residuals) {
   const int groups = padded / 8;
+  // Byte slices holding any set bit, over the whole chunk.
+  int slices = 0;
+  for (int b = 0; b < 4; ++b) {
+    std::uint64_t any = 0;
+    const std::uint8_t* slice = planes + 8 * b * groups;
+    for (int i = 0; i < groups; ++i) any |= load<std::uint64_t>(reinterpret_cast<const std::byte*>(slice + 8 * i));
+    if (any) slices = b + 1;
+  }
   for (int i = 0; i < padded; ++i) residuals[i] = 0;
-  for (int p = 0; p < 32; ++p) {
-    const std::uint8_t* plane = planes + p * groups;
-    for (int k = 0; k < groups; ++k) {
-      const std::uint32_t byte = plane[k];
-      if (!byte) continue;
-      std::uint32_t* r = residuals + 8 * k;
-      for (int j = 0; j < 8; ++j) r[j] |= ((byte >> j) & 1u) << p;
+  for (int block = 0; block < padded / 64; ++block) {
+    std::uint32_t* r = residuals + 64 * block;
+    for (int b = 0; b < slices; ++b) {
+      std::uint64_t w[8], any = 0;
+      for (int p = 0; p < 8; ++p) {
+        w[p] = load<std::uint64_t>(reinterpret_cast<const std::byte*>(planes + (8 * b + p) * groups + 8 * block));
+        any |= w[p];
+      }
+      if (!any) continue;
+      transpose_lanes(w);  // word j, byte k: byte b of residual 8k + j
+      for (int j = 0; j < 8; ++j)
+        for (int k = 0; k < 8; ++k) r[8 * k + j] |= std::uint32_t((w[j] >> (8 * k)) & 0xFFu) << (8 * b);
     }
   }
 }
@@ -408,31 +506,43 @@ KOMPRESS_FUNCTION std::uint64_t encode_ratio_chunk(const T* in, int n, std::uint
   std::uint32_t* const raws = scratch.maps[2];
   for (int w = 0; w < words; ++w) negative_zeros[w] = fills[w] = raws[w] = 0;
 
-  // Quantize and verify, 32 values at a time; exceptions take the previous code (0: -0.0).
+  // Quantize and verify (a branch-free loop that vectorizes: flags per value, in the residual
+  // scratch), then, if any value is an exception, its maps; exceptions take the previous code
+  // (0 for -0.0).
   const bits fill_bits = codec.fill_bits;
-  const bool has_fill = codec.has_fill;
+  const bits fill_enabled = codec.has_fill ? ~bits(0) : bits(0);
   const double step = codec.step, threshold = codec.accept_threshold;
+  std::uint32_t* const flags = scratch.residuals;  // bit 0 exception, 1 -0.0, 2 fill
+  std::uint32_t any = 0;
+  for (int i = 0; i < n; ++i) {
+    const T value = in[i];
+    const bits b = to_bits(value);
+    const double x = static_cast<double>(value);
+    const double code = codec.biased_code(x) - rounding_constant;
+    // Masks, not selects: NaN and out-of-range codes become 0 by their bits.
+    const std::uint64_t in_range = std::uint64_t(0) - std::uint64_t(magnitude(code) < ratio_max_code);
+    const double safe = from_bits<double>(to_bits(code) & in_range);
+    const double error = x - static_cast<double>(value_codec<T>::reconstruct(safe, step));
+    const std::uint32_t ok = std::uint32_t(in_range & 1u) & std::uint32_t(magnitude(error) <= threshold) &
+                             std::uint32_t((b & exponent_mask) != exponent_mask) &
+                             std::uint32_t(b != sign_mask);
+    const std::uint32_t is_fill = std::uint32_t(((b ^ fill_bits) | ~fill_enabled) == 0);
+    q[i] = static_cast<std::int32_t>(safe);
+    const std::uint32_t f = ((ok ^ 1u) | is_fill) | (std::uint32_t(b == sign_mask) << 1) | (is_fill << 2);
+    flags[i] = f;
+    any |= f;
+  }
   std::uint32_t any_negative_zero = 0, any_fill = 0, raw_count = 0;
-  for (int w = 0; w < words; ++w) {
-    const int begin = 32 * w, end = begin + 32 < n ? begin + 32 : n;
-    std::uint32_t bad = 0, zeros = 0, fill = 0;
-    for (int i = begin; i < end; ++i) {
-      const T value = in[i];
-      const bits b = to_bits(value);
-      const double x = static_cast<double>(value);
-      const double code = codec.biased_code(x) - rounding_constant;
-      const bool in_range = magnitude(code) < ratio_max_code;
-      const double safe = in_range ? code : 0.0;
-      const double error = x - static_cast<double>(value_codec<T>::reconstruct(safe, step));
-      const bool ok = in_range && magnitude(error) <= threshold &&
-                      (b & exponent_mask) != exponent_mask && b != sign_mask;
-      const bool is_fill = has_fill && b == fill_bits;
-      q[i] = static_cast<std::int32_t>(safe);
-      bad |= std::uint32_t(!ok || is_fill) << (i - begin);
-      zeros |= std::uint32_t(b == sign_mask) << (i - begin);
-      fill |= std::uint32_t(is_fill) << (i - begin);
-    }
-    if (bad) {
+  if (any) {
+    for (int w = 0; w < words; ++w) {
+      const int begin = 32 * w, end = begin + 32 < n ? begin + 32 : n;
+      std::uint32_t bad = 0, zeros = 0, fill = 0;
+      for (int i = begin; i < end; ++i) {
+        bad |= (flags[i] & 1u) << (i - begin);
+        zeros |= ((flags[i] >> 1) & 1u) << (i - begin);
+        fill |= ((flags[i] >> 2) & 1u) << (i - begin);
+      }
+      if (!bad) continue;
       negative_zeros[w] = zeros;
       fills[w] = fill & ~zeros;
       raws[w] = bad & ~zeros & ~fill;
@@ -496,7 +606,7 @@ KOMPRESS_FUNCTION std::uint64_t encode_ratio_chunk(const T* in, int n, std::uint
   for (int m = 0; m < 3; ++m)
     if (kind & (ratio_flag_negative_zeros << m))
       position += write_zero_eliminated(transitions[m], std::uint32_t(padded / 8), map_levels[m],
-                                        out + position);
+                                        out + position, raw_bytes - position);
   if (raw_count) {
     for (int w = 0; w < words; ++w) {
       std::uint32_t m = raws[w];
@@ -509,7 +619,7 @@ KOMPRESS_FUNCTION std::uint64_t encode_ratio_chunk(const T* in, int n, std::uint
     }
   }
   position += write_zero_eliminated(scratch.planes, std::uint32_t(4 * padded), scratch.levels,
-                                    out + position);
+                                    out + position, raw_bytes - position);
   return position;
 }
 
@@ -596,9 +706,31 @@ KOMPRESS_FUNCTION bool decode_ratio_chunk(const std::byte* in, std::uint64_t byt
       q[i] = std::int32_t(code);
     }
   } else {
-    walk_positions(first, n, g, [&](int i, std::uint32_t x, std::uint32_t y) {
+    const auto general = [&](int i, std::uint32_t x, std::uint32_t y) {
       q[i] = std::int32_t(predict(q, i, x, y, g) + unzigzag32(r[i]));
-    });
+    };
+    const int w = int(g.row), p = int(g.row * g.plane_rows);
+    auto* u = reinterpret_cast<std::uint32_t*>(q);
+    if (g.predictor == predict_lorenzo2) {
+      // A run lies in one row: its upper neighbours are decoded, so the only dependency is on
+      // the left neighbour, kept in a register.
+      walk_rows(first, n, g, general, [&](int lo, int hi) {
+        std::uint32_t left = u[lo - 1];
+        for (int i = lo; i < hi; ++i) {
+          left += u[i - w] - u[i - w - 1] + unzigzag32(r[i]);
+          u[i] = left;
+        }
+      });
+    } else {
+      walk_rows(first, n, g, general, [&](int lo, int hi) {
+        std::uint32_t left = u[lo - 1];
+        for (int i = lo; i < hi; ++i) {
+          left += u[i - w] + u[i - p] - u[i - w - 1] - u[i - p - 1] - u[i - p - w] +
+                  u[i - p - w - 1] + unzigzag32(r[i]);
+          u[i] = left;
+        }
+      });
+    }
   }
   const double step = codec.step;
   for (int i = 0; i < n; ++i) out[i] = value_codec<T>::reconstruct(double(q[i]), step);
