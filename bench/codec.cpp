@@ -21,7 +21,11 @@
 // geometric-mean rows per family, then the issue's targets marked MET / NOT MET.
 //
 //   bench_codec [--files a,b] [--bounds 1e-2,1e-3,1e-4] [--reps 5] [--min-time-ms 10]
-//               [--block-size 32] [--csv bench_codec.csv]
+//               [--block-size 32] [--codec fast|ratio] [--csv bench_codec.csv]
+//
+// --codec ratio measures the ratio codec (format 1.1) on each file as a View of its own shape
+// (its Lorenzo predictors follow it), and adds its targets (issue 14): PFPL's science-19
+// geometric means, and SZx's and zfp's ratio on every file (codec.md's tables).
 //
 // The thread count is Kokkos's (OMP_NUM_THREADS); bench/run sets it to 2.
 
@@ -81,6 +85,7 @@ struct options {
   int reps = 5;
   double min_rep_seconds = 0.010;
   int block_size = 32;
+  kompress::codec_mode codec = kompress::codec_mode::fast;
   std::string csv = "bench_codec.csv";
 };
 
@@ -89,7 +94,7 @@ struct options {
                "bench_codec: %s\n"
                "usage: bench_codec [--files SUBSTR[,SUBSTR...]] [--bounds REL[,REL...]]\n"
                "                   [--reps N] [--min-time-ms MS] [--block-size 32|64|128]\n"
-               "                   [--csv PATH]\n",
+               "                   [--codec fast|ratio] [--csv PATH]\n",
                complaint.c_str());
   std::exit(2);
 }
@@ -115,6 +120,9 @@ options parse_options(int argc, char** argv) {
         opts.min_rep_seconds = std::stod(value) / 1000.0;
       } else if (arg == "--block-size") {
         opts.block_size = std::stoi(value);
+      } else if (arg == "--codec") {
+        if (value != "fast" && value != "ratio") usage("--codec must be fast or ratio");
+        opts.codec = value == "ratio" ? kompress::codec_mode::ratio : kompress::codec_mode::fast;
       } else if (arg == "--csv") {
         opts.csv = value;
       } else {
@@ -385,19 +393,35 @@ baseline_result run_baselines(const std::vector<T>& values, std::optional<double
 // ---------------------------------------------------------------------------------------------
 // kompress
 
-template <class T>
-codec_result run_kompress(const std::vector<T>& values, std::optional<double> fill,
+/// Calls f with an unmanaged LayoutRight View over `values` of the file's shape (rank 1 to 4;
+/// the ratio codec's predictors follow it), or a rank-1 View for the fast codec.
+template <class T, class F>
+auto with_file_view(const std::vector<T>& values, const std::vector<std::size_t>& shape,
+                    kompress::codec_mode codec, F&& f) {
+  using unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+  const T* p = values.data();
+  const auto e = [&](std::size_t d) { return shape[d]; };
+  if (codec == kompress::codec_mode::ratio) {
+    if (shape.size() == 2) return f(Kokkos::View<const T**, Kokkos::HostSpace, unmanaged>(p, e(0), e(1)));
+    if (shape.size() == 3) return f(Kokkos::View<const T***, Kokkos::HostSpace, unmanaged>(p, e(0), e(1), e(2)));
+    if (shape.size() == 4)
+      return f(Kokkos::View<const T****, Kokkos::HostSpace, unmanaged>(p, e(0), e(1), e(2), e(3)));
+  }
+  return f(Kokkos::View<const T*, Kokkos::HostSpace, unmanaged>(p, values.size()));
+}
+
+template <class T, class InView>
+codec_result run_kompress(const std::vector<T>& values, const InView& in, std::optional<double> fill,
                           double range, double bound, const options& opts,
                           const Kokkos::OpenMP& one_thread, const host_exec& all_threads) {
   codec_result r;
   r.bound = bound;
   r.abs_bound = bound * range;
   const std::size_t bytes = values.size() * sizeof(T);
-  const kompress::compress_options copts{
-      .bound = kompress::relative(bound), .fill_value = fill, .block_size = opts.block_size};
-
-  Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(),
-                                                                         values.size());
+  const kompress::compress_options copts{.bound = kompress::relative(bound),
+                                         .fill_value = fill,
+                                         .block_size = opts.block_size,
+                                         .codec = opts.codec};
   const std::size_t capacity = kompress::max_compressed_size(in, copts);
   Kokkos::View<std::byte*, Kokkos::HostSpace> stream_1t("bench::stream_1t", capacity);
   Kokkos::View<std::byte*, Kokkos::HostSpace> stream_all("bench::stream_all", capacity);
@@ -448,8 +472,10 @@ void run_file(file_result& result, const options& opts, const Kokkos::OpenMP& on
   result.range = stats.range();
   result.base = run_baselines(values, result.file.fill_value, result.range, opts, threads);
   for (const double bound : opts.bounds)
-    result.codec.push_back(run_kompress(values, result.file.fill_value, result.range, bound, opts,
-                                        one_thread, all_threads));
+    result.codec.push_back(with_file_view(values, result.file.shape, opts.codec, [&](const auto& in) {
+      return run_kompress(values, in, result.file.fill_value, result.range, bound, opts,
+                          one_thread, all_threads);
+    }));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -626,6 +652,117 @@ void print_baseline_table(const std::vector<file_result>& results, int threads) 
   }
 }
 
+// Issue 14's ratio targets, for --codec ratio. codec.md, "PFPL measured here" and "SZx and zfp
+// measured here, same run as kompress": PFPL's geometric means over the 19 science fields without
+// fill values, and SZx's and zfp's ratio on every file at REL 1e-2 / 1e-3 / 1e-4.
+struct reference_ratios {
+  const char* file;
+  double szx[3], zfp[3];
+};
+const reference_ratios szx_zfp_ratios[] = {
+    {"act_cnn_s3_relu_out_128x64x8x8.f32", {3.75, 2.73, 2.47}, {3.32, 2.53, 2.05}},
+    {"act_cnn_stem_conv_out_128x16x32x32.f32", {2.88, 2.23, 1.72}, {4.15, 2.99, 2.17}},
+    {"act_cnn_stem_relu_out_128x16x32x32.f32", {3.76, 2.70, 2.27}, {4.03, 2.68, 2.14}},
+    {"act_mlp_fc1_out_1024x1024.f32", {2.04, 1.39, 1.35}, {3.81, 2.58, 2.08}},
+    {"act_mlp_relu2_out_1024x1024.f32", {2.56, 1.81, 1.74}, {3.25, 2.49, 2.02}},
+    {"act_tfm_b0_attn_probs_32x4x128x128.f32", {8.25, 6.30, 4.71}, {11.25, 7.34, 4.99}},
+    {"act_tfm_b1_ln1_in_32x128x128.f32", {1.98, 1.35, 1.33}, {3.34, 2.36, 1.93}},
+    {"cesm_trefht_4x110x64x128.f32", {3.28, 2.70, 2.02}, {5.89, 3.80, 2.80}},
+    {"dlrm_flights_lookup_fwd_1024x10x128.f32", {2.06, 1.53, 1.44}, {2.55, 1.98, 1.62}},
+    {"dlrm_flights_lookup_grad_1024x10x128.f32", {3.20, 1.98, 1.57}, {3.53, 2.31, 1.84}},
+    {"dlrm_flights_tables_10492x128.f32", {2.23, 1.82, 1.46}, {3.96, 2.89, 2.27}},
+    {"emb_word2vec_googlenews_8000x300.f32", {2.16, 1.50, 1.45}, {3.57, 2.67, 2.00}},
+    {"era5_t2m_uk_744x33x49.f32", {3.13, 2.37, 1.84}, {5.79, 3.21, 2.40}},
+    {"erai_u_2x3x241x480.f32", {5.67, 3.25, 2.63}, {6.28, 3.18, 2.27}},
+    {"erai_z_2x3x241x480.f32", {76.32, 6.47, 3.62}, {6.71, 4.44, 2.97}},
+    {"foam_ocean_v_24x128x128.f32", {1.76, 1.74, 1.73}, {3.23, 2.99, 2.69}},
+    {"grad_cnn_stem_relu_out_128x16x32x32.f32", {3.25, 2.27, 1.68}, {5.07, 3.44, 2.41}},
+    {"grad_mlp_fc1_out_1024x1024.f32", {51.51, 31.40, 20.05}, {35.73, 19.32, 9.96}},
+    {"grad_tfm_b0_ln2_in_32x128x128.f32", {2.27, 1.77, 1.47}, {3.50, 2.63, 2.11}},
+    {"hacc_vx_32768.f32", {2.28, 1.72, 1.60}, {3.25, 2.49, 2.02}},
+    {"hacc_x_32768.f32", {3.52, 2.71, 1.96}, {3.77, 2.80, 2.07}},
+    {"mitgcm_deepconv_t_50x100x100.f32", {51.20, 41.56, 32.35}, {26.69, 22.26, 17.81}},
+    {"mitgcm_deepconv_u_50x100x100.f32", {24.05, 8.63, 3.22}, {56.03, 31.01, 15.64}},
+    {"mitgcm_fizhi_theta_40x32x192.f64", {7.65, 5.64, 4.21}, {16.79, 9.56, 6.00}},
+    {"mitgcm_ocean_theta_15x40x90.f64", {10.57, 8.02, 6.32}, {11.30, 7.84, 5.56}},
+    {"mitgcm_ocean_uvel_15x40x90.f64", {14.12, 8.74, 7.14}, {16.56, 10.27, 7.41}},
+    {"mpas_surface_pressure_163842.f64", {9.31, 5.64, 4.55}, {6.24, 4.54, 3.74}},
+    {"nemo_orca2_sst_5x149x182.f32", {1.67, 1.66, 1.63}, {2.77, 2.34, 1.93}},
+    {"nyx_baryon_density_32x32x32.f32", {23.65, 8.67, 3.58}, {13.81, 6.93, 4.26}},
+    {"nyx_dark_matter_density_32x32x32.f32", {27.44, 4.46, 3.09}, {12.42, 4.86, 3.34}},
+    {"nyx_temperature_32x32x32.f32", {4.52, 3.10, 2.51}, {5.70, 3.71, 2.76}},
+    {"nyx_velocity_x_32x32x32.f32", {4.04, 3.03, 2.23}, {5.84, 3.77, 2.56}},
+    {"pop_temp_384x320.f32", {1.69, 1.68, 1.64}, {4.40, 3.57, 2.79}},
+    {"sz_testdouble_8x8x8x128.f64", {50.34, 36.72, 31.76}, {9.97, 7.88, 6.51}},
+    {"sz_testfloat_8x8x128.f32", {4.89, 3.28, 2.51}, {4.80, 3.47, 2.53}},
+    {"wrf_katrina_qrain_4x14x48x48.f32", {14.10, 9.05, 6.53}, {23.70, 12.57, 8.05}},
+};
+
+template <class Line>
+void print_ratio_targets(const std::vector<file_result>& results, const options& opts, Line& line) {
+  const auto bound_index = [&](double bound) -> std::optional<std::size_t> {
+    for (std::size_t i = 0; i < opts.bounds.size(); ++i)
+      if (std::fabs(opts.bounds[i] - bound) <= 1e-9 * bound) return i;
+    return std::nullopt;
+  };
+  const auto science_19 = [](const file_result& r) {
+    return r.file.family == "science" && !r.file.fill_value;
+  };
+  const auto ratio = [](const codec_result& c) { return c.ratio; };
+  const double rels[3] = {1e-2, 1e-3, 1e-4}, pfpl[3] = {37.3, 15.3, 7.9};
+  std::printf(" Ratio codec (issue 14): science fields without fill values, geometric means\n");
+  std::printf("  (22 science fields, fills declared:");
+  for (int k = 0; k < 3; ++k) {
+    const auto i = bound_index(rels[k]);
+    std::printf(" %s", i ? fmt(codec_geomean(results, *i, [](const file_result& r) {
+                                 return r.file.family == "science";
+                               }, ratio)).c_str() : "-");
+  }
+  std::printf(" at REL 1e-2 / 1e-3 / 1e-4)\n");
+  for (int k = 0; k < 3; ++k) {
+    const auto i = bound_index(rels[k]);
+    char what[96];
+    std::snprintf(what, sizeof what, "science-19, REL %.0e, >= PFPL (%.1f)", rels[k], pfpl[k]);
+    line(what, i ? codec_geomean(results, *i, science_19, ratio) : nan, pfpl[k], true);
+  }
+  const auto embedding = [](const file_result& r) { return r.file.family == "embedding"; };
+  const auto activation = [](const file_result& r) { return r.file.family == "activation"; };
+  const auto i2 = bound_index(1e-2);
+  line("embeddings + DLRM, REL 1e-2, >= fast codec today (8.56)",
+       i2 ? codec_geomean(results, *i2, embedding, ratio) : nan, 8.56, true);
+  line("activations, REL 1e-2, >= fast codec today (10.8)",
+       i2 ? codec_geomean(results, *i2, activation, ratio) : nan, 10.8, true);
+  // Every file at least SZx's and zfp's ratio.
+  int below = 0, compared = 0;
+  double worst = inf;
+  std::string worst_what;
+  for (const auto& r : results) {
+    if (!r.error.empty()) continue;
+    for (const auto& ref : szx_zfp_ratios) {
+      if (r.file.name != ref.file) continue;
+      for (int k = 0; k < 3; ++k) {
+        const auto i = bound_index(rels[k]);
+        if (!i) continue;
+        const double mine = r.codec[*i].ratio, best = std::max(ref.szx[k], ref.zfp[k]);
+        ++compared;
+        if (mine < best) {
+          ++below;
+          std::printf("    below SZx/zfp: %-40s REL %.0e: %.2f < %.2f (SZx %.2f, zfp %.2f)\n",
+                      short_name(r.file.name).c_str(), rels[k], mine, best, ref.szx[k], ref.zfp[k]);
+        }
+        if (mine / best < worst) {
+          worst = mine / best;
+          worst_what = r.file.name + " at REL " + fmt_g(rels[k], 1);
+        }
+      }
+    }
+  }
+  std::printf("  every file >= SZx and zfp: %d of %d file x bound cases below; worst ratio / theirs "
+              "%.2f (%s)\n", below, compared, worst, worst_what.c_str());
+  line("file x bound cases at or above both SZx and zfp (all of them)", double(compared - below),
+       double(compared), compared > 0);
+}
+
 // The targets of the issue (docs: shared/design/codec.md, "SZx measured here" and "Numbers to
 // beat"). Returns the number not met.
 int print_targets(const std::vector<file_result>& results, const options& opts, int threads) {
@@ -660,6 +797,7 @@ int print_targets(const std::vector<file_result>& results, const options& opts, 
   const auto c1 = [](const codec_result& c) { return c.c_1t; };
   const auto d1 = [](const codec_result& c) { return c.d_1t; };
 
+  if (opts.codec == kompress::codec_mode::ratio) print_ratio_targets(results, opts, line);
   std::printf(" Ratio (geometric means)\n");
   line("science fields, REL 1e-3, >= 2x SZx (6.1)", geo(1e-3, science, ratio), 12.2, true);
   line("science fields, REL 1e-4, >= 2x SZx (4.6)", geo(1e-4, science, ratio), 9.2, true);

@@ -26,6 +26,13 @@ constexpr error_bound relative(double fraction) { return {bound_mode::relative, 
 /// Bit-exact.
 constexpr error_bound lossless() { return {bound_mode::absolute, 0.0}; }
 
+/// Which codec writes the stream (docs/format.md). Both keep the same bound, special values
+/// and determinism; the stream records its mode and decompress reads either.
+enum class codec_mode : std::uint8_t {
+  fast = 0,   ///< format 1.0: blocks of 32-128 values with one width each (the default)
+  ratio = 1,  ///< format 1.1: chunks of 4096 values, predicted codes in zero-eliminated bit planes
+};
+
 struct compress_options {
   error_bound bound = lossless();
   /// Values bit-identical to this one (converted to the element type) come back bit-exact and
@@ -33,6 +40,8 @@ struct compress_options {
   std::optional<double> fill_value = std::nullopt;
   /// Values per block: 32, 64 or 128. Recorded in the stream.
   int block_size = 32;
+  /// The codec. codec_mode::ratio ignores block_size (its chunks have their own layout).
+  codec_mode codec = codec_mode::fast;
 };
 
 }  // namespace v0

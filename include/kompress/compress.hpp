@@ -40,10 +40,20 @@ std::size_t max_compressed_size(std::size_t count, int block_size = 32) {
       .max_stream_bytes();
 }
 
+/// The same for the codec `options` names (codec_mode::ratio streams are never longer than
+/// fast-mode ones of the same count and block size 32).
+template <class T>
+std::size_t max_compressed_size(std::size_t count, const compress_options& options) {
+  if (options.codec == codec_mode::ratio)
+    return detail::stream_layout{count, sizeof(T), detail::ratio_block_size,
+                                 detail::ratio_blocks_per_chunk, true}
+        .max_stream_bytes();
+  return max_compressed_size<T>(count, options.block_size);
+}
+
 template <float_view InView>
 std::size_t max_compressed_size(const InView& in, const compress_options& options = {}) {
-  return max_compressed_size<typename InView::non_const_value_type>(in.size(),
-                                                                    options.block_size);
+  return max_compressed_size<typename InView::non_const_value_type>(in.size(), options);
 }
 
 namespace detail {
@@ -110,7 +120,7 @@ void enqueue_compression(const ExecutionSpace& exec, const InView& in, const Out
   require_contiguous(in, who, "the input View");
   require_contiguous(out, who, "the output View");
   require_disjoint(in, out, who, "the input and output Views");
-  const std::size_t needed = max_compressed_size<T>(in.size(), options.block_size);
+  const std::size_t needed = max_compressed_size<T>(in.size(), options);
   if (out.size() < needed)
     throw invalid_argument(std::string(who) + ": output too small (got " +
                            std::to_string(out.size()) + " bytes, need " + std::to_string(needed) +
@@ -125,6 +135,15 @@ void enqueue_compression(const ExecutionSpace& exec, const InView& in, const Out
   if (options.fill_value) {
     header.flags = flag_fill_value;
     header.fill_bits = to_bits(static_cast<T>(*options.fill_value));
+  }
+  if (options.codec == codec_mode::ratio) {
+    header.block_size = ratio_block_size;
+    header.blocks_per_chunk = ratio_blocks_per_chunk;
+    header.flags |= flag_ratio_codec;
+    enqueue_compress_kernels<T, ratio_block_size>(exec, in.data(), out.data(), header, length,
+                                                  backend<ExecutionSpace>::tuning(),
+                                                  ratio_shape_of(in));
+    return;
   }
   dispatch_block_size(options.block_size, [&](auto block_size) {
     enqueue_compress_kernels<T, decltype(block_size)::value>(exec, in.data(), out.data(), header,
@@ -287,6 +306,10 @@ void decompress(const ExecutionSpace& exec, const InView& in, const OutView& out
   codec.step = header.quant_step;
   codec.has_fill = (header.flags & detail::flag_fill_value) != 0;
   codec.fill_bits = static_cast<detail::bits_t<T>>(header.fill_bits);
+  if (header.ratio()) {
+    detail::decompress_ratio_chunks<T>(exec, in.data(), header, codec, out.data(), who);
+    return;
+  }
   detail::dispatch_block_size(header.block_size, [&](auto block_size) {
     detail::decompress_chunks<T, decltype(block_size)::value>(exec, in.data(), header, codec,
                                                               out.data(), who);

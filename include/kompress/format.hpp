@@ -31,6 +31,7 @@ struct stream_info {
   double fill_value = 0.0;
   int block_size = 0;
   int blocks_per_chunk = 0;
+  codec_mode codec = codec_mode::fast;
   std::uint64_t chunk_count = 0;
   std::uint64_t compressed_bytes = 0; ///< whole stream, header included
   double value_min = NAN;             ///< over the finite, non-fill values; NaN if none
@@ -47,14 +48,20 @@ namespace detail {
 
 inline constexpr std::uint8_t stream_magic[4] = {'K', 'M', 'P', 'Z'};
 inline constexpr int format_major = 1;
-inline constexpr int format_minor = 0;
+/// The newest minor version this library reads and writes: 1.1 adds the ratio codec (flag
+/// bit 1). Fast-mode streams are still written as 1.0, byte for byte.
+inline constexpr int format_minor = 1;
 inline constexpr std::size_t header_bytes = 88;
 inline constexpr std::size_t header_checksum_offset = 80;
 /// Where the header keeps the absolute bound used and the stream's length.
 inline constexpr std::size_t abs_bound_offset = 24;
 inline constexpr std::size_t stream_length_offset = 56;
 inline constexpr std::uint32_t flag_fill_value = 1u << 0;
+/// Format 1.1: the chunks are ratio chunks (codec/ratio.hpp); block size 32, 128 blocks per chunk.
+inline constexpr std::uint32_t flag_ratio_codec = 1u << 1;
 inline constexpr int default_blocks_per_chunk = 64;
+inline constexpr int ratio_block_size = 32;
+inline constexpr int ratio_blocks_per_chunk = 128;
 
 template <class T>
 constexpr element_type element_type_of() {
@@ -69,6 +76,8 @@ struct stream_layout {
   std::size_t element_size = 4;
   int block_size = 32;
   int blocks_per_chunk = default_blocks_per_chunk;
+  /// Ratio chunks (flag_ratio_codec): at least 2 bytes each (a kind byte and a plane bitmap).
+  bool ratio = false;
 
   KOMPRESS_FUNCTION std::uint64_t values_per_chunk() const {
     return std::uint64_t(block_size) * std::uint64_t(blocks_per_chunk);
@@ -102,12 +111,12 @@ struct stream_layout {
   /// The shortest a chunk of `values` values can be: a descriptor byte per block (a quantized
   /// block of width 0 that repeats the previous base has no payload).
   KOMPRESS_FUNCTION std::uint64_t min_chunk_bytes(std::uint64_t values) const {
-    return (values + block_size - 1) / block_size;
+    return ratio ? 2 : (values + block_size - 1) / block_size;
   }
   /// The shortest stream of `count` values: a header that claims more values than its bytes
   /// can hold is rejected before anything is allocated for them.
   KOMPRESS_FUNCTION std::uint64_t min_stream_bytes() const {
-    return data_offset() + block_count();
+    return data_offset() + (ratio ? 2 * chunk_count() : block_count());
   }
 };
 
@@ -126,10 +135,11 @@ struct stream_header {
   std::uint64_t stream_bytes = 0;
   double value_min = NAN;
   double value_max = NAN;
-  int minor_version = format_minor;  ///< as read; writers always write format_minor
+  int minor_version = 0;  ///< as read; writers write 0 (fast codec) or 1 (ratio codec)
 
-  stream_layout layout() const {
-    return {count, type == element_type::float32 ? 4u : 8u, block_size, blocks_per_chunk};
+  KOMPRESS_FUNCTION bool ratio() const { return (flags & flag_ratio_codec) != 0; }
+  KOMPRESS_FUNCTION stream_layout layout() const {
+    return {count, type == element_type::float32 ? 4u : 8u, block_size, blocks_per_chunk, ratio()};
   }
 };
 
@@ -137,7 +147,7 @@ struct stream_header {
 KOMPRESS_FUNCTION void write_header_fields(std::byte* p, const stream_header& h) {
   for (int i = 0; i < 4; ++i) p[i] = std::byte(stream_magic[i]);
   p[4] = std::byte(format_major);
-  p[5] = std::byte(format_minor);
+  p[5] = std::byte(h.ratio() ? 1 : 0);  // fast-mode streams stay 1.0
   p[6] = std::byte(static_cast<std::uint8_t>(h.type));
   p[7] = std::byte(static_cast<std::uint8_t>(h.mode));
   store<std::uint64_t>(p + 8, h.count);
@@ -206,8 +216,14 @@ inline stream_header parse_header(const std::byte* prefix, std::size_t prefix_by
   if (!supported_block_size(h.block_size))
     throw_format(who, "unsupported block size " + std::to_string(h.block_size));
   if (h.blocks_per_chunk < 1) throw_format(who, "blocks per chunk is 0");
-  if ((h.flags & ~flag_fill_value) != 0)
-    throw_format(who, "unknown flag bits " + std::to_string(h.flags) + " (this library knows bit 0)");
+  const std::uint32_t known_flags = flag_fill_value | (minor >= 1 ? flag_ratio_codec : 0u);
+  if ((h.flags & ~known_flags) != 0)
+    throw_format(who, "unknown flag bits " + std::to_string(h.flags) + " (this library knows bits 0" +
+                          (minor >= 1 ? " and 1" : "") + " in a " + std::to_string(major) + "." +
+                          std::to_string(minor) + " stream)");
+  if (h.ratio() && (h.block_size != ratio_block_size || h.blocks_per_chunk != ratio_blocks_per_chunk))
+    throw_format(who, "a ratio-codec stream must have block size 32 and 128 blocks per chunk (got " +
+                          std::to_string(h.block_size) + " and " + std::to_string(h.blocks_per_chunk) + ")");
   if (!(h.quant_step >= 0.0) || !std::isfinite(h.quant_step) || !(h.abs_bound >= 0.0))
     throw_format(who, "invalid quantization step or bound in header");
   const std::size_t element_size = h.type == element_type::float32 ? 4 : 8;
@@ -265,6 +281,7 @@ inline stream_info to_info(const stream_header& h) {
                           : from_bits<double>(h.fill_bits);
   info.block_size = h.block_size;
   info.blocks_per_chunk = h.blocks_per_chunk;
+  info.codec = h.ratio() ? codec_mode::ratio : codec_mode::fast;
   info.chunk_count = h.layout().chunk_count();
   info.compressed_bytes = h.stream_bytes;
   info.value_min = h.value_min;

@@ -10,6 +10,7 @@ namespace kompress::inline v0 {
 enum class bound_mode : std::uint8_t;
 struct error_bound;
 struct compress_options;
+enum class codec_mode : std::uint8_t;
 
 // format.hpp: what a stream's header says
 enum class element_type : std::uint8_t;

@@ -188,6 +188,18 @@ void write_all(const std::filesystem::path& dir) {
              {.bound = absolute(1e-9), .block_size = 64});
   write_seed(dir, "f64_rough_rel_bs32", generate<double>(3001, rough),
              {.bound = relative(1e-2), .fill_value = 0.0});
+  // The ratio codec (format 1.1): exceptions of every kind, several chunks, constant chunks.
+  constexpr auto ratio = kompress::codec_mode::ratio;
+  write_seed(dir, "f32_ratio_specials_abs", generate<float>(1500, special),
+             {.bound = absolute(1e-2), .codec = ratio});
+  write_seed(dir, "f32_ratio_fill_rel", generate<float>(5000, masked),
+             {.bound = relative(1e-3), .fill_value = 1e20, .codec = ratio});
+  write_seed(dir, "f32_ratio_constant", generate<float>(4200, [](std::size_t) { return 3.5; }),
+             {.bound = relative(1e-3), .codec = ratio});
+  write_seed(dir, "f64_ratio_multichunk_abs", generate<double>(9000, smooth),
+             {.bound = absolute(1e-4), .codec = ratio});
+  write_seed(dir, "f64_ratio_rough_rel", generate<double>(3001, rough),
+             {.bound = relative(1e-2), .fill_value = 0.0, .codec = ratio});
   // rejected: more values claimed than the bytes can hold
   write_bomb_seed(dir, "f32_bomb_2e30", std::uint64_t(1) << 30, kompress::element_type::float32);
   write_bomb_seed(dir, "f64_bomb_2e33", std::uint64_t(1) << 33, kompress::element_type::float64);

@@ -26,10 +26,13 @@ struct round_trip_result {
   double ratio() const { return double(decoded.size() * sizeof(T)) / double(stream.size()); }
 };
 
-template <class T>
-round_trip_result<T> round_trip(std::span<const T> values, const kompress::compress_options& options) {
+/// Round trip of a host View of any rank and layout (values in memory order).
+template <class InView>
+round_trip_result<typename InView::non_const_value_type> round_trip_view(
+    const InView& in, const kompress::compress_options& options) {
+  using T = typename InView::non_const_value_type;
   using host = Kokkos::DefaultHostExecutionSpace;
-  Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
+  const std::span<const T> values(in.data(), in.size());
   Kokkos::View<std::byte*, Kokkos::HostSpace> buffer("stream", kompress::max_compressed_size(in, options));
   const std::size_t length = kompress::compress(host{}, in, buffer, options);
   REQUIRE(length <= buffer.size());
@@ -42,6 +45,27 @@ round_trip_result<T> round_trip(std::span<const T> values, const kompress::compr
   Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> out(result.decoded.data(), values.size());
   kompress::decompress(host{}, stream, out);
   return result;
+}
+
+template <class T>
+round_trip_result<T> round_trip(std::span<const T> values, const kompress::compress_options& options) {
+  return round_trip_view(
+      Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(values.data(), values.size()),
+      options);
+}
+
+/// Calls f with an unmanaged host View over `values` of the given extents (rank 1 to 4) in
+/// layout `Layout`.
+template <class Layout, class T, class F>
+decltype(auto) with_view(std::span<const T> values, const std::vector<std::size_t>& extents, F&& f) {
+  using unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+  const auto e = [&](std::size_t d) { return d < extents.size() ? extents[d] : std::size_t(1); };
+  switch (extents.size()) {
+    case 2: return f(Kokkos::View<const T**, Layout, Kokkos::HostSpace, unmanaged>(values.data(), e(0), e(1)));
+    case 3: return f(Kokkos::View<const T***, Layout, Kokkos::HostSpace, unmanaged>(values.data(), e(0), e(1), e(2)));
+    case 4: return f(Kokkos::View<const T****, Layout, Kokkos::HostSpace, unmanaged>(values.data(), e(0), e(1), e(2), e(3)));
+    default: return f(Kokkos::View<const T*, Layout, Kokkos::HostSpace, unmanaged>(values.data(), values.size()));
+  }
 }
 
 template <class T>
@@ -119,10 +143,15 @@ bound_check check_bound(std::span<const T> original, std::span<const T> decoded,
   return check;
 }
 
-/// Round trip plus the bound check; returns the result for further checks.
-template <class T>
-round_trip_result<T> require_round_trip(std::span<const T> values, const kompress::compress_options& options) {
-  auto result = round_trip(values, options);
+/// Round trip plus the bound check; returns the result for further checks. With `extents`
+/// (rank 1 to 4), the values are compressed as a View of that shape in `Layout`.
+template <class T, class Layout = Kokkos::LayoutRight>
+round_trip_result<T> require_round_trip(std::span<const T> values, const kompress::compress_options& options,
+                                        const std::vector<std::size_t>& extents = {}) {
+  auto result = extents.empty() ? round_trip(values, options)
+                                : with_view<Layout>(values, extents, [&](const auto& view) {
+                                    return round_trip_view(view, options);
+                                  });
   double abs_bound = expected_abs_bound(values, options.bound, options.fill_value);
   if (std::isinf(abs_bound)) {
     // max - min overflows double: the stream's bound must still be at most r * (max - min),

@@ -33,6 +33,9 @@ inline void validate_bound(const error_bound& bound, const char* who) {
 inline void validate_options(const compress_options& options, const char* who) {
   validate_bound(options.bound, who);
   validate_block_size(options.block_size, who);
+  if (options.codec != codec_mode::fast && options.codec != codec_mode::ratio)
+    throw invalid_argument(std::string(who) + ": unknown codec mode " +
+                           std::to_string(int(options.codec)));
 }
 
 /// Codecs read and write Views as flat arrays in memory order.

@@ -93,11 +93,12 @@ struct chunk_moves {
 ///      overwrites only bytes of chunks already moved, so every wave count (0: all on one
 ///      thread) gives the same bytes.
 /// The stream does not depend on the thread count: every chunk's bytes depend on its values
-/// alone.
+/// alone (and, for ratio chunks, on `shape`, the View's extents the predictors use).
 template <class T, int BlockSize, class Exec>
 void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
                               const stream_header& base, std::uint64_t* length,
-                              const kernel_tuning& tuning = backend<Exec>::tuning()) {
+                              const kernel_tuning& tuning = backend<Exec>::tuning(),
+                              const ratio_shape& shape = {}) {
   using memory_space = typename Exec::memory_space;
   const stream_layout layout = base.layout();
   const std::uint64_t count = base.count;
@@ -115,9 +116,16 @@ void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
                       Kokkos::View<packed_range<T>, memory_space, Kokkos::MemoryUnmanaged>(range),
                       tuning.range_segment);
 
-  const chunk_encoder<T, BlockSize> encoder{in,   range, data, ends, checksums, base, layout,
-                                            values_per_chunk, full_chunk_bytes};
-  backend<Exec>::encode_chunks(exec, chunks, encoder, tuning.encoder);
+  if (base.ratio()) {
+    const ratio_chunk_encoder<T> encoder{in,     range,           data,           ends, checksums,
+                                         base,   layout,          values_per_chunk,
+                                         full_chunk_bytes, shape};
+    backend<Exec>::encode_ratio_chunks(exec, chunks, encoder, tuning.encoder);
+  } else {
+    const chunk_encoder<T, BlockSize> encoder{in,   range, data, ends, checksums, base, layout,
+                                              values_per_chunk, full_chunk_bytes};
+    backend<Exec>::encode_chunks(exec, chunks, encoder, tuning.encoder);
+  }
   Kokkos::parallel_scan(
       "kompress::compress::chunk_offsets", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
       KOKKOS_LAMBDA(std::uint64_t chunk, std::uint64_t& end, bool final) {

@@ -38,6 +38,13 @@ struct chunk_encoder_avx2 : chunk_encoder<T, BlockSize> {
   }
 };
 
+template <class T>
+struct ratio_chunk_encoder_avx2 : ratio_chunk_encoder<T> {
+  __attribute__((target("avx2,fma"), flatten)) void operator()(std::uint64_t chunk) const {
+    this->encode(chunk);
+  }
+};
+
 inline bool host_has_avx2_fma() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
@@ -86,6 +93,21 @@ struct backend<Exec> {
 #endif
     (void)kind;
     Kokkos::parallel_for("kompress::compress::encode_chunks", policy, encoder);
+  }
+
+  template <class T>
+  static void encode_ratio_chunks(const Exec& exec, std::uint64_t chunks,
+                                  const ratio_chunk_encoder<T>& encoder, encoder_kind kind) {
+    const Kokkos::RangePolicy<Exec> policy(exec, 0, chunks);
+#ifdef KOMPRESS_HOST_AVX2_DISPATCH
+    if (kind == encoder_kind::avx2_fma && host_has_avx2_fma()) {
+      Kokkos::parallel_for("kompress::compress::encode_ratio_chunks", policy,
+                           ratio_chunk_encoder_avx2<T>{encoder});
+      return;
+    }
+#endif
+    (void)kind;
+    Kokkos::parallel_for("kompress::compress::encode_ratio_chunks", policy, encoder);
   }
 };
 

@@ -6,11 +6,14 @@
 //   static kernel_tuning tuning();                        its tuning (backend/tuning.hpp)
 //   template <class T, int B> static void encode_chunks(  runs `encoder` over chunks [0, n)
 //       const Exec&, std::uint64_t n, const chunk_encoder<T, B>& encoder, encoder_kind);
+//   template <class T> static void encode_ratio_chunks(   the same for ratio chunks
+//       const Exec&, std::uint64_t n, const ratio_chunk_encoder<T>& encoder, encoder_kind);
 // A new one (a CUDA fast path, say) is one file beside this one that specializes it, plus
 // its #include in backend/backend.hpp.
 
 #include <kompress/kernels/backend/tuning.hpp>
 #include <kompress/kernels/chunk_encoder.hpp>
+#include <kompress/kernels/ratio_encoder.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -26,6 +29,14 @@ struct backend {
   static void encode_chunks(const Exec& exec, std::uint64_t chunks,
                             const chunk_encoder<T, BlockSize>& encoder, encoder_kind) {
     Kokkos::parallel_for("kompress::compress::encode_chunks",
+                         Kokkos::RangePolicy<Exec>(exec, 0, chunks), encoder);
+  }
+
+  /// The ratio codec's chunks (codec_mode::ratio).
+  template <class T>
+  static void encode_ratio_chunks(const Exec& exec, std::uint64_t chunks,
+                                  const ratio_chunk_encoder<T>& encoder, encoder_kind) {
+    Kokkos::parallel_for("kompress::compress::encode_ratio_chunks",
                          Kokkos::RangePolicy<Exec>(exec, 0, chunks), encoder);
   }
 };

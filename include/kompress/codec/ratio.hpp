@@ -1,0 +1,759 @@
+#pragma once
+// The ratio codec (format 1.1, codec_mode::ratio): one chunk of up to ratio_chunk_values
+// values in, bytes out, and back. Pure functions for host and device: no allocation, no
+// dispatch; the scratch lives in a ratio_scratch the caller provides.
+//
+// Per chunk: quantize every value (value_codec, the fast codec's arithmetic), verify it
+// against the decoder's own reconstruction, and turn the values that cannot be quantized
+// within the bound (NaN, +-Inf, -0.0, the fill value, codes of 2^28 or more, failed
+// verification) into exceptions: bitmaps of their positions, and the raw bits of those that
+// are neither -0.0 nor the fill. Predict each integer code from its neighbours (none, the
+// previous value, or a 2-D / 3-D Lorenzo predictor over the View's shape; the smallest
+// estimate wins), zigzag the residuals, transpose them into bit planes (one byte = one bit of
+// eight neighbouring residuals) and drop the zero bytes, recording which bytes were kept in a
+// bitmap that is itself zero-eliminated, level after level. A chunk whose coding would not be
+// smaller than its raw values is stored raw. docs/format.md, "Ratio chunks", is the layout.
+
+#include <kompress/codec/quantizer.hpp>
+#include <kompress/detail/bytes.hpp>
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace kompress::inline v0::detail {
+
+/// Values per ratio chunk (both element types): 16 KiB of floats, 32 KiB of doubles.
+inline constexpr int ratio_chunk_values = 4096;
+/// Codes of this magnitude or more are exceptions: residuals of the 3-D Lorenzo predictor
+/// (eight codes) then stay below 2^31 and fit a 32-bit zigzag word.
+inline constexpr double ratio_max_code = 0x1p28;
+/// Chunk kind byte.
+inline constexpr std::uint8_t ratio_chunk_raw = 0xFF;
+/// Every value has one bit pattern (constant arrays under a REL bound are lossless; NaN runs).
+inline constexpr std::uint8_t ratio_chunk_constant = 0xFE;
+inline constexpr std::uint8_t ratio_flag_negative_zeros = 1u << 2;
+inline constexpr std::uint8_t ratio_flag_fills = 1u << 3;
+inline constexpr std::uint8_t ratio_flag_raw_values = 1u << 4;
+
+enum ratio_predictor : int { predict_none = 0, predict_delta = 1, predict_lorenzo2 = 2, predict_lorenzo3 = 3 };
+
+/// The View's extents in memory order, fastest first, extents of 1 left out: `row` values per
+/// row and `plane_rows` rows per plane (0 where the View has fewer dimensions). Only what fits
+/// in a chunk matters: a Lorenzo predictor is offered when its farthest neighbour
+/// (row + 1, or row * plane_rows + row + 1 values back) lies inside a chunk.
+struct ratio_shape {
+  std::uint64_t row = 0;
+  std::uint64_t plane_rows = 0;
+};
+
+/// Padded length of a chunk: residuals and bitmaps cover whole 64-value blocks.
+KOMPRESS_FUNCTION constexpr int ratio_padded(int n) { return (n + 63) & ~63; }
+
+/// Scratch for one chunk (about 54 KiB): one per thread on the host.
+struct ratio_scratch {
+  std::int32_t codes[ratio_chunk_values];
+  std::uint32_t residuals[ratio_chunk_values];
+  std::uint8_t planes[4 * ratio_chunk_values];
+  std::uint8_t levels[4 * ratio_chunk_values / 7 + 64];
+  std::uint32_t maps[3][ratio_chunk_values / 32];
+};
+
+/// std::popcount and std::countr_zero of a nonzero word, on host and device.
+KOMPRESS_FUNCTION int popcount32(std::uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  return __popc(v);
+#else
+  return std::popcount(v);
+#endif
+}
+KOMPRESS_FUNCTION int lowest_bit(std::uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  return __ffs(int(v)) - 1;
+#else
+  return std::countr_zero(v);
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// Zero-byte elimination: a buffer of L bytes is stored as its bitmap of nonzero bytes
+// (ceil(L / 8) bytes, bit j of byte k set when byte 8k + j is nonzero), itself stored the same
+// way, down to a bitmap of at most 8 bytes kept verbatim; then, level after level from the top,
+// the nonzero bytes of each bitmap and finally of the buffer.
+
+/// Level lengths: lengths[0] = L, lengths[k+1] = ceil(lengths[k] / 8), the last <= 8.
+KOMPRESS_FUNCTION int zero_levels(std::uint32_t length, std::uint32_t* lengths) {
+  int levels = 0;
+  lengths[0] = length;
+  while (lengths[levels] > 8) {
+    lengths[levels + 1] = (lengths[levels] + 7) / 8;
+    ++levels;
+  }
+  return levels;  // lengths[levels] is stored verbatim
+}
+
+/// Bitmap of the nonzero bytes of in[0, length) into out[0, ceil(length / 8)); returns the
+/// number of nonzero bytes.
+KOMPRESS_FUNCTION std::uint32_t nonzero_bitmap(const std::uint8_t* in, std::uint32_t length,
+                                               std::uint8_t* out) {
+  std::uint32_t count = 0;
+  const std::uint32_t full = length / 8;
+  for (std::uint32_t k = 0; k < full; ++k) {
+    const std::uint64_t w = load<std::uint64_t>(reinterpret_cast<const std::byte*>(in + 8 * k));
+    std::uint8_t m = 0;
+    if (w) {
+      // High bit of each byte set where the byte is nonzero.
+      constexpr std::uint64_t low7 = 0x7F7F7F7F7F7F7F7Full;
+      const std::uint64_t nonzero = (((w & low7) + low7) | w) & ~low7;
+      m = static_cast<std::uint8_t>((nonzero >> 7) * 0x0102040810204080ull >> 56);
+      count += std::uint32_t(popcount32(m));
+    }
+    out[k] = m;
+  }
+  if (length % 8) {
+    std::uint8_t m = 0;
+    for (std::uint32_t j = 0; j < length % 8; ++j) m |= std::uint8_t((in[8 * full + j] != 0) << j);
+    out[full] = m;
+    count += std::uint32_t(popcount32(m));
+  }
+  return count;
+}
+
+/// The zero-eliminated size of in[0, length), building the bitmaps into `levels` (room for
+/// length / 7 + 64 bytes).
+KOMPRESS_FUNCTION std::uint64_t zero_eliminated_size(const std::uint8_t* in, std::uint32_t length,
+                                                     std::uint8_t* levels) {
+  std::uint32_t lengths[8];
+  const int top = zero_levels(length, lengths);
+  std::uint64_t size = lengths[top];
+  const std::uint8_t* source = in;
+  std::uint8_t* bitmap = levels;
+  for (int k = 0; k < top; ++k) {
+    size += nonzero_bitmap(source, lengths[k], bitmap);
+    source = bitmap;
+    bitmap += lengths[k + 1];
+  }
+  return size;
+}
+
+/// Writes in[0, length) zero-eliminated, with the bitmaps zero_eliminated_size just built in
+/// `levels`, to `out`, which has room for `room` bytes (at least the size); returns the bytes
+/// written. A bitmap byte's kept bytes are stored with eight unconditional writes where the room
+/// allows (the writes past the kept ones are overwritten next or lie beyond the chunk's end).
+KOMPRESS_FUNCTION std::uint64_t write_zero_eliminated(const std::uint8_t* in, std::uint32_t length,
+                                                      const std::uint8_t* levels, std::byte* out,
+                                                      std::uint64_t room) {
+  std::uint32_t lengths[8];
+  const int top = zero_levels(length, lengths);
+  const std::uint8_t* level_data[8];
+  level_data[0] = in;
+  const std::uint8_t* p = levels;
+  for (int k = 1; k <= top; ++k) {
+    level_data[k] = p;
+    p += lengths[k];
+  }
+  std::uint64_t position = 0;
+  for (std::uint32_t j = 0; j < lengths[top]; ++j) out[position++] = std::byte(level_data[top][j]);
+  for (int k = top - 1; k >= 0; --k) {
+    const std::uint8_t* data = level_data[k];
+    const std::uint8_t* bitmap = level_data[k + 1];
+    for (std::uint32_t b = 0; b < lengths[k + 1]; ++b) {
+      std::uint32_t m = bitmap[b];
+      if (!m) continue;
+      if (position + 8 <= room && 8 * b + 8 <= lengths[k]) {
+        for (std::uint32_t j = 0; j < 8; ++j) {
+          out[position] = std::byte(data[8 * b + j]);
+          position += (m >> j) & 1u;
+        }
+      } else {
+        while (m) {
+          const int j = lowest_bit(m);
+          m &= m - 1;
+          out[position++] = std::byte(data[8 * b + std::uint32_t(j)]);
+        }
+      }
+    }
+  }
+  return position;
+}
+
+/// Reads a zero-eliminated buffer of `length` bytes into out, using `levels` (length / 7 + 64
+/// bytes) for the bitmaps; returns the bytes consumed, or -1 if it would read past `available`
+/// or a bitmap marks bytes past the buffer.
+KOMPRESS_FUNCTION std::int64_t read_zero_eliminated(const std::byte* in, std::uint64_t available,
+                                                    std::uint32_t length, std::uint8_t* levels,
+                                                    std::uint8_t* out) {
+  std::uint32_t lengths[8];
+  const int top = zero_levels(length, lengths);
+  std::uint8_t* level_data[8];
+  level_data[0] = out;
+  std::uint8_t* p = levels;
+  for (int k = 1; k <= top; ++k) {
+    level_data[k] = p;
+    p += lengths[k];
+  }
+  if (available < lengths[top]) return -1;
+  std::uint64_t position = 0;
+  for (std::uint32_t j = 0; j < lengths[top]; ++j) level_data[top][j] = std::uint8_t(in[position++]);
+  for (int k = top - 1; k >= 0; --k) {
+    std::uint8_t* data = level_data[k];
+    const std::uint8_t* bitmap = level_data[k + 1];
+    // Nothing marked past the level's end, and every kept byte within `available`.
+    const std::uint32_t full = lengths[k] / 8;
+    if (lengths[k] % 8 && (bitmap[full] >> (lengths[k] % 8)) != 0) return -1;
+    std::uint64_t kept = 0;
+    for (std::uint32_t b = 0; b < lengths[k + 1]; ++b) kept += std::uint64_t(popcount32(bitmap[b]));
+    if (kept > available - position) return -1;
+    const std::uint64_t last = position + kept;  // one past the last kept byte
+    for (std::uint32_t b = 0; b < lengths[k + 1]; ++b) {
+      const std::uint32_t m = bitmap[b];
+      if (b < full) {
+        if (!m) {
+          store<std::uint64_t>(reinterpret_cast<std::byte*>(data + 8 * b), 0);
+          continue;
+        }
+        for (std::uint32_t j = 0; j < 8; ++j) {
+          const std::uint32_t bit = (m >> j) & 1u;
+          const std::uint64_t at = position < last ? position : last - 1;
+          data[8 * b + j] = std::uint8_t(std::uint8_t(in[at]) & (0u - bit));
+          position += bit;
+        }
+      } else {
+        for (std::uint32_t j = 0; 8 * b + j < lengths[k]; ++j) {
+          const std::uint32_t bit = (m >> j) & 1u;
+          data[8 * b + j] = bit ? std::uint8_t(in[position]) : 0;
+          position += bit;
+        }
+      }
+    }
+  }
+  return std::int64_t(position);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exception bitmaps: bit i of word i / 32 marks value i. Stored as transitions (bit i is map
+// bit i XOR map bit i - 1), so runs of exceptions (land masks) cost their two ends.
+
+KOMPRESS_FUNCTION void to_transitions(const std::uint32_t* map, int words, std::uint8_t* out) {
+  std::uint32_t carry = 0;
+  for (int w = 0; w < words; ++w) {
+    const std::uint32_t t = map[w] ^ ((map[w] << 1) | carry);
+    carry = map[w] >> 31;
+    store<std::uint32_t>(reinterpret_cast<std::byte*>(out + 4 * w), t);
+  }
+}
+
+KOMPRESS_FUNCTION void from_transitions(const std::uint8_t* in, int words, std::uint32_t* map) {
+  std::uint32_t carry = 0;
+  for (int w = 0; w < words; ++w) {
+    std::uint32_t x = load<std::uint32_t>(reinterpret_cast<const std::byte*>(in + 4 * w));
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= carry;
+    map[w] = x;
+    carry = std::uint32_t(0) - (x >> 31);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prediction on integer codes (wrapping 32-bit arithmetic: exact for the codes the encoder
+// writes, |q| < 2^28, and harmless on a corrupted stream).
+
+struct ratio_geometry {
+  int predictor = predict_none;
+  std::uint32_t row = 0;         // values per row (Lorenzo)
+  std::uint32_t plane_rows = 0;  // rows per plane (3-D Lorenzo)
+};
+
+/// Residual i of codes[0, n) under `g`; `x` and `y` are value i's position in its row and
+/// its row's in its plane (kept by the caller).
+KOMPRESS_FUNCTION std::uint32_t predict(const std::int32_t* q, int i, std::uint32_t x, std::uint32_t y,
+                                        const ratio_geometry& g) {
+  const auto at = [&](int j) { return std::uint32_t(q[j]); };
+  switch (g.predictor) {
+    case predict_delta: return i > 0 ? at(i - 1) : 0u;
+    case predict_lorenzo2: {
+      // A neighbour before the chunk's first value, or across a row's start, counts as 0.
+      const int r = int(g.row);
+      const bool left = x > 0 && i >= 1, up = i >= r, up_left = x > 0 && i >= r + 1;
+      return (left ? at(i - 1) : 0u) + (up ? at(i - r) : 0u) - (up_left ? at(i - r - 1) : 0u);
+    }
+    case predict_lorenzo3: {
+      // The same, and across a plane's first row.
+      const int r = int(g.row), p = int(g.row * g.plane_rows);
+      const bool has_x = x > 0, has_y = y > 0;
+      std::uint32_t s = 0;
+      if (has_x && i >= 1) s += at(i - 1);
+      if (has_y && i >= r) s += at(i - r);
+      if (i >= p) s += at(i - p);
+      if (has_x && has_y && i >= r + 1) s -= at(i - r - 1);
+      if (has_x && i >= p + 1) s -= at(i - p - 1);
+      if (has_y && i >= p + r) s -= at(i - p - r);
+      if (has_x && has_y && i >= p + r + 1) s += at(i - p - r - 1);
+      return s;
+    }
+    default: return 0u;
+  }
+}
+
+KOMPRESS_FUNCTION std::uint32_t zigzag32(std::uint32_t d) {
+  return (d << 1) ^ std::uint32_t(std::int32_t(d) >> 31);
+}
+KOMPRESS_FUNCTION std::uint32_t unzigzag32(std::uint32_t z) {
+  return (z >> 1) ^ (std::uint32_t(0) - (z & 1));
+}
+
+/// Walks the chunk's values row segment by row segment: general(i, x, y) for the values with a
+/// neighbour missing (x and y: the value's position in its row and its row's in its plane),
+/// interior(lo, hi) for the runs [lo, hi) whose Lorenzo neighbours are all in the chunk.
+template <class General, class Interior>
+KOMPRESS_FUNCTION void walk_rows(std::uint64_t first, int n, const ratio_geometry& g,
+                                 General&& general, Interior&& interior) {
+  const int r = int(g.row);
+  const bool three = g.predictor == predict_lorenzo3;
+  const int threshold = three ? int(g.row * g.plane_rows) + r + 1 : r + 1;
+  std::uint32_t x = std::uint32_t(first % g.row);
+  std::uint32_t y = three ? std::uint32_t((first / g.row) % g.plane_rows) : 1u;
+  int a = 0;
+  while (a < n) {
+    const int b = a + int(g.row - x) < n ? a + int(g.row - x) : n;
+    int lo = a + (x == 0 ? 1 : 0);
+    if (lo < threshold) lo = threshold;
+    if (three && y == 0) lo = b;
+    if (lo > b) lo = b;
+    for (int i = a; i < lo; ++i) general(i, x + std::uint32_t(i - a), y);
+    if (lo < b) interior(lo, b);
+    a = b;
+    x = 0;
+    if (three && ++y == g.plane_rows) y = 0;
+  }
+}
+
+/// Residuals of codes[0, n) under `g` into out[0, n); returns the estimated zero-eliminated
+/// size: the nonzero bit-plane bytes, sum over 8-value groups of popcount(OR of the group).
+KOMPRESS_FUNCTION std::uint64_t ratio_residuals(const std::int32_t* q, int n, std::uint64_t first,
+                                                const ratio_geometry& g, std::uint32_t* out) {
+  if (g.predictor == predict_none) {
+    for (int i = 0; i < n; ++i) out[i] = zigzag32(std::uint32_t(q[i]));
+  } else if (g.predictor == predict_delta) {
+    out[0] = zigzag32(std::uint32_t(q[0]));
+    for (int i = 1; i < n; ++i) out[i] = zigzag32(std::uint32_t(q[i]) - std::uint32_t(q[i - 1]));
+  } else {
+    const auto general = [&](int i, std::uint32_t x, std::uint32_t y) {
+      out[i] = zigzag32(std::uint32_t(q[i]) - predict(q, i, x, y, g));
+    };
+    const int r = int(g.row), p = int(g.row * g.plane_rows);
+    const auto* u = reinterpret_cast<const std::uint32_t*>(q);
+    if (g.predictor == predict_lorenzo2) {
+      walk_rows(first, n, g, general, [&](int lo, int hi) {
+        for (int i = lo; i < hi; ++i) out[i] = zigzag32(u[i] - (u[i - 1] + u[i - r] - u[i - r - 1]));
+      });
+    } else {
+      walk_rows(first, n, g, general, [&](int lo, int hi) {
+        for (int i = lo; i < hi; ++i)
+          out[i] = zigzag32(u[i] - (u[i - 1] + u[i - r] + u[i - p] - u[i - r - 1] - u[i - p - 1] -
+                                    u[i - p - r] + u[i - p - r - 1]));
+      });
+    }
+  }
+  std::uint64_t estimate = 0;
+  for (int k = 0; k < n / 8; ++k) {
+    std::uint32_t o = 0;
+    for (int j = 0; j < 8; ++j) o |= out[8 * k + j];
+    estimate += std::uint64_t(popcount32(o));
+  }
+  std::uint32_t o = 0;
+  for (int i = n / 8 * 8; i < n; ++i) o |= out[i];
+  return estimate + std::uint64_t(popcount32(o));
+}
+
+/// Transposes, in each of the 8 byte lanes independently, the 8x8 bit matrix whose row i is
+/// that byte of w[i] (bit j = column j): afterwards bit j of byte k of w[i] is what bit i of
+/// byte k of w[j] was. Three rounds of block swaps (Hacker's Delight 7-3, across words).
+KOMPRESS_FUNCTION void transpose_lanes(std::uint64_t* w) {
+  constexpr std::uint64_t m4 = 0x0F0F0F0F0F0F0F0Full, m2 = 0x3333333333333333ull,
+                          m1 = 0x5555555555555555ull;
+  for (int i = 0; i < 4; ++i) {
+    const std::uint64_t t = ((w[i] >> 4) ^ w[i + 4]) & m4;
+    w[i + 4] ^= t;
+    w[i] ^= t << 4;
+  }
+  for (int a = 0; a < 4; ++a) {
+    const int i = (a & 1) | ((a & 2) << 1);  // 0, 1, 4, 5
+    const std::uint64_t t = ((w[i] >> 2) ^ w[i + 2]) & m2;
+    w[i + 2] ^= t;
+    w[i] ^= t << 2;
+  }
+  for (int a = 0; a < 4; ++a) {
+    const int i = 2 * a;
+    const std::uint64_t t = ((w[i] >> 1) ^ w[i + 1]) & m1;
+    w[i + 1] ^= t;
+    w[i] ^= t << 1;
+  }
+}
+
+/// Bit planes of residuals[0, padded) (padded a multiple of 64): byte p * (padded / 8) + k
+/// holds bit p of residuals 8k .. 8k + 7 (bit j = residual 8k + j). `planes` has 4 * padded
+/// bytes. Per 64 residuals and byte slice (planes 8b .. 8b + 7) holding a set bit: gather the
+/// slice's bytes into 8 words (word j, byte k: residual 8k + j), transpose the lanes, and each
+/// word is a plane's 8 bytes.
+KOMPRESS_FUNCTION void to_bit_planes(const std::uint32_t* residuals, int padded, std::uint8_t* planes) {
+  const int groups = padded / 8;
+  for (int b = 0; b < 4 * padded; ++b) planes[b] = 0;
+  for (int block = 0; block < padded / 64; ++block) {
+    const std::uint32_t* r = residuals + 64 * block;
+    std::uint32_t o = 0;
+    for (int i = 0; i < 64; ++i) o |= r[i];
+    const int slices = (bit_width(o) + 7) / 8;
+    for (int b = 0; b < slices; ++b) {
+      std::uint64_t w[8];
+      for (int j = 0; j < 8; ++j) {
+        std::uint64_t x = 0;
+        for (int k = 0; k < 8; ++k) x |= std::uint64_t((r[8 * k + j] >> (8 * b)) & 0xFFu) << (8 * k);
+        w[j] = x;
+      }
+      transpose_lanes(w);
+      for (int p = 0; p < 8; ++p)
+        store<std::uint64_t>(reinterpret_cast<std::byte*>(planes + (8 * b + p) * groups + 8 * block), w[p]);
+    }
+  }
+}
+
+KOMPRESS_FUNCTION void from_bit_planes(const std::uint8_t* planes, int padded, std::uint32_t* residuals) {
+  const int groups = padded / 8;
+  // Byte slices holding any set bit, over the whole chunk.
+  int slices = 0;
+  for (int b = 0; b < 4; ++b) {
+    std::uint64_t any = 0;
+    const std::uint8_t* slice = planes + 8 * b * groups;
+    for (int i = 0; i < groups; ++i) any |= load<std::uint64_t>(reinterpret_cast<const std::byte*>(slice + 8 * i));
+    if (any) slices = b + 1;
+  }
+  for (int i = 0; i < padded; ++i) residuals[i] = 0;
+  for (int block = 0; block < padded / 64; ++block) {
+    std::uint32_t* r = residuals + 64 * block;
+    for (int b = 0; b < slices; ++b) {
+      std::uint64_t w[8], any = 0;
+      for (int p = 0; p < 8; ++p) {
+        w[p] = load<std::uint64_t>(reinterpret_cast<const std::byte*>(planes + (8 * b + p) * groups + 8 * block));
+        any |= w[p];
+      }
+      if (!any) continue;
+      transpose_lanes(w);  // word j, byte k: byte b of residual 8k + j
+      for (int j = 0; j < 8; ++j)
+        for (int k = 0; k < 8; ++k) r[8 * k + j] |= std::uint32_t((w[j] >> (8 * k)) & 0xFFu) << (8 * b);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The chunk.
+
+/// The geometries the encoder tries for a chunk of a View of shape `shape`.
+KOMPRESS_FUNCTION int ratio_candidates(const ratio_shape& shape, ratio_geometry* out) {
+  int count = 0;
+  out[count++] = {predict_none, 0, 0};
+  out[count++] = {predict_delta, 0, 0};
+  if (shape.row >= 2 && shape.row + 1 < std::uint64_t(ratio_chunk_values)) {
+    out[count++] = {predict_lorenzo2, std::uint32_t(shape.row), 0};
+    if (shape.plane_rows >= 2 &&
+        shape.row * shape.plane_rows + shape.row + 1 < std::uint64_t(ratio_chunk_values))
+      out[count++] = {predict_lorenzo3, std::uint32_t(shape.row), std::uint32_t(shape.plane_rows)};
+  }
+  return count;
+}
+
+/// Encodes the n (1..ratio_chunk_values) values at `in`, the chunk starting at value `first`
+/// of a View of shape `shape`, into `out` (room for 1 + n * sizeof(T) bytes); returns the
+/// chunk's length.
+template <class T>
+KOMPRESS_FUNCTION std::uint64_t encode_ratio_chunk(const T* in, int n, std::uint64_t first,
+                                                   const ratio_shape& shape,
+                                                   const value_codec<T>& codec,
+                                                   ratio_scratch& scratch, std::byte* out) {
+  using bits = bits_t<T>;
+  constexpr bits sign_mask = bits(1) << (8 * sizeof(T) - 1);
+  constexpr bits exponent_mask = std::is_same_v<T, float> ? bits(0x7F800000u)
+                                                          : bits(0x7FF0000000000000ull);
+  const std::uint64_t raw_bytes = 1 + std::uint64_t(n) * sizeof(T);
+  const auto write_raw = [&]() {
+    out[0] = std::byte(ratio_chunk_raw);
+    std::memcpy(out + 1, in, std::size_t(n) * sizeof(T));
+    return raw_bytes;
+  };
+  {
+    const bits first_bits = to_bits(in[0]);
+    bits differs = 0;
+    for (int i = 1; i < n; ++i) differs |= to_bits(in[i]) ^ first_bits;
+    if (differs == 0 && n > 1) {
+      out[0] = std::byte(ratio_chunk_constant);
+      std::memcpy(out + 1, in, sizeof(T));
+      return 1 + sizeof(T);
+    }
+  }
+  if (!(codec.step > 0.0)) return write_raw();
+
+  const int padded = ratio_padded(n);
+  const int words = padded / 32;
+  std::int32_t* const q = scratch.codes;
+  std::uint32_t* const negative_zeros = scratch.maps[0];
+  std::uint32_t* const fills = scratch.maps[1];
+  std::uint32_t* const raws = scratch.maps[2];
+  for (int w = 0; w < words; ++w) negative_zeros[w] = fills[w] = raws[w] = 0;
+
+  // Quantize and verify (a branch-free loop that vectorizes: flags per value, in the residual
+  // scratch), then, if any value is an exception, its maps; exceptions take the previous code
+  // (0 for -0.0).
+  const bits fill_bits = codec.fill_bits;
+  const bits fill_enabled = codec.has_fill ? ~bits(0) : bits(0);
+  const double step = codec.step, threshold = codec.accept_threshold;
+  std::uint32_t* const flags = scratch.residuals;  // bit 0 exception, 1 -0.0, 2 fill
+  std::uint32_t any = 0;
+  for (int i = 0; i < n; ++i) {
+    const T value = in[i];
+    const bits b = to_bits(value);
+    const double x = static_cast<double>(value);
+    const double code = codec.biased_code(x) - rounding_constant;
+    // Masks, not selects: NaN and out-of-range codes become 0 by their bits.
+    const std::uint64_t in_range = std::uint64_t(0) - std::uint64_t(magnitude(code) < ratio_max_code);
+    const double safe = from_bits<double>(to_bits(code) & in_range);
+    const double error = x - static_cast<double>(value_codec<T>::reconstruct(safe, step));
+    const std::uint32_t ok = std::uint32_t(in_range & 1u) & std::uint32_t(magnitude(error) <= threshold) &
+                             std::uint32_t((b & exponent_mask) != exponent_mask) &
+                             std::uint32_t(b != sign_mask);
+    const std::uint32_t is_fill = std::uint32_t(((b ^ fill_bits) | ~fill_enabled) == 0);
+    q[i] = static_cast<std::int32_t>(safe);
+    const std::uint32_t f = ((ok ^ 1u) | is_fill) | (std::uint32_t(b == sign_mask) << 1) | (is_fill << 2);
+    flags[i] = f;
+    any |= f;
+  }
+  std::uint32_t any_negative_zero = 0, any_fill = 0, raw_count = 0;
+  if (any) {
+    for (int w = 0; w < words; ++w) {
+      const int begin = 32 * w, end = begin + 32 < n ? begin + 32 : n;
+      std::uint32_t bad = 0, zeros = 0, fill = 0;
+      for (int i = begin; i < end; ++i) {
+        bad |= (flags[i] & 1u) << (i - begin);
+        zeros |= ((flags[i] >> 1) & 1u) << (i - begin);
+        fill |= ((flags[i] >> 2) & 1u) << (i - begin);
+      }
+      if (!bad) continue;
+      negative_zeros[w] = zeros;
+      fills[w] = fill & ~zeros;
+      raws[w] = bad & ~zeros & ~fill;
+      any_negative_zero |= zeros;
+      any_fill |= fills[w];
+      raw_count += std::uint32_t(popcount32(raws[w]));
+      for (int i = begin; i < end; ++i) {
+        const std::uint32_t bit = std::uint32_t(1) << (i - begin);
+        if (zeros & bit) q[i] = 0;
+        else if (bad & bit) q[i] = i > 0 ? q[i - 1] : 0;
+      }
+    }
+  }
+  if (raw_count == std::uint32_t(n)) return write_raw();
+
+  // The predictor with the smallest estimate; ties go to the earlier (simpler) one.
+  ratio_geometry candidates[4];
+  const int candidate_count = ratio_candidates(shape, candidates);
+  int best = 0;
+  std::uint64_t best_estimate = ~std::uint64_t(0);
+  for (int c = 0; c < candidate_count; ++c) {
+    const std::uint64_t estimate = ratio_residuals(q, n, first, candidates[c], scratch.residuals);
+    if (estimate < best_estimate) {
+      best_estimate = estimate;
+      best = c;
+    }
+  }
+  const ratio_geometry g = candidates[best];
+  if (best != candidate_count - 1) ratio_residuals(q, n, first, g, scratch.residuals);
+  for (int i = n; i < padded; ++i) scratch.residuals[i] = 0;
+  to_bit_planes(scratch.residuals, padded, scratch.planes);
+
+  // Size first, so a chunk that would not shrink is written raw and nothing overflows.
+  const std::uint8_t kind = std::uint8_t(g.predictor) |
+                            (any_negative_zero ? ratio_flag_negative_zeros : 0) |
+                            (any_fill ? ratio_flag_fills : 0) |
+                            (raw_count ? ratio_flag_raw_values : 0);
+  std::uint64_t size = 1 + (g.predictor >= predict_lorenzo2 ? 2 : 0) +
+                       (g.predictor == predict_lorenzo3 ? 2 : 0) +
+                       std::uint64_t(raw_count) * sizeof(T);
+  std::uint8_t transitions[3][ratio_chunk_values / 8];
+  std::uint8_t map_levels[3][ratio_chunk_values / 8 / 7 + 64];
+  for (int m = 0; m < 3; ++m) {
+    if (!(kind & (ratio_flag_negative_zeros << m))) continue;
+    to_transitions(scratch.maps[m], words, transitions[m]);
+    size += zero_eliminated_size(transitions[m], std::uint32_t(padded / 8), map_levels[m]);
+  }
+  size += zero_eliminated_size(scratch.planes, std::uint32_t(4 * padded), scratch.levels);
+  if (size >= raw_bytes) return write_raw();
+
+  std::uint64_t position = 0;
+  out[position++] = std::byte(kind);
+  if (g.predictor >= predict_lorenzo2) {
+    store<std::uint16_t>(out + position, std::uint16_t(g.row));
+    position += 2;
+  }
+  if (g.predictor == predict_lorenzo3) {
+    store<std::uint16_t>(out + position, std::uint16_t(g.plane_rows));
+    position += 2;
+  }
+  for (int m = 0; m < 3; ++m)
+    if (kind & (ratio_flag_negative_zeros << m))
+      position += write_zero_eliminated(transitions[m], std::uint32_t(padded / 8), map_levels[m],
+                                        out + position, raw_bytes - position);
+  if (raw_count) {
+    for (int w = 0; w < words; ++w) {
+      std::uint32_t m = raws[w];
+      while (m) {
+        const int i = 32 * w + lowest_bit(m);
+        m &= m - 1;
+        std::memcpy(out + position, in + i, sizeof(T));
+        position += sizeof(T);
+      }
+    }
+  }
+  position += write_zero_eliminated(scratch.planes, std::uint32_t(4 * padded), scratch.levels,
+                                    out + position, raw_bytes - position);
+  return position;
+}
+
+/// Decodes a chunk of exactly `bytes` bytes into n values; false if it is malformed (never
+/// reads outside [in, in + bytes)).
+template <class T>
+KOMPRESS_FUNCTION bool decode_ratio_chunk(const std::byte* in, std::uint64_t bytes, int n,
+                                          std::uint64_t first, const value_codec<T>& codec,
+                                          ratio_scratch& scratch, T* out) {
+  if (bytes < 1 || n < 1 || n > ratio_chunk_values) return false;
+  const std::uint8_t kind = std::uint8_t(in[0]);
+  if (kind == ratio_chunk_raw) {
+    if (bytes != 1 + std::uint64_t(n) * sizeof(T)) return false;
+    std::memcpy(out, in + 1, std::size_t(n) * sizeof(T));
+    return true;
+  }
+  if (kind == ratio_chunk_constant) {
+    if (bytes != 1 + sizeof(T) || n < 2) return false;
+    const T value = load<T>(in + 1);
+    for (int i = 0; i < n; ++i) out[i] = value;
+    return true;
+  }
+  if ((kind & 0xE0) != 0 || !(codec.step > 0.0)) return false;
+  if ((kind & ratio_flag_fills) && !codec.has_fill) return false;
+  ratio_geometry g;
+  g.predictor = kind & 3;
+  std::uint64_t position = 1;
+  if (g.predictor >= predict_lorenzo2) {
+    if (bytes < position + 2) return false;
+    g.row = load<std::uint16_t>(in + position);
+    position += 2;
+    if (g.row < 2 || g.row + 1 >= std::uint32_t(ratio_chunk_values)) return false;
+  }
+  if (g.predictor == predict_lorenzo3) {
+    if (bytes < position + 2) return false;
+    g.plane_rows = load<std::uint16_t>(in + position);
+    position += 2;
+    if (g.plane_rows < 2 ||
+        std::uint64_t(g.row) * g.plane_rows + g.row + 1 >= std::uint64_t(ratio_chunk_values))
+      return false;
+  }
+  const int padded = ratio_padded(n);
+  const int words = padded / 32;
+  for (int m = 0; m < 3; ++m) {
+    std::uint32_t* map = scratch.maps[m];
+    if (kind & (ratio_flag_negative_zeros << m)) {
+      const std::int64_t used =
+          read_zero_eliminated(in + position, bytes - position, std::uint32_t(padded / 8),
+                               scratch.levels, scratch.planes);
+      if (used < 0) return false;
+      position += std::uint64_t(used);
+      from_transitions(scratch.planes, words, map);
+      // Nothing past the chunk's end may be marked.
+      if (n % 32 && (map[words - 1] >> (n % 32)) != 0) return false;
+    } else {
+      for (int w = 0; w < words; ++w) map[w] = 0;
+    }
+  }
+  std::uint32_t raw_count = 0;
+  for (int w = 0; w < words; ++w) {
+    // The three kinds are disjoint.
+    const std::uint32_t z = scratch.maps[0][w], f = scratch.maps[1][w], r = scratch.maps[2][w];
+    if ((z & f) | (z & r) | (f & r)) return false;
+    raw_count += std::uint32_t(popcount32(r));
+  }
+  const std::uint64_t raw_position = position;
+  if (bytes - position < std::uint64_t(raw_count) * sizeof(T)) return false;
+  position += std::uint64_t(raw_count) * sizeof(T);
+  const std::int64_t used = read_zero_eliminated(in + position, bytes - position,
+                                                 std::uint32_t(4 * padded), scratch.levels,
+                                                 scratch.planes);
+  if (used < 0 || position + std::uint64_t(used) != bytes) return false;
+  from_bit_planes(scratch.planes, padded, scratch.residuals);
+
+  // Codes back from the residuals, then values.
+  std::int32_t* const q = scratch.codes;
+  const std::uint32_t* const r = scratch.residuals;
+  if (g.predictor == predict_none) {
+    for (int i = 0; i < n; ++i) q[i] = std::int32_t(unzigzag32(r[i]));
+  } else if (g.predictor == predict_delta) {
+    std::uint32_t code = 0;
+    for (int i = 0; i < n; ++i) {
+      code += unzigzag32(r[i]);
+      q[i] = std::int32_t(code);
+    }
+  } else {
+    const auto general = [&](int i, std::uint32_t x, std::uint32_t y) {
+      q[i] = std::int32_t(predict(q, i, x, y, g) + unzigzag32(r[i]));
+    };
+    const int w = int(g.row), p = int(g.row * g.plane_rows);
+    auto* u = reinterpret_cast<std::uint32_t*>(q);
+    if (g.predictor == predict_lorenzo2) {
+      // A run lies in one row: its upper neighbours are decoded, so the only dependency is on
+      // the left neighbour, kept in a register.
+      walk_rows(first, n, g, general, [&](int lo, int hi) {
+        std::uint32_t left = u[lo - 1];
+        for (int i = lo; i < hi; ++i) {
+          left += u[i - w] - u[i - w - 1] + unzigzag32(r[i]);
+          u[i] = left;
+        }
+      });
+    } else {
+      walk_rows(first, n, g, general, [&](int lo, int hi) {
+        std::uint32_t left = u[lo - 1];
+        for (int i = lo; i < hi; ++i) {
+          left += u[i - w] + u[i - p] - u[i - w - 1] - u[i - p - 1] - u[i - p - w] +
+                  u[i - p - w - 1] + unzigzag32(r[i]);
+          u[i] = left;
+        }
+      });
+    }
+  }
+  const double step = codec.step;
+  for (int i = 0; i < n; ++i) out[i] = value_codec<T>::reconstruct(double(q[i]), step);
+  const T fill = from_bits<T>(static_cast<bits_t<T>>(codec.fill_bits));
+  std::uint64_t raw_at = raw_position;
+  for (int w = 0; w < words; ++w) {
+    std::uint32_t any = scratch.maps[0][w] | scratch.maps[1][w] | scratch.maps[2][w];
+    while (any) {
+      const int j = lowest_bit(any);
+      any &= any - 1;
+      const int i = 32 * w + j;
+      const std::uint32_t bit = std::uint32_t(1) << j;
+      if (scratch.maps[0][w] & bit) {
+        out[i] = T(-0.0);
+      } else if (scratch.maps[1][w] & bit) {
+        out[i] = fill;
+      } else {
+        std::memcpy(out + i, in + raw_at, sizeof(T));
+        raw_at += sizeof(T);
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace kompress::inline v0::detail

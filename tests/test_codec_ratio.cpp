@@ -1,0 +1,351 @@
+// The ratio codec (codec_mode::ratio, format 1.1) on inputs built to break it: special values,
+// extreme magnitudes, constant arrays, lengths around its 4096-value chunks, random bit
+// patterns, fill values, and Views of every rank and both layouts (its Lorenzo predictors
+// follow the View's shape), checked exactly: |x - x'| <= e, NaN / Inf / -0.0 / fill bit-exact.
+// Also: the bytes do not depend on the thread count, the stream says which codec wrote it,
+// damage is detected, and golden checksums pin the 1.1 bytes.
+
+#include "support/codec_checks.hpp"
+
+#include <kompress/detail/checksum.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <random>
+#include <span>
+#include <vector>
+
+using kompress::test::require_round_trip;
+
+namespace {
+
+using host = Kokkos::DefaultHostExecutionSpace;
+constexpr auto ratio = kompress::codec_mode::ratio;
+
+template <class T>
+std::vector<T> smooth(std::size_t n, double scale = 1.0) {
+  std::vector<T> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = T(scale * std::sin(0.01 * double(i)) + 0.3 * scale * std::cos(0.37 * double(i)));
+  return v;
+}
+
+/// A smooth field over a grid of `extents` (C order), so the Lorenzo predictors have work.
+template <class T>
+std::vector<T> field(const std::vector<std::size_t>& extents, double scale = 10.0) {
+  std::size_t n = 1;
+  for (auto e : extents) n *= e;
+  std::vector<T> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    double phase = 0.0, rest = double(i);
+    for (std::size_t d = extents.size(); d-- > 0;) {
+      const double coordinate = std::fmod(rest, double(extents[d]));
+      rest = std::floor(rest / double(extents[d]));
+      phase += 0.07 * double(d + 1) * coordinate;
+    }
+    v[i] = T(scale * std::sin(phase) + 0.01 * scale * std::cos(3.1 * double(i)));
+  }
+  return v;
+}
+
+template <class T, class Layout = Kokkos::LayoutRight>
+void require_bounds(const std::vector<T>& values, std::optional<double> fill = std::nullopt,
+                    const std::vector<std::size_t>& extents = {}) {
+  for (const double bound : {1e-1, 1e-3, 1e-6}) {
+    for (const auto mode : {kompress::bound_mode::absolute, kompress::bound_mode::relative}) {
+      CAPTURE(bound);
+      CAPTURE(int(mode));
+      auto result = require_round_trip<T, Layout>(
+          std::span<const T>(values), {.bound = {mode, bound}, .fill_value = fill, .codec = ratio},
+          extents);
+      CHECK(result.info.codec == ratio);
+      CHECK(result.info.format_minor == 1);
+      CHECK(result.stream.size() <=
+            kompress::max_compressed_size<T>(values.size(), kompress::compress_options{.codec = ratio}));
+    }
+  }
+}
+
+template <class T>
+bool bit_identical(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("ratio codec: NaN, infinities and signed zeros come back bit-exact", T, float, double) {
+  using limits = std::numeric_limits<T>;
+  auto values = smooth<T>(10000);
+  values[0] = limits::quiet_NaN();
+  values[3] = limits::quiet_NaN();
+  values[40] = -limits::quiet_NaN();
+  values[41] = limits::signaling_NaN();
+  values[100] = limits::infinity();
+  values[101] = -limits::infinity();
+  values[200] = T(-0.0);
+  values[201] = T(0.0);
+  values[4095] = T(-0.0);
+  values[4096] = limits::infinity();
+  for (std::size_t i = 500; i < 532; ++i) values[i] = limits::quiet_NaN();
+  for (std::size_t i = 8192; i < 8192 + 1808; ++i) values[i] = T(-0.0);  // the last chunk: -0.0 only
+  require_bounds(values);
+  require_bounds(values, std::nullopt, {100, 100});
+  auto result = require_round_trip<T>(std::span<const T>(values), {.bound = kompress::relative(1e-2), .codec = ratio});
+  CHECK(std::isfinite(result.info.absolute_bound));
+  CHECK(result.info.absolute_bound > 0.0);
+}
+
+TEST_CASE_TEMPLATE("ratio codec: zeros of both signs, as land masks have them, stay exact and small", T, float, double) {
+  std::mt19937 rng(3);
+  auto values = smooth<T>(20000, 5.0);
+  for (std::size_t i = 0; i < 12000; ++i) values[i] = (rng() & 3) == 0 ? T(-0.0) : T(0.0);
+  auto result = require_round_trip<T>(std::span<const T>(values), {.bound = kompress::absolute(1e-3), .codec = ratio});
+  for (std::size_t i = 0; i < 12000; ++i)
+    REQUIRE(kompress::test::bits(result.decoded[i]) == kompress::test::bits(values[i]));
+  // A -0.0 costs about a bit of a position map, not its whole chunk.
+  const auto zeros_only = std::vector<T>(values.begin(), values.begin() + 12000);
+  CHECK(require_round_trip<T>(std::span<const T>(zeros_only), {.bound = kompress::absolute(1e-3), .codec = ratio})
+            .ratio() > 8.0 * sizeof(T) / 1.5);
+  require_bounds(values);
+}
+
+TEST_CASE_TEMPLATE("ratio codec: denormals, zeros and the largest finite values", T, float, double) {
+  using limits = std::numeric_limits<T>;
+  std::vector<T> values;
+  for (int i = 0; i < 3000; ++i) {
+    values.push_back(limits::denorm_min() * T(i));
+    values.push_back(-limits::denorm_min() * T(i % 7));
+    values.push_back(i % 3 ? T(0) : limits::min());
+  }
+  require_bounds(values);
+  std::vector<T> extremes = {limits::max(), -limits::max(), T(0), T(1), limits::lowest(),
+                             limits::max() / 2, limits::denorm_min()};
+  for (int i = 0; i < 5000; ++i) extremes.push_back(T(i % 300) * limits::max() / T(512));
+  require_bounds(extremes);
+  require_round_trip<T>(std::span<const T>(extremes), {.bound = kompress::absolute(1e300), .codec = ratio});
+}
+
+TEST_CASE_TEMPLATE("ratio codec: values spanning 1e-30 to 1e30, and codes past 2^28", T, float, double) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> exponent(-30.0, 30.0);
+  std::vector<T> values(9000);
+  for (auto& v : values) v = T((rng() & 1 ? 1.0 : -1.0) * std::pow(10.0, exponent(rng)));
+  require_bounds(values);
+  // An offset field whose codes exceed 2^28 at tight bounds: those values become exceptions.
+  auto offset = smooth<T>(10000, 1.0);
+  for (auto& v : offset) v = T(double(v) + 1e4);
+  for (const double bound : {1e-5, 1e-7})
+    require_round_trip<T>(std::span<const T>(offset), {.bound = kompress::absolute(bound), .codec = ratio});
+}
+
+TEST_CASE_TEMPLATE("ratio codec: constant arrays", T, float, double) {
+  for (const T c : {T(0), T(-0.0), T(1.5), T(-3e7), std::numeric_limits<T>::quiet_NaN()}) {
+    for (const std::size_t n : {std::size_t(1), std::size_t(31), std::size_t(4096), std::size_t(100000)}) {
+      const std::vector<T> values(n, c);
+      require_bounds(values);
+      auto result = require_round_trip<T>(std::span<const T>(values), {.bound = kompress::relative(1e-3), .codec = ratio});
+      CHECK(kompress::test::bits(result.decoded[0]) == kompress::test::bits(c));
+      if (n == 100000) CHECK(result.ratio() > 20.0);
+      // Under an ABS bound a zero or finite constant costs a few bytes per 4096 values.
+      if (n == 100000 && std::isfinite(c)) {
+        auto abs = require_round_trip<T>(std::span<const T>(values), {.bound = kompress::absolute(1e-3), .codec = ratio});
+        CHECK(abs.ratio() > 100.0);
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("ratio codec: lengths 0, 1 and around group and chunk boundaries", T, float, double) {
+  constexpr std::size_t chunk = 4096;
+  for (const std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(2), std::size_t(7), std::size_t(8),
+                              std::size_t(9), std::size_t(31), std::size_t(32), std::size_t(33),
+                              chunk - 1, chunk, chunk + 1, 2 * chunk + 7, 3 * chunk + 4000}) {
+    CAPTURE(n);
+    const auto values = smooth<T>(n, 100.0);
+    for (const double bound : {1e-1, 1e-4}) {
+      auto result = require_round_trip<T>(std::span<const T>(values),
+                                          {.bound = kompress::relative(bound), .codec = ratio});
+      CHECK(result.info.count == n);
+      CHECK(result.stream.size() <= kompress::max_compressed_size<T>(n, kompress::compress_options{.codec = ratio}));
+      CHECK(result.stream.size() <= kompress::max_compressed_size<T>(n));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("ratio codec: random bit patterns over the whole range", T, float, double) {
+  using bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  std::mt19937_64 rng(42);
+  std::vector<T> values(20000);
+  for (auto& v : values) {
+    const bits b = static_cast<bits>(rng());
+    std::memcpy(&v, &b, sizeof(T));
+  }
+  require_bounds(values);
+  auto result = require_round_trip<T>(std::span<const T>(values), {.bound = kompress::lossless(), .codec = ratio});
+  CHECK(bit_identical(result.decoded, values));
+  CHECK(result.stream.size() <= kompress::max_compressed_size<T>(values.size(), kompress::compress_options{.codec = ratio}));
+}
+
+TEST_CASE_TEMPLATE("ratio codec: a bound of 0 is lossless", T, float, double) {
+  auto values = smooth<T>(10000, 1e3);
+  values[17] = std::numeric_limits<T>::quiet_NaN();
+  for (const auto bound : {kompress::lossless(), kompress::relative(0.0)}) {
+    auto result = require_round_trip<T>(std::span<const T>(values), {.bound = bound, .codec = ratio});
+    CHECK(bit_identical(result.decoded, values));
+    CHECK(result.info.absolute_bound == 0.0);
+  }
+}
+
+TEST_CASE_TEMPLATE("ratio codec: fill values come back bit-exact and stay out of the REL range", T, float, double) {
+  const double fill = 9.96921e36;
+  auto values = field<T>({40, 500});
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if ((i / 50) % 3 == 0 || i % 97 == 0) values[i] = T(fill);
+  require_bounds(values, fill);
+  require_bounds(values, fill, {40, 500});
+  auto result = require_round_trip<T>(std::span<const T>(values),
+                                      {.bound = kompress::relative(1e-3), .fill_value = fill, .codec = ratio});
+  CHECK(result.info.absolute_bound < 1.0);
+  CHECK(result.info.has_fill_value);
+  CHECK(result.ratio() > 3.0);
+  // The fill value named but absent, and the fill value as the whole array.
+  const auto plain = field<T>({20, 300});
+  require_bounds(plain, fill);
+  const std::vector<T> all_fill(5000, T(fill));
+  require_bounds(all_fill, fill);
+}
+
+TEST_CASE_TEMPLATE("ratio codec: Views of every rank, both layouts, extents of 1, lengths off the tiles", T,
+                   float, double) {
+  const std::vector<std::vector<std::size_t>> shapes = {
+      {5000},          {1, 5000},       {5000, 1},        {63, 65},        {7, 4099},
+      {4099, 3},       {2, 3, 4},       {9, 31, 17},      {3, 1, 45, 47},  {1, 1, 1, 1},
+      {2, 5, 11, 13},  {4, 14, 48, 48}, {12, 1, 33, 1},   {1, 4096},       {6, 64, 64},
+      {2, 2, 2, 2000}, {17, 19, 23}};
+  for (const auto& shape : shapes) {
+    CAPTURE(shape.size());
+    CAPTURE(shape.back());
+    CAPTURE(shape.front());
+    auto values = field<T>(shape);
+    if (values.size() > 10) {
+      values[values.size() / 2] = std::numeric_limits<T>::quiet_NaN();
+      values[values.size() / 3] = T(-0.0);
+    }
+    require_bounds<T, Kokkos::LayoutRight>(values, std::nullopt, shape);
+    require_bounds<T, Kokkos::LayoutLeft>(values, std::nullopt, shape);
+  }
+}
+
+TEST_CASE_TEMPLATE("ratio codec: the Lorenzo predictors pay off on smooth 2-D and 3-D fields", T, float, double) {
+  const std::vector<std::size_t> shape2 = {256, 200}, shape3 = {40, 24, 24};
+  for (const auto& shape : {shape2, shape3}) {
+    const auto values = field<T>(shape);
+    const kompress::compress_options options{.bound = kompress::relative(1e-4), .codec = ratio};
+    const auto flat = require_round_trip<T>(std::span<const T>(values), options);
+    const auto shaped = require_round_trip<T>(std::span<const T>(values), options, shape);
+    MESSAGE("rank " << shape.size() << ": 1-D ratio " << flat.ratio() << ", shaped " << shaped.ratio());
+    CHECK(shaped.ratio() > flat.ratio());
+  }
+}
+
+TEST_CASE("ratio codec: the stream does not depend on the thread count") {
+  const std::vector<std::size_t> shape = {30, 100, 100};
+  const auto values = field<float>(shape, 50.0);
+  Kokkos::View<const float***, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), 30, 100, 100);
+  for (const double bound : {1e-2, 1e-4}) {
+    const auto options = kompress::compress_options{.bound = kompress::relative(bound), .codec = ratio};
+    host all;
+    auto reference = kompress::compress(all, in, options);
+    const int threads = all.concurrency();
+    if (threads > 1) {
+      auto parts = Kokkos::Experimental::partition_space(all, 1, threads - 1);
+      for (auto& part : parts) {
+        auto stream = kompress::compress(part, in, options);
+        REQUIRE(stream.size() == reference.size());
+        CHECK(std::memcmp(stream.data(), reference.data(), stream.size()) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("ratio codec: fast-mode streams are unchanged 1.0 streams; the mode is checked") {
+  const auto values = smooth<float>(5000, 3.0);
+  const auto fast = kompress::test::round_trip<float>(values, {.bound = kompress::relative(1e-3)});
+  CHECK(fast.info.format_minor == 0);
+  CHECK(fast.info.codec == kompress::codec_mode::fast);
+  CHECK(std::to_integer<int>(fast.stream[5]) == 0);
+  Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
+  Kokkos::View<std::byte*, Kokkos::HostSpace> out("out", kompress::max_compressed_size(in));
+  CHECK_THROWS_WITH_AS(
+      kompress::compress(in, out, kompress::compress_options{.bound = kompress::absolute(1e-3),
+                                                             .codec = kompress::codec_mode(7)}),
+      doctest::Contains("codec mode"), kompress::invalid_argument);
+  // A 1.0 stream claiming the ratio flag is rejected (1.0 knows flag bit 0 only).
+  auto forged = kompress::test::round_trip<float>(values, {.bound = kompress::relative(1e-3), .codec = ratio}).stream;
+  forged[5] = std::byte(0);
+  using bytes_view = Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+  CHECK_THROWS_WITH_AS(kompress::inspect(bytes_view(forged.data(), forged.size())), doctest::Contains("flag"),
+                       kompress::format_error);
+}
+
+TEST_CASE("ratio codec: every single-byte corruption and truncation is detected") {
+  using bytes_view = Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+  auto values = smooth<float>(5000, 20.0);
+  values[10] = -0.0f;
+  values[11] = std::numeric_limits<float>::infinity();
+  const auto stream =
+      kompress::test::round_trip<float>(values, {.bound = kompress::absolute(1e-2), .codec = ratio}).stream;
+  std::vector<float> out(values.size());
+  const auto decode = [&](const std::vector<std::byte>& s) {
+    kompress::decompress(host{}, bytes_view(s.data(), s.size()),
+                         Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(out.data(), out.size()));
+  };
+  for (std::size_t i = 0; i < stream.size(); ++i) {
+    auto damaged = stream;
+    damaged[i] ^= std::byte(0x41);
+    CAPTURE(i);
+    CHECK_THROWS_AS(decode(damaged), kompress::error);
+  }
+  for (std::size_t length = 0; length < stream.size(); length += 7) {
+    const std::vector<std::byte> truncated(stream.begin(), stream.begin() + std::ptrdiff_t(length));
+    CAPTURE(length);
+    CHECK_THROWS_AS(decode(truncated), kompress::format_error);
+  }
+}
+
+// Golden ratio-codec streams (format 1.1). If one of these changes, the bytes the ratio codec
+// writes changed: bump the format version (docs/format.md) on purpose, never just the number.
+TEST_CASE("ratio codec: golden streams") {
+  std::vector<float> f(9000);
+  std::vector<double> d(9000);
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    f[i] = float(std::sin(0.01 * double(i)) * 100.0 + double(i % 7));
+    d[i] = std::cos(0.003 * double(i)) * 1e5 + double(i % 13) * 0.25;
+  }
+  f[100] = std::numeric_limits<float>::quiet_NaN();
+  d[200] = -0.0;
+  const auto fs = kompress::test::round_trip<float>(f, {.bound = kompress::relative(1e-3), .codec = ratio}).stream;
+  const auto ds = kompress::test::round_trip<double>(d, {.bound = kompress::absolute(1e-2), .codec = ratio}).stream;
+  const auto fills =
+      kompress::test::round_trip<float>(f, {.bound = kompress::absolute(0.5), .fill_value = 6.0, .codec = ratio}).stream;
+  const auto grid = kompress::test::with_view<Kokkos::LayoutRight>(
+      std::span<const float>(f), {10, 30, 30},
+      [](const auto& view) { return kompress::test::round_trip_view(view, {.bound = kompress::relative(1e-4), .codec = ratio}); });
+  const auto checksum = [](const std::vector<std::byte>& s) { return kompress::detail::checksum_of(s.data(), s.size()); };
+  MESSAGE("golden ratio: float " << fs.size() << " bytes, checksum " << checksum(fs) << "; double " << ds.size()
+                                 << " bytes, checksum " << checksum(ds) << "; fill " << fills.size()
+                                 << " bytes, checksum " << checksum(fills) << "; grid " << grid.stream.size()
+                                 << " bytes, checksum " << checksum(grid.stream));
+  CHECK(fs.size() == 5993u);
+  CHECK(checksum(fs) == 2663135705541469727ull);
+  CHECK(ds.size() == 16404u);
+  CHECK(checksum(ds) == 5959180741698173752ull);
+  CHECK(fills.size() == 4851u);
+  CHECK(checksum(fills) == 14184677437743771953ull);
+  CHECK(grid.stream.size() == 8805u);
+  CHECK(checksum(grid.stream) == 11076848817714879973ull);
+}
