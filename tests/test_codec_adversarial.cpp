@@ -553,9 +553,27 @@ std::vector<std::byte> compress_with(const std::vector<T>& values, double abs_bo
   return out;
 }
 
+/// The values decompress_chunks decodes from `stream` with `tuning` forced, as decompress
+/// would set up.
+template <class T, int BlockSize>
+std::vector<T> decompress_with(const std::vector<std::byte>& stream,
+                               const kompress::detail::kernel_tuning& tuning) {
+  namespace detail = kompress::detail;
+  using host = Kokkos::DefaultHostExecutionSpace;
+  const Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(
+      stream.data(), stream.size());
+  const detail::stream_header header = detail::read_header(in, "test");
+  detail::value_codec<T> codec;
+  codec.step = header.quant_step;
+  std::vector<T> out(header.count);
+  detail::decompress_chunks<T, BlockSize>(host{}, stream.data(), header, codec, out.data(), "test",
+                                          tuning);
+  return out;
+}
+
 }  // namespace
 
-TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count and range segment writes the same bytes", T,
+TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count and range segment writes the same bytes, every decoder decodes the same values", T,
                    float, double) {
   namespace detail = kompress::detail;
   // Chunks of very different lengths, so that destinations hit earlier chunks' sources in
@@ -595,6 +613,21 @@ TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count and range segment 
           CHECK(std::memcmp(stream.data(), reference.data(), reference.size()) == 0);
         }
       }
+    }
+    // Every decoder gives the same values, bit for bit (and so does the library's choice).
+    for (const auto decoder : encoders) {
+      CAPTURE(bound);
+      CAPTURE(int(decoder));
+      const auto decoded = decompress_with<T, 32>(reference, {.decoder = decoder});
+      std::vector<T> library_decoded(values.size());
+      kompress::decompress(Kokkos::DefaultHostExecutionSpace{},
+                           Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                               reference.data(), reference.size()),
+                           Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                               library_decoded.data(), library_decoded.size()));
+      const auto portable = decompress_with<T, 32>(reference, {.decoder = detail::encoder_kind::portable});
+      CHECK(std::memcmp(decoded.data(), portable.data(), values.size() * sizeof(T)) == 0);
+      CHECK(std::memcmp(library_decoded.data(), portable.data(), values.size() * sizeof(T)) == 0);
     }
     // Block sizes without an AVX2 variant take the portable encoder whatever is asked.
     const auto serial_128 = compress_with<T, 128>(values, bound, reference_tuning);

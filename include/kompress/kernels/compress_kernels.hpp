@@ -110,10 +110,11 @@ void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
   auto* const range = reinterpret_cast<packed_range<T>*>(out);  // alignment 1
   static_assert(sizeof(packed_range<T>) <= header_bytes);
 
-  enqueue_value_range(exec, in, count, (base.flags & flag_fill_value) != 0,
-                      static_cast<bits_t<T>>(base.fill_bits),
-                      Kokkos::View<packed_range<T>, memory_space, Kokkos::MemoryUnmanaged>(range),
-                      tuning.range_segment);
+  backend<Exec>::enqueue_value_range(
+      exec,
+      make_value_range_segments(in, count, (base.flags & flag_fill_value) != 0,
+                                static_cast<bits_t<T>>(base.fill_bits), tuning.range_segment),
+      Kokkos::View<packed_range<T>, memory_space, Kokkos::MemoryUnmanaged>(range), tuning.encoder);
 
   const chunk_encoder<T, BlockSize> encoder{in,   range, data, ends, checksums, base, layout,
                                             values_per_chunk, full_chunk_bytes};
@@ -147,11 +148,13 @@ void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
       });
 }
 
-/// Verifies every chunk's checksum, then decodes. Throws format_error before writing any
-/// output if a checksum does not match.
+/// Verifies every chunk's checksum, then decodes (with the backend's decoder, or the one
+/// `tuning` names). Throws format_error before writing any output if a checksum does not
+/// match.
 template <class T, int BlockSize, class Exec>
 void decompress_chunks(const Exec& exec, const std::byte* in, const stream_header& header,
-                       const value_codec<T>& codec, T* out, const char* who) {
+                       const value_codec<T>& codec, T* out, const char* who,
+                       const kernel_tuning& tuning = backend<Exec>::tuning()) {
   const stream_layout layout = header.layout();
   const std::uint64_t chunks = layout.chunk_count();
   const std::uint64_t values_per_chunk = layout.values_per_chunk();
@@ -176,17 +179,9 @@ void decompress_chunks(const Exec& exec, const std::byte* in, const stream_heade
     throw_format(who, "checksum mismatch in chunk " + std::to_string(first_bad) + " of " +
                           std::to_string(chunks) + " (the stream is corrupted)");
 
-  Kokkos::parallel_reduce(
-      "kompress::decompress::decode_chunks", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
-      KOKKOS_LAMBDA(std::uint64_t chunk, std::uint64_t& bad) {
-        const std::uint64_t begin = chunk_begin(chunk);
-        const std::uint64_t end = load<std::uint64_t>(ends + 8 * chunk);
-        if (!decode_chunk<T, BlockSize>(data + begin, end - begin,
-                                        layout.values_in_chunk(chunk), codec,
-                                        out + chunk * values_per_chunk))
-          bad = chunk < bad ? chunk : bad;
-      },
-      Kokkos::Min<std::uint64_t>(first_bad));
+  first_bad = backend<Exec>::decode_chunks(
+      exec, chunks, chunk_decoder<T, BlockSize>{data, ends, layout, codec, out, values_per_chunk},
+      tuning.decoder);
   if (first_bad < chunks)
     throw_format(who, "malformed block data in chunk " + std::to_string(first_bad));
 }
