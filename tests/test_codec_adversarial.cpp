@@ -637,3 +637,69 @@ TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count and range segment 
     CHECK(std::memcmp(serial_128.data(), parallel_128.data(), serial_128.size()) == 0);
   }
 }
+
+// --- the block codec's uniform-block fast path (codec/block.hpp) ------------------------------
+
+namespace {
+
+/// One block through encode_block with and without the uniform fast path: descriptor, payload,
+/// length and the updated base must agree.
+template <class T, int BlockSize>
+void check_uniform_block(T value, int m, const kompress::detail::value_codec<T>& codec,
+                         std::int64_t previous_base) {
+  namespace detail = kompress::detail;
+  std::vector<T> in(BlockSize, value);
+  std::vector<std::byte> fast(BlockSize * sizeof(T) + 8, std::byte{0xA5});
+  std::vector<std::byte> general(fast);
+  std::int64_t fast_base = previous_base, general_base = previous_base;
+  std::uint8_t fast_descriptor = 0, general_descriptor = 0;
+  const int fast_bytes = detail::encode_block<T, BlockSize, true>(in.data(), m, codec, fast_base,
+                                                                  fast_descriptor, fast.data());
+  const int general_bytes = detail::encode_block<T, BlockSize, false>(
+      in.data(), m, codec, general_base, general_descriptor, general.data());
+  CAPTURE(double(value));
+  CAPTURE(m);
+  CAPTURE(codec.step);
+  CAPTURE(codec.has_fill);
+  CAPTURE(previous_base);
+  REQUIRE(fast_bytes == general_bytes);
+  CHECK(int(fast_descriptor) == int(general_descriptor));
+  CHECK(fast_base == general_base);
+  CHECK(std::memcmp(fast.data(), general.data(), fast.size()) == 0);
+}
+
+template <class T, int BlockSize>
+void check_uniform_blocks() {
+  namespace detail = kompress::detail;
+  using limits = std::numeric_limits<T>;
+  const std::vector<T> values = {
+      T(0.0), T(-0.0), T(1.0), T(-3.5), T(20.0), T(1e-3), limits::denorm_min(), -limits::denorm_min(),
+      limits::min(), limits::max(), limits::lowest(), limits::quiet_NaN(), -limits::quiet_NaN(),
+      limits::infinity(), -limits::infinity(), T(1e30), T(-1e30), T(0x1p60), T(9.969209968386869e+36)};
+  const std::vector<double> bounds = {0.0, 1e-3, 0.5, 1e-30, 1e-44, 1e30, 1e300};
+  for (const double bound : bounds)
+    for (const double max_abs : {0.0, 1.0, 1e30, double(limits::max())})
+      for (const bool fill : {false, true}) {
+        detail::value_codec<T> codec = detail::make_value_codec<T>(bound, max_abs);
+        codec.has_fill = fill;
+        codec.fill_bits = detail::to_bits(T(9.969209968386869e+36));
+        for (const T value : values)
+          for (const int m : {1, BlockSize - 1, BlockSize})
+            for (const std::int64_t previous : {std::int64_t(0), std::int64_t(-5), std::int64_t(1) << 40,
+                                                -(std::int64_t(1) << 49)})
+              check_uniform_block<T, BlockSize>(value, m, codec, previous);
+      }
+  // A uniform block whose value the previous quantized block shares: base length 0, no payload.
+  const auto codec = detail::make_value_codec<T>(0.5, 100.0);
+  std::int64_t base = std::int64_t(codec.quantize(42.0));
+  check_uniform_block<T, BlockSize>(T(42.0), BlockSize, codec, base);
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("codec: a block of one repeated value encodes as the general path does", T, float,
+                   double) {
+  check_uniform_blocks<T, 32>();
+  check_uniform_blocks<T, 64>();
+  check_uniform_blocks<T, 128>();
+}
