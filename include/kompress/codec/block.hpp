@@ -126,6 +126,11 @@ KOMPRESS_FUNCTION int encode_uniform_block(T value, int m, const value_codec<T>&
   return best_bytes;
 }
 
+template <class T, int BlockSize, bool HasFill, bool UniformFastPath>
+KOMPRESS_FUNCTION int encode_padded_block(const T (&values)[BlockSize], const T* in, int m,
+                                          const value_codec<T>& codec, std::int64_t& base,
+                                          std::uint8_t& descriptor, std::byte* out);
+
 /// Encodes the m (1..BlockSize) values at `in`. Writes the descriptor to `descriptor` and the
 /// payload to `out` (room for m * sizeof(T) bytes), returns the payload length. `base` is the
 /// previous quantized block's base in this chunk, updated when this block is quantized.
@@ -136,7 +141,6 @@ KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& cod
                                         std::int64_t& base, std::uint8_t& descriptor,
                                         std::byte* out) {
   using bits = bits_t<T>;
-  using traits = float_traits<T>;
   // Pad a short block with its last value: no new range, zero deltas.
   T values[BlockSize];
   if (m == BlockSize) {
@@ -151,13 +155,29 @@ KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& cod
     if (differs == 0)
       return encode_uniform_block<T, BlockSize>(values[0], m, codec, base, descriptor, out);
   }
+  // The fill value as a compile-time flag: without one (most streams) every fill test below
+  // folds away.
+  return codec.has_fill
+             ? encode_padded_block<T, BlockSize, true, UniformFastPath>(values, in, m, codec, base,
+                                                                         descriptor, out)
+             : encode_padded_block<T, BlockSize, false, UniformFastPath>(values, in, m, codec, base,
+                                                                          descriptor, out);
+}
 
+/// encode_block's general path, for the padded `values` of the m values at `in`; HasFill is
+/// codec.has_fill, and with UniformFastPath the values are known not to be all equal.
+template <class T, int BlockSize, bool HasFill, bool UniformFastPath>
+KOMPRESS_FUNCTION int encode_padded_block(const T (&values)[BlockSize], const T* in, int m,
+                                          const value_codec<T>& codec, std::int64_t& base,
+                                          std::uint8_t& descriptor, std::byte* out) {
+  using bits = bits_t<T>;
+  using traits = float_traits<T>;
   // One pass: classify, quantize, and verify each value against exactly what the decoder
   // will compute. Fixed trip count, no branches, and flags kept in lanes as wide as the
   // values they come from (bits for the element, 64 for doubles), so it vectorizes well.
   const bits first = to_bits(values[0]);
   const bits fill_bits = codec.fill_bits;
-  const bits fill_enabled = codec.has_fill ? ~bits(0) : bits(0);
+  const bits fill_enabled = HasFill ? ~bits(0) : bits(0);
   const double step = codec.step, threshold = codec.accept_threshold;
   bits differs = 0, fills = 0, specials = 0, magnitudes = 0;
   std::int64_t rejected = 0;
@@ -178,7 +198,8 @@ KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& cod
     // Fill values may fail this freely; they never reach the decoder's arithmetic.
     rejected |= -std::int64_t(magnitude(error) > threshold) & std::int64_t(~fill);
   }
-  const int all_same = differs == 0, any_fill = fills != 0;
+  // After the uniform fast path the values differ (and `differs` folds away).
+  const int all_same = !UniformFastPath && differs == 0, any_fill = fills != 0;
 
   const int raw_bytes = m * int(sizeof(T));
   int best_bytes = raw_bytes;
@@ -225,7 +246,7 @@ KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& cod
     if (!out_of_range) {
       const std::uint32_t range = std::uint32_t(high - low);
       // With a fill value in the stream, code 2^w - 1 must stay free for it.
-      const int plain_width = codec.has_fill && (any_fill || range > 0)
+      const int plain_width = HasFill && (any_fill || range > 0)
                                   ? bit_width(std::uint64_t(range) + 1)
                                   : bit_width(range);
       std::uint32_t zigzag_steps[BlockSize];

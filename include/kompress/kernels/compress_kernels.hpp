@@ -85,8 +85,8 @@ struct chunk_moves {
 ///      its length and checksum to the chunk tables (each thread derives the codec from the
 ///      range), by the backend's encoder;
 ///   3. an inclusive scan turning the lengths into chunk ends;
-///   4. the chunks moved down into place, in `tuning.assemble_waves` parallel waves and then
-///      one thread: wave 0 moves every chunk whose destination overlaps no earlier chunk's
+///   4. the chunks moved down into place, in `tuning.assemble_waves` parallel waves (none on
+///      an execution space of one thread) and then one thread: wave 0 moves every chunk whose destination overlaps no earlier chunk's
 ///      source, each by its own thread; wave k those whose blockers all moved in waves < k;
 ///      one thread then moves the rest in chunk order (a chunk only ever moves towards the
 ///      front, over space already vacated) and writes the header and its checksum. A chunk
@@ -126,8 +126,11 @@ void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
         if (final) store<std::uint64_t>(ends + 8 * chunk, end);
       });
   const chunk_moves moves{data, ends, full_chunk_bytes};
-  const int waves = tuning.assemble_waves < max_assemble_waves ? tuning.assemble_waves
-                                                               : max_assemble_waves;
+  // On one thread the waves would only add launches (small arrays feel them): the last
+  // kernel moves every chunk, and the bytes are the same for any wave count.
+  const int waves = exec.concurrency() == 1                     ? 0
+                    : tuning.assemble_waves < max_assemble_waves ? tuning.assemble_waves
+                                                                 : max_assemble_waves;
   for (int w = 0; w < waves && chunks > 1; ++w)
     Kokkos::parallel_for(
         "kompress::compress::assemble_wave", Kokkos::RangePolicy<Exec>(exec, 1, chunks),
