@@ -553,9 +553,27 @@ std::vector<std::byte> compress_with(const std::vector<T>& values, double abs_bo
   return out;
 }
 
+/// The values decompress_chunks decodes from `stream` with `tuning` forced, as decompress
+/// would set up.
+template <class T, int BlockSize>
+std::vector<T> decompress_with(const std::vector<std::byte>& stream,
+                               const kompress::detail::kernel_tuning& tuning) {
+  namespace detail = kompress::detail;
+  using host = Kokkos::DefaultHostExecutionSpace;
+  const Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(
+      stream.data(), stream.size());
+  const detail::stream_header header = detail::read_header(in, "test");
+  detail::value_codec<T> codec;
+  codec.step = header.quant_step;
+  std::vector<T> out(header.count);
+  detail::decompress_chunks<T, BlockSize>(host{}, stream.data(), header, codec, out.data(), "test",
+                                          tuning);
+  return out;
+}
+
 }  // namespace
 
-TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count and range segment writes the same bytes", T,
+TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count and range segment writes the same bytes, every decoder decodes the same values", T,
                    float, double) {
   namespace detail = kompress::detail;
   // Chunks of very different lengths, so that destinations hit earlier chunks' sources in
@@ -596,6 +614,21 @@ TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count and range segment 
         }
       }
     }
+    // Every decoder gives the same values, bit for bit (and so does the library's choice).
+    for (const auto decoder : encoders) {
+      CAPTURE(bound);
+      CAPTURE(int(decoder));
+      const auto decoded = decompress_with<T, 32>(reference, {.decoder = decoder});
+      std::vector<T> library_decoded(values.size());
+      kompress::decompress(Kokkos::DefaultHostExecutionSpace{},
+                           Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                               reference.data(), reference.size()),
+                           Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                               library_decoded.data(), library_decoded.size()));
+      const auto portable = decompress_with<T, 32>(reference, {.decoder = detail::encoder_kind::portable});
+      CHECK(std::memcmp(decoded.data(), portable.data(), values.size() * sizeof(T)) == 0);
+      CHECK(std::memcmp(library_decoded.data(), portable.data(), values.size() * sizeof(T)) == 0);
+    }
     // Block sizes without an AVX2 variant take the portable encoder whatever is asked.
     const auto serial_128 = compress_with<T, 128>(values, bound, reference_tuning);
     const auto parallel_128 = compress_with<T, 128>(
@@ -603,4 +636,70 @@ TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count and range segment 
     REQUIRE(serial_128.size() == parallel_128.size());
     CHECK(std::memcmp(serial_128.data(), parallel_128.data(), serial_128.size()) == 0);
   }
+}
+
+// --- the block codec's uniform-block fast path (codec/block.hpp) ------------------------------
+
+namespace {
+
+/// One block through encode_block with and without the uniform fast path: descriptor, payload,
+/// length and the updated base must agree.
+template <class T, int BlockSize>
+void check_uniform_block(T value, int m, const kompress::detail::value_codec<T>& codec,
+                         std::int64_t previous_base) {
+  namespace detail = kompress::detail;
+  std::vector<T> in(BlockSize, value);
+  std::vector<std::byte> fast(BlockSize * sizeof(T) + 8, std::byte{0xA5});
+  std::vector<std::byte> general(fast);
+  std::int64_t fast_base = previous_base, general_base = previous_base;
+  std::uint8_t fast_descriptor = 0, general_descriptor = 0;
+  const int fast_bytes = detail::encode_block<T, BlockSize, true>(in.data(), m, codec, fast_base,
+                                                                  fast_descriptor, fast.data());
+  const int general_bytes = detail::encode_block<T, BlockSize, false>(
+      in.data(), m, codec, general_base, general_descriptor, general.data());
+  CAPTURE(double(value));
+  CAPTURE(m);
+  CAPTURE(codec.step);
+  CAPTURE(codec.has_fill);
+  CAPTURE(previous_base);
+  REQUIRE(fast_bytes == general_bytes);
+  CHECK(int(fast_descriptor) == int(general_descriptor));
+  CHECK(fast_base == general_base);
+  CHECK(std::memcmp(fast.data(), general.data(), fast.size()) == 0);
+}
+
+template <class T, int BlockSize>
+void check_uniform_blocks() {
+  namespace detail = kompress::detail;
+  using limits = std::numeric_limits<T>;
+  const std::vector<T> values = {
+      T(0.0), T(-0.0), T(1.0), T(-3.5), T(20.0), T(1e-3), limits::denorm_min(), -limits::denorm_min(),
+      limits::min(), limits::max(), limits::lowest(), limits::quiet_NaN(), -limits::quiet_NaN(),
+      limits::infinity(), -limits::infinity(), T(1e30), T(-1e30), T(0x1p60), T(9.969209968386869e+36)};
+  const std::vector<double> bounds = {0.0, 1e-3, 0.5, 1e-30, 1e-44, 1e30, 1e300};
+  for (const double bound : bounds)
+    for (const double max_abs : {0.0, 1.0, 1e30, double(limits::max())})
+      for (const bool fill : {false, true}) {
+        detail::value_codec<T> codec = detail::make_value_codec<T>(bound, max_abs);
+        codec.has_fill = fill;
+        codec.fill_bits = detail::to_bits(T(9.969209968386869e+36));
+        for (const T value : values)
+          for (const int m : {1, BlockSize - 1, BlockSize})
+            for (const std::int64_t previous : {std::int64_t(0), std::int64_t(-5), std::int64_t(1) << 40,
+                                                -(std::int64_t(1) << 49)})
+              check_uniform_block<T, BlockSize>(value, m, codec, previous);
+      }
+  // A uniform block whose value the previous quantized block shares: base length 0, no payload.
+  const auto codec = detail::make_value_codec<T>(0.5, 100.0);
+  std::int64_t base = std::int64_t(codec.quantize(42.0));
+  check_uniform_block<T, BlockSize>(T(42.0), BlockSize, codec, base);
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("codec: a block of one repeated value encodes as the general path does", T, float,
+                   double) {
+  check_uniform_blocks<T, 32>();
+  check_uniform_blocks<T, 64>();
+  check_uniform_blocks<T, 128>();
 }

@@ -66,15 +66,81 @@ struct float_traits<double> {
   static constexpr std::uint64_t sign_mask = 0x8000000000000000ull;
 };
 
+/// encode_block for a block whose m values (and so its padding) all have the bit pattern of
+/// `value`: the same decisions and bytes as the general path below, which would compute the
+/// same numbers for every value (one value is classified, quantized and verified here, exactly
+/// as there). Runs of constant values (land masks, fill regions, zeros) cost a pass of bit
+/// comparisons instead of the quantize-and-verify loop.
+template <class T, int BlockSize>
+KOMPRESS_FUNCTION int encode_uniform_block(T value, int m, const value_codec<T>& codec,
+                                           std::int64_t& base, std::uint8_t& descriptor,
+                                           std::byte* out) {
+  using bits = bits_t<T>;
+  using traits = float_traits<T>;
+  const bits b = to_bits(value);
+  const bool fill = codec.has_fill && b == codec.fill_bits;
+  const bool special = !fill && (((b & traits::exponent_mask) == traits::exponent_mask) ||
+                                 b == traits::sign_mask);
+  const double x = static_cast<double>(value);
+  const double biased = codec.biased_code(x);
+  const double error = x - static_cast<double>(value_codec<T>::reconstruct(
+                               biased - rounding_constant, codec.step));
+  const bool rejected = !fill && magnitude(error) > codec.accept_threshold;
+
+  // All values equal: the exact constant beats raw (m >= 1).
+  int best_bytes = int(sizeof(T));
+  std::uint8_t best = descriptor_constant;
+  if ((b & ~traits::sign_mask) == 0 && packed_bytes<BlockSize>(1) < best_bytes) {
+    best_bytes = packed_bytes<BlockSize>(1);
+    best = descriptor_signed_zeros;
+  }
+  // Quantized: every code equals the first, so the relative codes, their range and every step
+  // are 0: width 0, plain, base = the value's code. A block of fill values alone stays exact.
+  std::int64_t new_base = 0;
+  int length_code = 0;
+  if (codec.step > 0.0 && !rejected && !special && !fill &&
+      magnitude(biased - rounding_constant) <= max_code_magnitude) {
+    new_base = static_cast<std::int64_t>(biased - rounding_constant);
+    length_code = base_length_code<T>(zigzag(new_base - base));
+    if (length_code >= 0) {
+      const int bytes = base_length<T>(length_code);
+      if (bytes < best_bytes) {
+        best_bytes = bytes;
+        best = make_descriptor(length_code, 0, 0);
+      }
+    }
+  }
+
+  descriptor = best;
+  if (best == descriptor_constant) {
+    store<T>(out, value);
+  } else if (best == descriptor_signed_zeros) {
+    std::uint32_t codes[BlockSize];
+    const std::uint32_t sign = static_cast<std::uint32_t>(b >> (8 * sizeof(T) - 1));
+    for (int i = 0; i < BlockSize; ++i) codes[i] = sign & std::uint32_t(i < m);
+    pack<BlockSize>(1, codes, out);
+  } else {
+    store_bytes(out, zigzag(new_base - base), base_length<T>(length_code));
+    base = new_base;
+  }
+  return best_bytes;
+}
+
+template <class T, int BlockSize, bool HasFill, bool UniformFastPath>
+KOMPRESS_FUNCTION int encode_padded_block(const T (&values)[BlockSize], const T* in, int m,
+                                          const value_codec<T>& codec, std::int64_t& base,
+                                          std::uint8_t& descriptor, std::byte* out);
+
 /// Encodes the m (1..BlockSize) values at `in`. Writes the descriptor to `descriptor` and the
 /// payload to `out` (room for m * sizeof(T) bytes), returns the payload length. `base` is the
 /// previous quantized block's base in this chunk, updated when this block is quantized.
-template <class T, int BlockSize>
+/// `UniformFastPath` = false skips encode_uniform_block (the tests compare the two; the
+/// bytes are the same).
+template <class T, int BlockSize, bool UniformFastPath = true>
 KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& codec,
                                         std::int64_t& base, std::uint8_t& descriptor,
                                         std::byte* out) {
   using bits = bits_t<T>;
-  using traits = float_traits<T>;
   // Pad a short block with its last value: no new range, zero deltas.
   T values[BlockSize];
   if (m == BlockSize) {
@@ -82,13 +148,36 @@ KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& cod
   } else {
     for (int i = 0; i < BlockSize; ++i) values[i] = in[i < m ? i : m - 1];
   }
+  if constexpr (UniformFastPath) {
+    const bits pattern = to_bits(values[0]);
+    bits differs = 0;
+    for (int i = 0; i < BlockSize; ++i) differs |= to_bits(values[i]) ^ pattern;
+    if (differs == 0)
+      return encode_uniform_block<T, BlockSize>(values[0], m, codec, base, descriptor, out);
+  }
+  // The fill value as a compile-time flag: without one (most streams) every fill test below
+  // folds away.
+  return codec.has_fill
+             ? encode_padded_block<T, BlockSize, true, UniformFastPath>(values, in, m, codec, base,
+                                                                         descriptor, out)
+             : encode_padded_block<T, BlockSize, false, UniformFastPath>(values, in, m, codec, base,
+                                                                          descriptor, out);
+}
 
+/// encode_block's general path, for the padded `values` of the m values at `in`; HasFill is
+/// codec.has_fill, and with UniformFastPath the values are known not to be all equal.
+template <class T, int BlockSize, bool HasFill, bool UniformFastPath>
+KOMPRESS_FUNCTION int encode_padded_block(const T (&values)[BlockSize], const T* in, int m,
+                                          const value_codec<T>& codec, std::int64_t& base,
+                                          std::uint8_t& descriptor, std::byte* out) {
+  using bits = bits_t<T>;
+  using traits = float_traits<T>;
   // One pass: classify, quantize, and verify each value against exactly what the decoder
   // will compute. Fixed trip count, no branches, and flags kept in lanes as wide as the
   // values they come from (bits for the element, 64 for doubles), so it vectorizes well.
   const bits first = to_bits(values[0]);
   const bits fill_bits = codec.fill_bits;
-  const bits fill_enabled = codec.has_fill ? ~bits(0) : bits(0);
+  const bits fill_enabled = HasFill ? ~bits(0) : bits(0);
   const double step = codec.step, threshold = codec.accept_threshold;
   bits differs = 0, fills = 0, specials = 0, magnitudes = 0;
   std::int64_t rejected = 0;
@@ -109,7 +198,8 @@ KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& cod
     // Fill values may fail this freely; they never reach the decoder's arithmetic.
     rejected |= -std::int64_t(magnitude(error) > threshold) & std::int64_t(~fill);
   }
-  const int all_same = differs == 0, any_fill = fills != 0;
+  // After the uniform fast path the values differ (and `differs` folds away).
+  const int all_same = !UniformFastPath && differs == 0, any_fill = fills != 0;
 
   const int raw_bytes = m * int(sizeof(T));
   int best_bytes = raw_bytes;
@@ -156,7 +246,7 @@ KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& cod
     if (!out_of_range) {
       const std::uint32_t range = std::uint32_t(high - low);
       // With a fill value in the stream, code 2^w - 1 must stay free for it.
-      const int plain_width = codec.has_fill && (any_fill || range > 0)
+      const int plain_width = HasFill && (any_fill || range > 0)
                                   ? bit_width(std::uint64_t(range) + 1)
                                   : bit_width(range);
       std::uint32_t zigzag_steps[BlockSize];

@@ -1,6 +1,7 @@
 #pragma once
-// What every backend's chunk encoder shares: the compression plan derived from the value
-// range, and the functor that encodes one chunk at its worst-case slot.
+// What every backend's chunk encoder and decoder share: the compression plan derived from the
+// value range, the functor that encodes one chunk at its worst-case slot, and the one that
+// decodes a chunk.
 
 #include <kompress/codec/chunk.hpp>
 #include <kompress/format.hpp>
@@ -66,6 +67,30 @@ struct chunk_encoder {
         in + chunk * values_per_chunk, layout.values_in_chunk(chunk), codec, slot);
     store<std::uint64_t>(ends + 8 * chunk, bytes);
     store<std::uint64_t>(checksums + 8 * chunk, checksum_of(slot, bytes));
+  }
+};
+
+/// Decodes chunk `chunk` of a stream whose checksums were verified; a malformed chunk lowers
+/// `bad` to its index (a Kokkos::Min reduction).
+template <class T, int BlockSize>
+struct chunk_decoder {
+  const std::byte* data;
+  const std::byte* ends;
+  stream_layout layout;
+  value_codec<T> codec;
+  T* out;
+  std::uint64_t values_per_chunk;
+
+  KOKKOS_INLINE_FUNCTION void operator()(std::uint64_t chunk, std::uint64_t& bad) const {
+    decode(chunk, bad);
+  }
+
+  KOKKOS_INLINE_FUNCTION void decode(std::uint64_t chunk, std::uint64_t& bad) const {
+    const std::uint64_t begin = chunk ? load<std::uint64_t>(ends + 8 * (chunk - 1)) : 0;
+    const std::uint64_t end = load<std::uint64_t>(ends + 8 * chunk);
+    if (!decode_chunk<T, BlockSize>(data + begin, end - begin, layout.values_in_chunk(chunk),
+                                    codec, out + chunk * values_per_chunk))
+      bad = chunk < bad ? chunk : bad;
   }
 };
 

@@ -85,8 +85,8 @@ struct chunk_moves {
 ///      its length and checksum to the chunk tables (each thread derives the codec from the
 ///      range), by the backend's encoder;
 ///   3. an inclusive scan turning the lengths into chunk ends;
-///   4. the chunks moved down into place, in `tuning.assemble_waves` parallel waves and then
-///      one thread: wave 0 moves every chunk whose destination overlaps no earlier chunk's
+///   4. the chunks moved down into place, in `tuning.assemble_waves` parallel waves (none on
+///      an execution space of one thread) and then one thread: wave 0 moves every chunk whose destination overlaps no earlier chunk's
 ///      source, each by its own thread; wave k those whose blockers all moved in waves < k;
 ///      one thread then moves the rest in chunk order (a chunk only ever moves towards the
 ///      front, over space already vacated) and writes the header and its checksum. A chunk
@@ -111,10 +111,11 @@ void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
   auto* const range = reinterpret_cast<packed_range<T>*>(out);  // alignment 1
   static_assert(sizeof(packed_range<T>) <= header_bytes);
 
-  enqueue_value_range(exec, in, count, (base.flags & flag_fill_value) != 0,
-                      static_cast<bits_t<T>>(base.fill_bits),
-                      Kokkos::View<packed_range<T>, memory_space, Kokkos::MemoryUnmanaged>(range),
-                      tuning.range_segment);
+  backend<Exec>::enqueue_value_range(
+      exec,
+      make_value_range_segments(in, count, (base.flags & flag_fill_value) != 0,
+                                static_cast<bits_t<T>>(base.fill_bits), tuning.range_segment),
+      Kokkos::View<packed_range<T>, memory_space, Kokkos::MemoryUnmanaged>(range), tuning.encoder);
 
   if (base.ratio()) {
     const ratio_chunk_encoder<T> encoder{in,     range,           data,           ends, checksums,
@@ -133,8 +134,11 @@ void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
         if (final) store<std::uint64_t>(ends + 8 * chunk, end);
       });
   const chunk_moves moves{data, ends, full_chunk_bytes};
-  const int waves = tuning.assemble_waves < max_assemble_waves ? tuning.assemble_waves
-                                                               : max_assemble_waves;
+  // On one thread the waves would only add launches (small arrays feel them): the last
+  // kernel moves every chunk, and the bytes are the same for any wave count.
+  const int waves = exec.concurrency() == 1                     ? 0
+                    : tuning.assemble_waves < max_assemble_waves ? tuning.assemble_waves
+                                                                 : max_assemble_waves;
   for (int w = 0; w < waves && chunks > 1; ++w)
     Kokkos::parallel_for(
         "kompress::compress::assemble_wave", Kokkos::RangePolicy<Exec>(exec, 1, chunks),
@@ -155,11 +159,13 @@ void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
       });
 }
 
-/// Verifies every chunk's checksum, then decodes. Throws format_error before writing any
-/// output if a checksum does not match.
+/// Verifies every chunk's checksum, then decodes (with the backend's decoder, or the one
+/// `tuning` names). Throws format_error before writing any output if a checksum does not
+/// match.
 template <class T, int BlockSize, class Exec>
 void decompress_chunks(const Exec& exec, const std::byte* in, const stream_header& header,
-                       const value_codec<T>& codec, T* out, const char* who) {
+                       const value_codec<T>& codec, T* out, const char* who,
+                       const kernel_tuning& tuning = backend<Exec>::tuning()) {
   const stream_layout layout = header.layout();
   const std::uint64_t chunks = layout.chunk_count();
   const std::uint64_t values_per_chunk = layout.values_per_chunk();
@@ -184,17 +190,9 @@ void decompress_chunks(const Exec& exec, const std::byte* in, const stream_heade
     throw_format(who, "checksum mismatch in chunk " + std::to_string(first_bad) + " of " +
                           std::to_string(chunks) + " (the stream is corrupted)");
 
-  Kokkos::parallel_reduce(
-      "kompress::decompress::decode_chunks", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
-      KOKKOS_LAMBDA(std::uint64_t chunk, std::uint64_t& bad) {
-        const std::uint64_t begin = chunk_begin(chunk);
-        const std::uint64_t end = load<std::uint64_t>(ends + 8 * chunk);
-        if (!decode_chunk<T, BlockSize>(data + begin, end - begin,
-                                        layout.values_in_chunk(chunk), codec,
-                                        out + chunk * values_per_chunk))
-          bad = chunk < bad ? chunk : bad;
-      },
-      Kokkos::Min<std::uint64_t>(first_bad));
+  first_bad = backend<Exec>::decode_chunks(
+      exec, chunks, chunk_decoder<T, BlockSize>{data, ends, layout, codec, out, values_per_chunk},
+      tuning.decoder);
   if (first_bad < chunks)
     throw_format(who, "malformed block data in chunk " + std::to_string(first_bad));
 }

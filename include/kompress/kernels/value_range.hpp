@@ -105,6 +105,50 @@ struct range_reducer {
   KOKKOS_INLINE_FUNCTION bool references_scalar() const { return false; }
 };
 
+/// The work of the value-range reduction: segment s is [s * segment, (s + 1) * segment) of
+/// [data, data + count). A backend may run it compiled for other instructions
+/// (kernels/backend/host.hpp); the result is the same integer min/max whatever runs it.
+template <class T>
+struct value_range_segments {
+  using element_type = T;
+  const T* data;
+  std::uint64_t count;
+  std::uint64_t segment;
+  bits_t<T> fill_bits;
+  bits_t<T> fill_enabled;
+
+  KOKKOS_INLINE_FUNCTION std::uint64_t segments() const {
+    return (count + segment - 1) / segment;
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(std::uint64_t s, packed_range<T>& partial) const {
+    reduce(s, partial);
+  }
+  KOKKOS_INLINE_FUNCTION void reduce(std::uint64_t s, packed_range<T>& partial) const {
+    const std::uint64_t end = (s + 1) * segment < count ? (s + 1) * segment : count;
+    order_key_t<T> lo = partial.low(), hi = partial.high();
+    segment_range<T>(data, s * segment, end, fill_bits, fill_enabled, lo, hi);
+    partial.set(lo, hi);
+  }
+};
+
+template <class T>
+value_range_segments<T> make_value_range_segments(const T* data, std::uint64_t count,
+                                                  bool has_fill, bits_t<T> fill_bits,
+                                                  std::uint64_t segment) {
+  return {data, count, segment, fill_bits, has_fill ? ~bits_t<T>(0) : bits_t<T>(0)};
+}
+
+/// Enqueues the reduction of `segments` (value_range_segments or a functor derived from it)
+/// into `result`. Asynchronous when `result` is in memory the execution space writes.
+template <class Exec, class Segments, class ResultView>
+void enqueue_range_reduction(const Exec& exec, const Segments& segments,
+                             const ResultView& result) {
+  using T = typename Segments::element_type;
+  Kokkos::parallel_reduce("kompress::value_range",
+                          Kokkos::RangePolicy<Exec>(exec, 0, segments.segments()), segments,
+                          range_reducer<T, typename ResultView::memory_space>{result});
+}
+
 /// Enqueues the reduction of the value range of [data, data + count) (finite values, not the
 /// fill value) into `result`, `segment` values per work item (the backend's range_segment,
 /// kernels/backend/tuning.hpp). Asynchronous when `result` is in memory the execution space
@@ -113,17 +157,8 @@ template <class Exec, class T, class ResultView>
 void enqueue_value_range(const Exec& exec, const T* data, std::uint64_t count, bool has_fill,
                          bits_t<T> fill_bits, const ResultView& result,
                          std::uint64_t segment = 4096) {
-  const bits_t<T> fill_enabled = has_fill ? ~bits_t<T>(0) : bits_t<T>(0);
-  Kokkos::parallel_reduce(
-      "kompress::value_range",
-      Kokkos::RangePolicy<Exec>(exec, 0, (count + segment - 1) / segment),
-      KOKKOS_LAMBDA(std::uint64_t s, packed_range<T>& partial) {
-        const std::uint64_t end = (s + 1) * segment < count ? (s + 1) * segment : count;
-        order_key_t<T> lo = partial.low(), hi = partial.high();
-        segment_range<T>(data, s * segment, end, fill_bits, fill_enabled, lo, hi);
-        partial.set(lo, hi);
-      },
-      range_reducer<T, typename ResultView::memory_space>{result});
+  enqueue_range_reduction(exec, make_value_range_segments(data, count, has_fill, fill_bits, segment),
+                          result);
 }
 
 /// The value range, on the host (waits for `exec`).

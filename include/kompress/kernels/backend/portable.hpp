@@ -4,10 +4,16 @@
 //
 // A backend is a specialization of `backend<Exec>` (keyed on the execution space) with
 //   static kernel_tuning tuning();                        its tuning (backend/tuning.hpp)
+//   template <class T, class R> static void enqueue_value_range(  reduces `segments` into the
+//       const Exec&, const value_range_segments<T>& segments, const R& result, encoder_kind);
+//                                                         View `result`, without a wait
 //   template <class T, int B> static void encode_chunks(  runs `encoder` over chunks [0, n)
 //       const Exec&, std::uint64_t n, const chunk_encoder<T, B>& encoder, encoder_kind);
 //   template <class T> static void encode_ratio_chunks(   the same for ratio chunks
 //       const Exec&, std::uint64_t n, const ratio_chunk_encoder<T>& encoder, encoder_kind);
+//   template <class T, int B> static std::uint64_t decode_chunks(  runs `decoder` over chunks
+//       const Exec&, std::uint64_t n, const chunk_decoder<T, B>& decoder, encoder_kind);
+//                                                         [0, n): the first bad chunk, or n
 // A new one (a CUDA fast path, say) is one file beside this one that specializes it, plus
 // its #include in backend/backend.hpp.
 
@@ -25,6 +31,12 @@ template <class Exec>
 struct backend {
   static kernel_tuning tuning() { return {}; }
 
+  template <class T, class ResultView>
+  static void enqueue_value_range(const Exec& exec, const value_range_segments<T>& segments,
+                                  const ResultView& result, encoder_kind) {
+    enqueue_range_reduction(exec, segments, result);
+  }
+
   template <class T, int BlockSize>
   static void encode_chunks(const Exec& exec, std::uint64_t chunks,
                             const chunk_encoder<T, BlockSize>& encoder, encoder_kind) {
@@ -38,6 +50,16 @@ struct backend {
                                   const ratio_chunk_encoder<T>& encoder, encoder_kind) {
     Kokkos::parallel_for("kompress::compress::encode_ratio_chunks",
                          Kokkos::RangePolicy<Exec>(exec, 0, chunks), encoder);
+  }
+
+  template <class T, int BlockSize>
+  static std::uint64_t decode_chunks(const Exec& exec, std::uint64_t chunks,
+                                     const chunk_decoder<T, BlockSize>& decoder, encoder_kind) {
+    std::uint64_t first_bad = chunks;
+    Kokkos::parallel_reduce("kompress::decompress::decode_chunks",
+                            Kokkos::RangePolicy<Exec>(exec, 0, chunks), decoder,
+                            Kokkos::Min<std::uint64_t>(first_bad));
+    return first_bad;
   }
 };
 

@@ -10,7 +10,9 @@
 
 namespace kompress::detail {
 
-/// Which chunk encoder compression runs. Both write the same bytes.
+/// Which compilation of the codec's loops a kernel runs (the value range and the chunk
+/// encoder for compression, the chunk decoder for decompression). All write the same bytes
+/// and decode the same values.
 enum class encoder_kind : std::uint8_t {
   portable,  ///< the codec as compiled for the build's target
   avx2_fma,  ///< the codec compiled once more for AVX2 + FMA (x86-64 hosts that have them)
@@ -26,11 +28,14 @@ struct kernel_tuning {
   int blocks_per_chunk = default_blocks_per_chunk;
   /// Values per work item of the value-range reduction.
   std::uint64_t range_segment = 4096;
+  /// Compression's value range and chunk encoder.
   encoder_kind encoder = encoder_kind::portable;
   /// How the compressed chunks, encoded at their worst-case positions, reach their places:
   /// in this many parallel waves (at most max_assemble_waves), then one thread moves the rest
   /// in order (enqueue_compress_kernels). 0: one thread moves them all.
   int assemble_waves = max_assemble_waves;
+  /// Decompression's chunk decoder.
+  encoder_kind decoder = encoder_kind::portable;
 };
 
 }  // namespace kompress::detail
