@@ -58,9 +58,11 @@ void check_info(const kompress::stream_info& info, std::size_t size) {
     bug("inspect's chunk count disagrees with its element count");
   if (info.type != kompress::element_type::float32 && info.type != kompress::element_type::float64)
     bug("inspect accepted an unknown element type");
-  // Every block costs at least its descriptor byte: what bounds the output decompress allocates.
+  // Every fast-codec block costs at least its descriptor byte, every ratio chunk (format 1.1)
+  // two bytes: what bounds the output decompress allocates.
   const std::uint64_t blocks = (info.count + std::uint64_t(info.block_size) - 1) / std::uint64_t(info.block_size);
-  if (info.compressed_bytes < kompress::detail::header_bytes + 16 * info.chunk_count + blocks)
+  const std::uint64_t least_payload = info.codec == kompress::codec_mode::ratio ? 2 * info.chunk_count : blocks;
+  if (info.compressed_bytes < kompress::detail::header_bytes + 16 * info.chunk_count + least_payload)
     bug("inspect accepted a stream too short for its element count");
 }
 
