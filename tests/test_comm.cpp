@@ -5,6 +5,8 @@
 
 #include <kompress/comm.hpp>
 
+#include "support/mpi_checks.hpp"
+
 #include <doctest/doctest.h>
 #include <mpi.h>
 
@@ -17,35 +19,7 @@
 
 namespace {
 
-using host = Kokkos::DefaultHostExecutionSpace;
-template <class T>
-using host_view = Kokkos::View<T*, Kokkos::HostSpace>;
-
-int rank_of(MPI_Comm comm = MPI_COMM_WORLD) {
-  int r = 0;
-  MPI_Comm_rank(comm, &r);
-  return r;
-}
-int size_of(MPI_Comm comm = MPI_COMM_WORLD) {
-  int s = 0;
-  MPI_Comm_size(comm, &s);
-  return s;
-}
-
-template <class T>
-MPI_Datatype mpi_type() {
-  return std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
-}
-
-/// Smooth data with a rank-dependent phase, plus an optional real array slice.
-template <class T>
-host_view<T> make_data(std::size_t n, int seed) {
-  host_view<T> v("data", n);
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> noise(0.0, 0.01);
-  for (std::size_t i = 0; i < n; ++i) v(i) = T(std::sin(0.002 * double(i) + seed) * 10.0 + noise(rng));
-  return v;
-}
+using namespace kompress::test;  // support/mpi_checks.hpp
 
 /// The absolute bound a sender applies: ABS as given, REL over its whole send View.
 template <class T>

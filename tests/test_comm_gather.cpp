@@ -4,6 +4,8 @@
 
 #include <kompress/comm.hpp>
 
+#include "support/mpi_checks.hpp"
+
 #include <doctest/doctest.h>
 #include <mpi.h>
 
@@ -16,34 +18,7 @@
 
 namespace {
 
-using host = Kokkos::DefaultHostExecutionSpace;
-template <class T>
-using host_view = Kokkos::View<T*, Kokkos::HostSpace>;
-
-int rank_of() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int size_of() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-template <class T>
-MPI_Datatype mpi_type() {
-  return std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
-}
-
-/// Smooth data with a rank-dependent phase and noise.
-template <class T>
-host_view<T> make_data(std::size_t n, int seed) {
-  host_view<T> v("data", n);
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> noise(0.0, 0.01);
-  for (std::size_t i = 0; i < n; ++i) v(i) = T(std::sin(0.002 * double(i) + seed) * 10.0 + noise(rng));
-  return v;
-}
+using namespace kompress::test;  // support/mpi_checks.hpp
 
 /// The absolute bound of every compression: ABS as given, REL over all ranks' send Views.
 template <class T>
@@ -57,18 +32,6 @@ double agreed_bound(const host_view<T>& send, const kompress::error_bound& bound
   MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return lo <= hi ? bound.value * (hi - lo) : 0.0;
-}
-
-/// Whether `values` holds the same bytes on every rank (an FNV-1a checksum compared with MPI).
-template <class T>
-bool identical_on_every_rank(const host_view<T>& values) {
-  std::uint64_t h = 1469598103934665603ull;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
-  for (std::size_t i = 0; i < values.size() * sizeof(T); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
-  std::uint64_t lo = h, hi = h;
-  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-  return lo == hi;
 }
 
 bool compressed(const kompress::collective_options& options) {

@@ -7,6 +7,8 @@
 
 #include <kompress/comm.hpp>
 
+#include "support/mpi_checks.hpp"
+
 #include <doctest/doctest.h>
 #include <mpi.h>
 
@@ -20,34 +22,8 @@
 
 namespace {
 
-using host = Kokkos::DefaultHostExecutionSpace;
-template <class T>
-using host_view = Kokkos::View<T*, Kokkos::HostSpace>;
+using namespace kompress::test;  // support/mpi_checks.hpp
 using kompress::reduction_method;
-
-int rank_of() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int size_of() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-template <class T>
-MPI_Datatype mpi_type() {
-  return std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
-}
-
-template <class T>
-host_view<T> make_data(std::size_t n, int seed, double scale = 10.0) {
-  host_view<T> v("data", n);
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> noise(0.0, 0.01);
-  for (std::size_t i = 0; i < n; ++i) v(i) = T(std::sin(0.002 * double(i) + seed) * scale + noise(rng));
-  return v;
-}
 
 /// The per-rank bound e: ABS as given, REL over all ranks' values; total divides it p ways.
 template <class T>
@@ -72,17 +48,6 @@ double grid_step(double e) {
   int exponent = 0;
   std::frexp(2.0 * e, &exponent);
   return std::ldexp(1.0, exponent - 1);
-}
-
-template <class T>
-bool identical_on_every_rank(const host_view<T>& values) {
-  std::uint64_t h = 1469598103934665603ull;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
-  for (std::size_t i = 0; i < values.size() * sizeof(T); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
-  std::uint64_t lo = h, hi = h;
-  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-  return lo == hi;
 }
 
 bool on_every_rank(bool b) {

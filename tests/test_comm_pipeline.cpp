@@ -6,6 +6,8 @@
 
 #include <kompress/comm.hpp>
 
+#include "support/mpi_checks.hpp"
+
 #include <doctest/doctest.h>
 #include <mpi.h>
 
@@ -20,43 +22,7 @@
 
 namespace {
 
-using host = Kokkos::DefaultHostExecutionSpace;
-template <class T>
-using host_view = Kokkos::View<T*, Kokkos::HostSpace>;
-
-int rank_of() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int size_of() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-template <class T>
-MPI_Datatype mpi_type() {
-  return std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
-}
-
-template <class T>
-host_view<T> make_data(std::size_t n, int seed) {
-  host_view<T> v("data", n);
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> noise(0.0, 0.01);
-  for (std::size_t i = 0; i < n; ++i) v(i) = T(std::sin(0.002 * double(i) + seed) * 10.0 + noise(rng));
-  return v;
-}
-
-bool identical_on_every_rank(const void* data, std::size_t bytes) {
-  std::uint64_t h = 1469598103934665603ull;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  std::uint64_t lo = h, hi = h;
-  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-  return lo == hi;
-}
+using namespace kompress::test;  // support/mpi_checks.hpp
 
 constexpr double abs_bound = 1e-3;
 

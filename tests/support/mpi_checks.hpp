@@ -1,0 +1,62 @@
+#pragma once
+// What the MPI tests of the collectives share: rank and size, the MPI type of an element, the
+// smooth test data, and a check that a buffer holds the same bytes on every rank.
+
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <type_traits>
+
+namespace kompress::test {
+
+using host = Kokkos::DefaultHostExecutionSpace;
+template <class T>
+using host_view = Kokkos::View<T*, Kokkos::HostSpace>;
+
+inline int rank_of(MPI_Comm comm = MPI_COMM_WORLD) {
+  int r = 0;
+  MPI_Comm_rank(comm, &r);
+  return r;
+}
+inline int size_of(MPI_Comm comm = MPI_COMM_WORLD) {
+  int s = 0;
+  MPI_Comm_size(comm, &s);
+  return s;
+}
+
+template <class T>
+MPI_Datatype mpi_type() {
+  return std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
+}
+
+/// Smooth data with a rank-dependent phase (the seed) and noise.
+template <class T>
+host_view<T> make_data(std::size_t n, int seed, double scale = 10.0) {
+  host_view<T> v("data", n);
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(0.0, 0.01);
+  for (std::size_t i = 0; i < n; ++i) v(i) = T(std::sin(0.002 * double(i) + seed) * scale + noise(rng));
+  return v;
+}
+
+/// Whether `bytes` bytes at `data` are the same on every rank (an FNV-1a checksum compared with
+/// MPI).
+inline bool identical_on_every_rank(const void* data, std::size_t bytes) {
+  std::uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  std::uint64_t lo = h, hi = h;
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  return lo == hi;
+}
+template <class T>
+bool identical_on_every_rank(const host_view<T>& values) {
+  return identical_on_every_rank(values.data(), values.size() * sizeof(T));
+}
+
+}  // namespace kompress::test
