@@ -105,31 +105,36 @@ def _dtype_of(x):
 
 # --- codec ------------------------------------------------------------------------------------
 
-def max_compressed_size(count: int, dtype=_np.float32, block_size: int = 32) -> int:
+def max_compressed_size(count: int, dtype=_np.float32, block_size: int = 32, codec: str = "fast") -> int:
     """The largest stream ``compress`` can write for ``count`` values of ``dtype``."""
-    return _ext.max_compressed_size(int(count), _np.dtype(dtype).itemsize, int(block_size))
+    return _ext.max_compressed_size(int(count), _np.dtype(dtype).itemsize, int(block_size), str(codec))
 
 
 def compress(x, *, abs: float | None = None, rel: float | None = None, fill_value: float | None = None,
-             block_size: int = 32) -> _np.ndarray:
+             block_size: int = 32, codec: str = "fast") -> _np.ndarray:
     """Compresses a float32/float64 array or CPU tensor of any shape (values in C order).
 
     Returns the stream as a new uint8 numpy array. Bound: ``abs=e`` (|x - x'| <= e), ``rel=f``
     (e = f * (max - min)) or neither (lossless). Values bit-identical to ``fill_value`` come back
-    exactly and stay out of the relative bound's range. Releases the GIL; blocks until done.
+    exactly and stay out of the relative bound's range. ``codec="fast"`` (the default) is the
+    fastest; ``codec="ratio"`` writes format 1.1 streams, about twice smaller on smooth fields
+    and several times slower, and predicts across the array's last two axes (2-D / 3-D Lorenzo),
+    so pass fields in their natural shape (``block_size`` does not apply to it). Releases the
+    GIL; blocks until done.
     """
     abs, rel = _bound_args(abs, rel)
     return _ext.compress(_host(x, "kompress.compress"), abs, rel,
-                         None if fill_value is None else float(fill_value), int(block_size))
+                         None if fill_value is None else float(fill_value), int(block_size), str(codec))
 
 
 def compress_into(x, out, *, abs: float | None = None, rel: float | None = None,
-                  fill_value: float | None = None, block_size: int = 32) -> int:
-    """Compresses into ``out`` (a uint8 array of at least max_compressed_size bytes); returns
-    the stream's length (the stream is ``out[:length]``). No allocation."""
+                  fill_value: float | None = None, block_size: int = 32, codec: str = "fast") -> int:
+    """Compresses into ``out`` (a uint8 array of at least max_compressed_size bytes, for the same
+    codec); returns the stream's length (the stream is ``out[:length]``). No allocation."""
     abs, rel = _bound_args(abs, rel)
     return _ext.compress_into(_host(x, "kompress.compress_into"), _host(out, "kompress.compress_into"),
-                              abs, rel, None if fill_value is None else float(fill_value), int(block_size))
+                              abs, rel, None if fill_value is None else float(fill_value), int(block_size),
+                              str(codec))
 
 
 def inspect(stream) -> StreamInfo:

@@ -147,28 +147,53 @@ kompress::error_bound make_bound(const char* who, std::optional<double> abs, std
 
 // --- codec ------------------------------------------------------------------------------------
 
-std::size_t max_compressed_size(std::size_t count, int element_bytes, int block_size) {
-  if (element_bytes == 4) return kompress::max_compressed_size<float>(count, block_size);
-  if (element_bytes == 8) return kompress::max_compressed_size<double>(count, block_size);
-  throw kompress::invalid_argument("kompress.max_compressed_size: element size must be 4 or 8 bytes (got " +
+kompress::codec_mode codec_of(const std::string& codec, const char* who) {
+  if (codec == "fast") return kompress::codec_mode::fast;
+  if (codec == "ratio") return kompress::codec_mode::ratio;
+  throw kompress::invalid_argument(std::string(who) + ": codec must be \"fast\" or \"ratio\" (got \"" + codec +
+                                   "\")");
+}
+
+std::size_t max_compressed_size(std::size_t count, int element_bytes, int block_size, const std::string& codec) {
+  constexpr const char* who = "kompress.max_compressed_size";
+  const kompress::compress_options options{.block_size = block_size, .codec = codec_of(codec, who)};
+  if (element_bytes == 4) return kompress::max_compressed_size<float>(count, options);
+  if (element_bytes == 8) return kompress::max_compressed_size<double>(count, options);
+  throw kompress::invalid_argument(std::string(who) + ": element size must be 4 or 8 bytes (got " +
                                    std::to_string(element_bytes) + ")");
+}
+
+template <class T>
+using host_view3 = Kokkos::View<T***, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+
+/// The array's values as a rank-3 row-major View: the last two axes as they are, every axis
+/// before them folded into the first. The ratio codec predicts across the View's two fastest
+/// extents (2-D / 3-D Lorenzo), so a field keeps its shape; the values and their order are
+/// those of the flat view, so the fast codec writes the same bytes from either.
+template <class T>
+host_view3<const T> shaped_view_of(const in_array& a) {
+  std::size_t extents[3] = {1, 1, 1};
+  const int rank = int(a.ndim());
+  for (int d = 0; d < rank; ++d) extents[d >= rank - 2 ? 3 - (rank - d) : 0] *= std::size_t(a.shape(d));
+  return host_view3<const T>(static_cast<const T*>(a.data()), extents[0], extents[1], extents[2]);
 }
 
 /// Compresses `in` into a new uint8 numpy array of exactly the stream's length.
 nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>> compress(const in_array& in, std::optional<double> abs,
                                                           std::optional<double> rel,
-                                                          std::optional<double> fill_value, int block_size) {
+                                                          std::optional<double> fill_value, int block_size,
+                                                          const std::string& codec) {
   constexpr const char* who = "kompress.compress";
   const dtype_code code = float_array(in, who, "the input");
   const kompress::compress_options options{.bound = make_bound(who, abs, rel), .fill_value = fill_value,
-                                           .block_size = block_size};
+                                           .block_size = block_size, .codec = codec_of(codec, who)};
   std::size_t length = 0;
   std::unique_ptr<std::uint8_t[]> stream;
   {
     nb::gil_scoped_release release;
     dispatch(code, [&](auto t) {
       using T = decltype(t);
-      const auto values = view_of<T>(in);
+      const auto values = shaped_view_of<T>(in);
       // The worst case is allocated, filled, then copied to a buffer of the stream's length:
       // a copy of the compressed bytes only, and no slack kept alive with the result.
       std::unique_ptr<std::uint8_t[]> scratch(
@@ -187,16 +212,17 @@ nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>> compress(const in_array& in, s
 
 /// Compresses `in` into the caller's uint8 buffer `out`; returns the stream's length.
 std::size_t compress_into(const in_array& in, const array& out, std::optional<double> abs,
-                          std::optional<double> rel, std::optional<double> fill_value, int block_size) {
+                          std::optional<double> rel, std::optional<double> fill_value, int block_size,
+                          const std::string& codec) {
   constexpr const char* who = "kompress.compress_into";
   const dtype_code code = float_array(in, who, "the input");
   const auto bytes = byte_array(out, who, "the output");
   const kompress::compress_options options{.bound = make_bound(who, abs, rel), .fill_value = fill_value,
-                                           .block_size = block_size};
+                                           .block_size = block_size, .codec = codec_of(codec, who)};
   nb::gil_scoped_release release;
   return dispatch(code, [&](auto t) {
     using T = decltype(t);
-    return kompress::compress(exec_space{}, view_of<T>(in), bytes, options);
+    return kompress::compress(exec_space{}, shaped_view_of<T>(in), bytes, options);
   });
 }
 
@@ -679,6 +705,9 @@ NB_MODULE(_kompress, m) {
         if (!i.has_fill_value) return std::nullopt;
         return i.fill_value;
       })
+      .def_prop_ro("codec", [](const kompress::stream_info& i) {
+        return i.codec == kompress::codec_mode::ratio ? "ratio" : "fast";
+      })
       .def_ro("block_size", &kompress::stream_info::block_size)
       .def_ro("blocks_per_chunk", &kompress::stream_info::blocks_per_chunk)
       .def_ro("chunk_count", &kompress::stream_info::chunk_count)
@@ -693,10 +722,12 @@ NB_MODULE(_kompress, m) {
                ", absolute_bound=" + std::to_string(i.absolute_bound) + ")";
       });
 
-  m.def("max_compressed_size", &max_compressed_size, "count"_a, "element_bytes"_a, "block_size"_a = 32);
-  m.def("compress", &compress, "x"_a, "abs"_a.none(), "rel"_a.none(), "fill_value"_a.none(), "block_size"_a);
+  m.def("max_compressed_size", &max_compressed_size, "count"_a, "element_bytes"_a, "block_size"_a = 32,
+        "codec"_a = "fast");
+  m.def("compress", &compress, "x"_a, "abs"_a.none(), "rel"_a.none(), "fill_value"_a.none(), "block_size"_a,
+        "codec"_a);
   m.def("compress_into", &compress_into, "x"_a, "out"_a, "abs"_a.none(), "rel"_a.none(), "fill_value"_a.none(),
-        "block_size"_a);
+        "block_size"_a, "codec"_a);
   m.def("inspect", &inspect, "stream"_a);
   m.def("decompress_into", &decompress_into, "stream"_a, "out"_a);
 

@@ -1,5 +1,7 @@
 // kompress_stream_tool: the C++ side of the Python package's cross-language tests.
-//   kompress_stream_tool compress f32|f64 IN.raw abs|rel BOUND BLOCK_SIZE OUT.kmpz
+//   kompress_stream_tool compress f32|f64 IN.raw abs|rel BOUND BLOCK_SIZE OUT.kmpz [ratio D0xD1x...]
+//                                            (ratio: the ratio codec on a row-major View of
+//                                            that shape, folded to rank 3 as Python folds it)
 //   kompress_stream_tool decompress IN.kmpz OUT.raw
 //   kompress_stream_tool time IN.raw CALLS   seconds per kompress::compress of IN (float32,
 //                                            REL 1e-3, into a preallocated View): the baseline
@@ -10,6 +12,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -33,11 +37,26 @@ void write_file(const std::string& path, const void* data, std::size_t bytes) {
   if (!out) throw std::runtime_error("cannot write " + path);
 }
 
+/// "4x110x64" -> {4 * 110 / ..., rows, columns}: the axes before the last two folded into one.
+std::array<std::size_t, 3> folded_shape(const std::string& text) {
+  std::vector<std::size_t> shape;
+  for (std::size_t at = 0; at <= text.size();) {
+    const std::size_t x = std::min(text.find('x', at), text.size());
+    shape.push_back(std::stoul(text.substr(at, x - at)));
+    at = x + 1;
+  }
+  std::array<std::size_t, 3> folded{1, 1, 1};
+  const int rank = int(shape.size());
+  for (int d = 0; d < rank; ++d) folded[d >= rank - 2 ? 3 - (rank - d) : 0] *= shape[std::size_t(d)];
+  return folded;
+}
+
 template <class T>
 void compress_file(const std::vector<char>& raw, const kompress::compress_options& options,
-                   const std::string& out_path) {
-  Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> values(
-      reinterpret_cast<const T*>(raw.data()), raw.size() / sizeof(T));
+                   const std::array<std::size_t, 3>& shape, const std::string& out_path) {
+  Kokkos::View<const T***, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> values(
+      reinterpret_cast<const T*>(raw.data()), shape[0], shape[1], shape[2]);
+  if (values.size() * sizeof(T) != raw.size()) throw std::runtime_error("the shape does not match the file's size");
   Kokkos::View<std::byte*, Kokkos::HostSpace> stream("stream", kompress::max_compressed_size(values, options));
   const std::size_t length = kompress::compress(Kokkos::DefaultHostExecutionSpace{}, values, stream, options);
   write_file(out_path, stream.data(), length);
@@ -57,16 +76,20 @@ int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);
   try {
     const std::vector<std::string> args(argv + 1, argv + argc);
-    if (args.size() == 7 && args[0] == "compress") {
+    if ((args.size() == 7 || (args.size() == 9 && args[7] == "ratio")) && args[0] == "compress") {
       const double bound = std::stod(args[4]);
+      const bool ratio = args.size() == 9;
       const kompress::compress_options options{
           .bound = args[3] == "rel" ? kompress::relative(bound) : kompress::absolute(bound),
-          .block_size = std::stoi(args[5])};
+          .block_size = std::stoi(args[5]),
+          .codec = ratio ? kompress::codec_mode::ratio : kompress::codec_mode::fast};
       const auto raw = read_file(args[2]);
+      const std::size_t element = args[1] == "f32" ? sizeof(float) : sizeof(double);
+      const auto shape = ratio ? folded_shape(args[8]) : std::array<std::size_t, 3>{1, 1, raw.size() / element};
       if (args[1] == "f32")
-        compress_file<float>(raw, options, args[6]);
+        compress_file<float>(raw, options, shape, args[6]);
       else
-        compress_file<double>(raw, options, args[6]);
+        compress_file<double>(raw, options, shape, args[6]);
       return 0;
     }
     if (args.size() == 3 && args[0] == "decompress") {
@@ -94,7 +117,7 @@ int main(int argc, char** argv) {
       std::printf("%.9g %zu\n", seconds / calls, total);
       return 0;
     }
-    std::fprintf(stderr, "usage: kompress_stream_tool compress f32|f64 IN abs|rel BOUND BLOCK OUT\n"
+    std::fprintf(stderr, "usage: kompress_stream_tool compress f32|f64 IN abs|rel BOUND BLOCK OUT [ratio SHAPE]\n"
                          "       kompress_stream_tool decompress IN OUT\n");
     return 2;
   } catch (const std::exception& e) {

@@ -162,3 +162,63 @@ def test_streams_are_identical_across_languages(tmp_path, name, bound):
     py_values = kompress.decompress(cpp_stream)
     assert np.array_equal(cpp_values.view(np.uint8), py_values.view(np.uint8))
     assert_within(x, py_values, kompress.inspect(py_stream).absolute_bound)
+
+
+# --- the ratio codec (format 1.1) -------------------------------------------------------------
+
+@pytest.mark.parametrize("name", REAL)
+@pytest.mark.parametrize("bound", [{"rel": 1e-2}, {"rel": 1e-4}, {"abs": 1e-3}, {}])
+def test_ratio_codec_round_trip_within_bound(name, bound):
+    x = load(name)
+    stream = kompress.compress(x, codec="ratio", **bound)
+    info = kompress.inspect(stream)
+    assert info.codec == "ratio" and info.count == x.size and info.compressed_bytes == stream.size
+    assert stream.size <= kompress.max_compressed_size(x.size, x.dtype, codec="ratio")
+    y = kompress.decompress(stream)
+    if not bound:
+        assert info.absolute_bound == 0 and np.array_equal(x.reshape(-1), y)
+    assert_within(x, y, info.absolute_bound)
+    assert kompress.inspect(kompress.compress(x, **bound)).codec == "fast"
+
+
+@pytest.mark.parametrize("name", ["pop_temp_384x320.f32", "era5_t2m_uk_744x33x49.f32",
+                                  "cesm_trefht_4x110x64x128.f32"])
+def test_ratio_codec_predicts_across_the_arrays_shape(name):
+    # The same values flattened lose the 2-D / 3-D predictors: the shaped stream must be smaller.
+    x = load(name)
+    shaped = kompress.compress(x, rel=1e-3, codec="ratio")
+    flat = kompress.compress(x.reshape(-1), rel=1e-3, codec="ratio")
+    assert shaped.size < flat.size
+    assert_within(x, kompress.decompress(shaped), kompress.inspect(shaped).absolute_bound)
+    # The fast codec ignores the shape: the same bytes either way.
+    assert np.array_equal(kompress.compress(x, rel=1e-3), kompress.compress(x.reshape(-1), rel=1e-3))
+
+
+@pytest.mark.parametrize("shape", [(0,), (1,), (5,), (3, 1), (1, 7), (2, 3, 4), (2, 1, 3, 5), (1, 1, 1, 1, 9)])
+def test_ratio_codec_any_rank_and_extent(shape):
+    x = (np.arange(int(np.prod(shape)), dtype=np.float32) * 0.37).reshape(shape)
+    stream = kompress.compress(x, abs=1e-2, codec="ratio")
+    assert_within(x, kompress.decompress(stream), 1e-2)
+    out = np.empty(kompress.max_compressed_size(x.size, x.dtype, codec="ratio"), np.uint8)
+    n = kompress.compress_into(x, out, abs=1e-2, codec="ratio")
+    assert np.array_equal(out[:n], stream)
+
+
+def test_unknown_codec_is_rejected():
+    with pytest.raises(kompress.InvalidArgument, match="codec"):
+        kompress.compress(np.ones(10, np.float32), rel=1e-2, codec="zfp")
+    with pytest.raises(kompress.InvalidArgument, match="codec"):
+        kompress.max_compressed_size(10, np.float32, codec="")
+
+
+@pytest.mark.parametrize("name,bound", [("era5_t2m_uk_744x33x49.f32", ("rel", 1e-3)),
+                                        ("mitgcm_ocean_theta_15x40x90.f64", ("abs", 1e-2))])
+def test_ratio_streams_are_identical_across_languages(tmp_path, name, bound):
+    x = load(name)
+    mode, value = bound
+    raw = tmp_path / "in.raw"
+    x.tofile(raw)
+    subprocess.run([tool(), "compress", "f32" if x.dtype == np.float32 else "f64", str(raw), mode, repr(value),
+                    "32", str(tmp_path / "cpp.kmpz"), "ratio", "x".join(map(str, x.shape))], check=True)
+    cpp_stream = np.fromfile(tmp_path / "cpp.kmpz", dtype=np.uint8)
+    assert np.array_equal(cpp_stream, kompress.compress(x, codec="ratio", **{mode: value}))
