@@ -134,6 +134,19 @@ TEST_CASE("dlrm exchange: forward and backward within each table's bound") {
   round_trip({.forward = {.bound = kompress::relative(1e-3), .block_size = 64}, .table_weights = {1.0, 2.0, 0.5, 4.0, 1.0}}, true);
 }
 
+TEST_CASE("dlrm exchange: the ratio codec, with any block size option") {
+  // Ratio streams have their own worst case: the segments' staging must be sized for it.
+  for (const int block_size : {32, 128})
+    for (const bool async : {false, true}) {
+      CAPTURE(block_size);
+      round_trip({.forward = {.bound = kompress::relative(1e-2), .block_size = block_size,
+                              .codec = kompress::codec_mode::ratio},
+                  .backward = {.bound = kompress::absolute(1e-4), .block_size = block_size,
+                               .codec = kompress::codec_mode::ratio}},
+                 async);
+    }
+}
+
 TEST_CASE("dlrm exchange: a bound schedule per iteration and table") {
   kompress::dlrm::exchange_options options;
   std::vector<std::uint64_t> seen;

@@ -67,7 +67,7 @@ class ring_phases {
     // then the homomorphic reduction's scratch.
     const chunk_plan widest = plan(largest);
     // Rounded to 8 bytes: the homomorphic reduction stages raw values there.
-    piece_room_ = (max_compressed_size<T>(widest.chunk, codec_.block_size) + 7) / 8 * 8;
+    piece_room_ = (max_compressed_size<T>(widest.chunk, codec_) + 7) / 8 * 8;
     const std::size_t sums_bytes = (ring_.count + largest) * sizeof(T);
     const std::size_t homomorphic_bytes =
         extras.homomorphic
@@ -183,7 +183,7 @@ class ring_phases {
     const std::size_t raw = count * sizeof(T);
     if (may_compress() && count > 0) {
       const std::size_t length = compress(exec_, host_values<const T>(values, count),
-                                          host_bytes(out, max_compressed_size<T>(count, codec_.block_size)), codec_);
+                                          host_bytes(out, max_compressed_size<T>(count, codec_)), codec_);
       if (rule_.send_compressed(raw, length)) {
         if (max_error_ == max_error_) {  // measuring: decode what leaves (incoming_ is free while sending)
           decode_message(exec_, out, length, count, incoming_, "kompress::measure_error");

@@ -79,7 +79,7 @@ struct segment_messages {
     const std::size_t raw = raw_bytes_to(peer);
     std::size_t room = aligned_room(raw);
     if (rule.may_compress(raw))
-      for (const auto& s : peers[std::size_t(peer)].send) room += max_compressed_size<T>(s.size(), codec.block_size);
+      for (const auto& s : peers[std::size_t(peer)].send) room += max_compressed_size<T>(s.size(), codec);
     return aligned_room(room);
   }
 
@@ -111,7 +111,7 @@ struct segment_messages {
     for (const auto& s : peers[std::size_t(peer)].send) {
       compress_options options = codec;
       options.bound = absolute(s.abs_bound);
-      const std::size_t room_bytes = max_compressed_size<T>(s.size(), codec.block_size);
+      const std::size_t room_bytes = max_compressed_size<T>(s.size(), codec);
       used += compress(exec, host_values<const T>(values, s.size()), host_bytes(streams + used, room_bytes), options);
       values += s.size();
     }

@@ -298,9 +298,9 @@ struct stash<ExecutionSpace>::state {
     const int block_size = options.codec.block_size;
     workspace_bytes = detail::first_fit_allocator::round_up(std::max(
         max_compressed_size<float>(detail::segment_values(options.segment_bytes, 4, block_size),
-                                   block_size),
+                                   options.codec),
         max_compressed_size<double>(detail::segment_values(options.segment_bytes, 8, block_size),
-                                    block_size)));
+                                    options.codec)));
     const std::size_t capacity = options.budget_bytes / detail::first_fit_allocator::alignment *
                                  detail::first_fit_allocator::alignment;
     if (capacity < workspace_bytes + detail::first_fit_allocator::alignment)
@@ -419,7 +419,7 @@ struct stash<ExecutionSpace>::state {
     check_save(view, requested, who);
     const std::size_t count = view.size();
     if (count == 0) return save<T>(exec_, view, requested);  // no device work at all
-    const std::size_t reserved = max_compressed_size<T>(count, options.codec.block_size);
+    const std::size_t reserved = max_compressed_size<T>(count, options.codec);
     std::optional<std::size_t> offset = pool->reserve(reserved);
     bool others_pending;
     {
@@ -592,7 +592,7 @@ struct stash<ExecutionSpace>::state {
                             const error_bound& bound, detail::stash_segment& segment,
                             double& abs_bound, const char* who) {
     const compress_options codec = codec_with(bound);
-    const std::size_t worst = max_compressed_size<T>(values.size(), codec.block_size);
+    const std::size_t worst = max_compressed_size<T>(values.size(), codec);
 
     if (tuning.compress_in_place) {
       if (const std::optional<std::size_t> offset = pool->borrow(worst)) {

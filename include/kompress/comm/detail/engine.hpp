@@ -356,7 +356,7 @@ struct block_messages {
     return reinterpret_cast<std::byte*>(recv + layout.recv_displs[std::size_t(peer)]);
   }
   /// Staging of one chunk's stream: every chunk but the last is full, the last no larger.
-  std::size_t chunk_room(const chunk_plan& plan) const { return max_compressed_size<T>(plan.chunk, codec.block_size); }
+  std::size_t chunk_room(const chunk_plan& plan) const { return max_compressed_size<T>(plan.chunk, codec); }
   std::size_t send_room(int peer) const {
     if (!rule.may_compress(raw_bytes_to(peer))) return 0;
     const chunk_plan plan = chunks_to(peer);
