@@ -13,6 +13,7 @@
 // throw invalid_argument on every rank before any data moves.
 
 #include <kompress/comm/detail/engine.hpp>
+#include <kompress/comm/detail/value_range.hpp>
 #include <kompress/detail/arguments.hpp>
 
 #include <concepts>
@@ -120,7 +121,12 @@ std::unique_ptr<operation> start_exchange(const Exec& exec, const SendView& send
 
   block_messages<T> messages{send.data(), recv.data(), std::move(layout), rule, options.codec,
                              options.measure_error, shape.rank, who};
-  if (rule.may_compress(1)) messages.codec.bound = absolute(absolute_bound(exec, send, options.codec));
+  // A REL bound resolves over the whole send View whenever any block may be compressed
+  // (automatic mode too: left relative, each chunk would resolve it over its own values).
+  bool compresses = false;
+  for (int peer = 0; peer < shape.size; ++peer)
+    compresses = compresses || (peer != shape.rank && rule.may_compress(messages.raw_bytes_to(peer)));
+  if (compresses) messages.codec.bound = absolute(resolve_bound(exec, send.data(), send.size(), options.codec));
   return std::make_unique<exchange_engine<block_messages<T>, Exec>>(exec, std::move(messages), shape, slot, comm,
                                                                     nonblocking, who);
 }
