@@ -33,11 +33,16 @@ packed_range<T> range_keys(const Exec& exec, const T* data, std::size_t count, b
   return keys;
 }
 
-/// The value range of [data, data + count) as compute_value_range gives it, by the backend.
-template <class Exec, class T>
-value_range backend_value_range(const Exec& exec, const T* data, std::size_t count, bool has_fill,
-                                bits_t<T> fill_bits) {
-  const packed_range<T> keys = range_keys(exec, data, count, has_fill, fill_bits);
+/// The union of two ranges of order keys.
+template <class T>
+packed_range<T> join_keys(const packed_range<T>& a, const packed_range<T>& b) {
+  packed_range<T> keys;
+  keys.set(std::min(a.low(), b.low()), std::max(a.high(), b.high()));
+  return keys;
+}
+
+template <class T>
+value_range to_value_range(const packed_range<T>& keys) {
   value_range range;
   if (keys.low() <= keys.high()) {
     range.min = static_cast<double>(from_order_key<T>(keys.low()));
@@ -46,13 +51,25 @@ value_range backend_value_range(const Exec& exec, const T* data, std::size_t cou
   return range;
 }
 
-/// The absolute bound compress(exec, values, out, options) promises for [data, data + count):
-/// kompress::absolute_bound's result, by the backend's range reduction.
+/// The value range of [data, data + count) as compute_value_range gives it, by the backend.
 template <class Exec, class T>
-double resolve_bound(const Exec& exec, const T* data, std::size_t count, const compress_options& options) {
+value_range backend_value_range(const Exec& exec, const T* data, std::size_t count, bool has_fill,
+                                bits_t<T> fill_bits) {
+  return to_value_range(range_keys(exec, data, count, has_fill, fill_bits));
+}
+
+/// The fill value's bits in T (0 without one).
+template <class T>
+bits_t<T> fill_bits_of(const compress_options& options) {
+  return options.fill_value ? to_bits(static_cast<T>(*options.fill_value)) : bits_t<T>(0);
+}
+
+/// The absolute bound of `options` for values whose range `keys` holds: the bound itself when
+/// absolute; when relative, that fraction of the range (kompress::absolute_bound's rule).
+template <class T>
+double bound_for(const compress_options& options, const packed_range<T>& keys) {
   if (options.bound.mode == bound_mode::absolute) return options.bound.value;
-  const bits_t<T> fill = options.fill_value ? to_bits(static_cast<T>(*options.fill_value)) : bits_t<T>(0);
-  const value_range range = backend_value_range(exec, data, count, options.fill_value.has_value(), fill);
+  const value_range range = to_value_range(keys);
   return relative_to_absolute(options.bound.value, range.min, range.max);
 }
 
