@@ -86,10 +86,11 @@ class ring_phases {
     final_length_.resize(std::size_t(ring_.p()));
     for (int c = 0; c < ring_.p(); ++c) final_length_[std::size_t(c)].assign(plan(ring_.size(c)).count(), 0);
     // --- homomorphic reduction hook (comm/detail/homomorphic.hpp): it reads the input there ---
-    if (extras.homomorphic) std::memcpy(sums_, input, ring_.count * sizeof(T));
-    if (extras.homomorphic)
+    if (extras.homomorphic) {
+      std::memcpy(sums_, input, ring_.count * sizeof(T));
       homomorphic_.emplace(exec_, *extras.homomorphic, codec_.block_size, ring_.count, widest.chunk, sums_,
                            slot_.decode.data() + (sums_bytes + 7) / 8 * 8);
+    }
     if (extras.measure_error) {
       max_error_ = 0.0;
       if (homomorphic_) homomorphic_->measure();
