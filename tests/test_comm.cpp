@@ -78,6 +78,44 @@ TEST_CASE_TEMPLATE("alltoall matches MPI_Alltoall within the bound", T, float, d
   check_alltoall<T>(100, {.codec = {.bound = kompress::absolute(1e-3)}, .mode = kompress::transfer_mode::automatic});
 }
 
+TEST_CASE_TEMPLATE("alltoall: a REL bound resolves over the blocks to other ranks, not the block to itself", T, float,
+                   double) {
+  // The block to itself spans a range 1000x wider than the rest: it is copied exactly, so it
+  // must not widen the bound of the blocks that are compressed.
+  const int p = size_of(), me = rank_of();
+  const std::size_t per_peer = 5000;
+  auto send = make_data<T>(per_peer * std::size_t(p), me + 1, 1.0);
+  for (std::size_t i = 0; i < per_peer; ++i) send(std::size_t(me) * per_peer + i) *= T(1000);
+  host_view<T> expected("expected", send.size()), got("got", send.size());
+  const int bytes = int(per_peer * sizeof(T));
+  MPI_Alltoall(send.data(), bytes, MPI_BYTE, expected.data(), bytes, MPI_BYTE, MPI_COMM_WORLD);
+  for (const auto mode : {kompress::transfer_mode::compressed, kompress::transfer_mode::automatic}) {
+    kompress::collective_options options{.codec = {.bound = kompress::relative(1e-2)}, .mode = mode};
+    options.cost.link_bytes_per_second = 1e6;  // automatic mode compresses these 20-40 KB blocks
+    options.cost.min_message_bytes = 1;
+    double lo = INFINITY, hi = -INFINITY;  // over the values this rank sends to others
+    for (std::size_t k = 0; k < send.size(); ++k)
+      if (k / per_peer != std::size_t(me)) {
+        lo = std::min(lo, double(send(k)));
+        hi = std::max(hi, double(send(k)));
+      }
+    const auto bounds = all_bounds(lo <= hi ? 1e-2 * (hi - lo) : 0.0);
+    const auto report = kompress::alltoall(host{}, send, got, MPI_COMM_WORLD, options);
+    double promised = 0.0;
+    std::size_t violations = 0;
+    for (std::size_t k = 0; k < send.size(); ++k) {
+      const int source = int(k / per_peer);
+      const double e = source == me ? 0.0 : bounds[std::size_t(source)];
+      if (source != me) promised = std::max(promised, e);
+      violations += !(std::fabs(double(got(k)) - double(expected(k))) <= e);
+    }
+    CAPTURE(int(mode));
+    CHECK(violations == 0);
+    CHECK(report.absolute_bound <= promised * (1 + 1e-12));  // the old rule: about 1000x this
+    if (p > 1) CHECK(report.compressed_messages == std::uint64_t(p - 1));
+  }
+}
+
 TEST_CASE("alltoall of real embedding rows and activations") {
   const int p = size_of(), me = rank_of();
   for (const char* file : {"dlrm_flights_lookup_fwd_1024x10x128.f32", "act_mlp_relu2_out_1024x1024.f32"}) {

@@ -19,6 +19,7 @@
 // advances hop by hop in test() and wait(); each hop's codec work waits for `exec`. Raw mode
 // is MPI_Allreduce / MPI_Iallreduce itself. With one rank the result is the input.
 
+#include <kompress/comm/detail/value_range.hpp>
 #include <kompress/comm/ring_allreduce.hpp>
 #include <kompress/detail/arguments.hpp>
 
@@ -82,7 +83,7 @@ double hop_bound(const Exec& exec, const SendView& send, const collective_option
   double bound = options.codec.bound.value;
   if (options.codec.bound.mode == bound_mode::relative) {
     using T = typename SendView::non_const_value_type;
-    const value_range local = compute_value_range(exec, send.data(), send.size(), false, bits_t<T>(0));
+    const value_range local = backend_value_range(exec, send.data(), send.size(), false, bits_t<T>(0));
     double extremes[2] = {-local.min, local.max};  // +inf/-inf when empty
     check_mpi(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_DOUBLE, MPI_MAX, comm), who, "MPI_Allreduce");
     bound = relative_to_absolute(options.codec.bound.value, -extremes[0], extremes[1]);

@@ -1,7 +1,8 @@
 #pragma once
 // kompress::alltoall and alltoallv: MPI_Alltoall(v) on Views, compressed on the wire.
 // Every value arrives within the sender's absolute bound (a REL bound resolves against the
-// sender's whole send View); a rank's block to itself is copied exactly.
+// value range of what the sender compresses: its blocks to the other ranks, not its block to
+// itself); a rank's block to itself is copied exactly.
 //
 // Sync points: every call first fences `exec` (the send View may be the output of work on
 // it), then agrees on the arguments with one small MPI_Allreduce (blocking, nonblocking forms
@@ -13,6 +14,7 @@
 // throw invalid_argument on every rank before any data moves.
 
 #include <kompress/comm/detail/engine.hpp>
+#include <kompress/comm/detail/value_range.hpp>
 #include <kompress/detail/arguments.hpp>
 
 #include <concepts>
@@ -79,6 +81,21 @@ inline exchange_layout uniform_layout(std::size_t send_size, std::size_t recv_si
   return layout;
 }
 
+/// The absolute bound of this rank's streams: ABS as given; REL against the value range of the
+/// values it sends to other ranks, its blocks to them (the block to itself is copied exactly,
+/// so its values play no part: at p ranks the range pass reads (p - 1) / p of the View).
+template <class Exec, class T>
+double sent_values_bound(const Exec& exec, const T* send, const std::vector<std::size_t>& send_counts,
+                         const std::vector<std::size_t>& send_displs, int rank, const compress_options& codec) {
+  if (codec.bound.mode == bound_mode::absolute) return codec.bound.value;
+  packed_range<T> keys = range_keys(exec, send, 0, false, bits_t<T>(0));  // empty
+  for (std::size_t peer = 0; peer < send_counts.size(); ++peer)
+    if (int(peer) != rank && send_counts[peer] > 0)
+      keys = join_keys(keys, range_keys(exec, send + send_displs[peer], send_counts[peer], codec.fill_value.has_value(),
+                                        fill_bits_of<T>(codec)));
+  return bound_for(codec, keys);
+}
+
 /// Every alltoall(v): fence, check locally, agree, then exchange. `make_layout(ranks)` builds
 /// the layout (it may throw; that is a local failure like any other).
 template <class Exec, class SendView, class RecvView, class MakeLayout>
@@ -120,7 +137,14 @@ std::unique_ptr<operation> start_exchange(const Exec& exec, const SendView& send
 
   block_messages<T> messages{send.data(), recv.data(), std::move(layout), rule, options.codec,
                              options.measure_error, shape.rank, who};
-  if (rule.may_compress(1)) messages.codec.bound = absolute(absolute_bound(exec, send, options.codec));
+  // A REL bound resolves over the blocks to other ranks whenever any of them may be compressed
+  // (automatic mode too: left relative, each chunk would resolve it over its own values).
+  bool compresses = false;
+  for (int peer = 0; peer < shape.size; ++peer)
+    compresses = compresses || (peer != shape.rank && rule.may_compress(messages.raw_bytes_to(peer)));
+  if (compresses)
+    messages.codec.bound = absolute(sent_values_bound(exec, send.data(), messages.layout.send_counts,
+                                                      messages.layout.send_displs, shape.rank, options.codec));
   return std::make_unique<exchange_engine<block_messages<T>, Exec>>(exec, std::move(messages), shape, slot, comm,
                                                                     nonblocking, who);
 }

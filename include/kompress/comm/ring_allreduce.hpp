@@ -58,9 +58,13 @@ struct ring_extras {
 template <class T, class Exec>
 class ring_phases {
  public:
+  /// `input`: this rank's values, all `count` of them, or with `gathers_only` (allgather) its
+  /// own chunk's. The ring reads them where they are (no copy into scratch) until a chunk
+  /// holds a sum; the homomorphic reduction quantizes from a copy in the sums.
   ring_phases(const Exec& exec, ring_geometry geometry, wire_rule rule, compress_options codec, workspace_slot& slot,
-              const T* input, T* output, const ring_extras& extras = {})
-      : exec_(exec), ring_(geometry), rule_(rule), codec_(codec), slot_(slot), output_(output) {
+              const T* input, T* output, const ring_extras& extras = {}, bool gathers_only = false)
+      : exec_(exec), ring_(geometry), rule_(rule), codec_(codec), slot_(slot), output_(output), input_(input),
+        input_begin_(gathers_only ? ring_.begin(allgather_sent(0)) : 0), gathers_only_(gathers_only) {
     const std::size_t largest = ring_.largest();
     // send: one hop's pieces; receive: one hop's arrival, then every final chunk (raw size
     // each); decode: the partial sums (the input may be the output), then one decoded hop,
@@ -81,11 +85,12 @@ class ring_phases {
     finals_ = slot_.receive.data() + largest * sizeof(T);
     final_length_.resize(std::size_t(ring_.p()));
     for (int c = 0; c < ring_.p(); ++c) final_length_[std::size_t(c)].assign(plan(ring_.size(c)).count(), 0);
-    if (input) std::memcpy(sums_, input, ring_.count * sizeof(T));
-    // --- homomorphic reduction hook (comm/detail/homomorphic.hpp) ---
-    if (extras.homomorphic)
+    // --- homomorphic reduction hook (comm/detail/homomorphic.hpp): it reads the input there ---
+    if (extras.homomorphic) {
+      std::memcpy(sums_, input, ring_.count * sizeof(T));
       homomorphic_.emplace(exec_, *extras.homomorphic, codec_.block_size, ring_.count, widest.chunk, sums_,
                            slot_.decode.data() + (sums_bytes + 7) / 8 * 8);
+    }
     if (extras.measure_error) {
       max_error_ = 0.0;
       if (homomorphic_) homomorphic_->measure();
@@ -114,8 +119,8 @@ class ring_phases {
   }
   chunk_plan plan_of(int chunk) const { return plan(ring_.size(chunk)); }
 
-  /// This rank's chunk (ring chunk rank + 1, the one it owns at the allgather phase): with a
-  /// null input, allgather loads its contribution here; reduce_scatter reads its result here.
+  /// This rank's chunk (ring chunk rank + 1, the one it owns at the allgather phase):
+  /// reduce_scatter reads its result here.
   T* own_chunk() { return sums_ + ring_.begin(allgather_sent(0)); }
   std::size_t own_size() const { return ring_.size(allgather_sent(0)); }
 
@@ -140,10 +145,12 @@ class ring_phases {
       return;
     }
     decode_message(exec_, hop_ + at * sizeof(T), length, n, incoming_ + at, who);
+    // The first (and only) arrival of this chunk at this rank: its sum is born here.
     T* const sums = sums_ + ring_.begin(chunk) + at;
+    const T* const own = contribution(ring_.begin(chunk) + at);
     const T* const incoming = incoming_ + at;
     Kokkos::parallel_for("kompress::allreduce::add", Kokkos::RangePolicy<Exec>(exec_, 0, n),
-                         KOKKOS_LAMBDA(std::size_t i) { sums[i] += incoming[i]; });
+                         KOKKOS_LAMBDA(std::size_t i) { sums[i] = own[i] + incoming[i]; });
     exec_.fence("kompress::allreduce: partial sum added");
   }
 
@@ -159,7 +166,7 @@ class ring_phases {
       // This rank owns the final value of chunk rank + 1: compress it once; every rank, this
       // one included, decodes these same bytes.
       std::byte* const out = slot_.send.data() + piece * piece_room_;
-      length = encode_span(ring_.begin(chunk) + pieces.begin(piece), pieces.size(piece), true, out);
+      length = encode_span(ring_.begin(chunk) + pieces.begin(piece), pieces.size(piece), !gathers_only_, out);
       std::memcpy(slot, out, length);
       decode_final(slot, length, ring_.begin(chunk) + pieces.begin(piece), pieces.size(piece), who);
     }
@@ -204,8 +211,10 @@ class ring_phases {
   std::size_t encode_span(std::size_t begin, std::size_t count, bool reduced, std::byte* out) {
     if (homomorphic_)  // --- homomorphic reduction hook ---
       return homomorphic_->encode(begin, count, reduced, may_compress(), rule_, out);
-    return encode(sums_ + begin, count, out);
+    return encode(reduced ? sums_ + begin : contribution(begin), count, out);
   }
+  /// This rank's own values from position `begin` of the whole message on.
+  const T* contribution(std::size_t begin) const { return input_ + (begin - input_begin_); }
   /// Decodes a message of final values [begin, begin + count) into the output.
   void decode_final(const std::byte* in, std::size_t length, std::size_t begin, std::size_t count, const char* who) {
     if (homomorphic_) homomorphic_->decode(in, length, count, output_ + begin, who);  // --- homomorphic hook ---
@@ -218,6 +227,9 @@ class ring_phases {
   compress_options codec_;  ///< the bound already the per-hop absolute bound
   workspace_slot& slot_;
   T* output_;
+  const T* input_;                ///< this rank's values (never written)
+  std::size_t input_begin_ = 0;   ///< the position of input_[0] in the whole message
+  bool gathers_only_ = false;     ///< allgather: input_ is the own chunk, no sums are formed
   T *sums_ = nullptr, *incoming_ = nullptr;
   std::byte *hop_ = nullptr, *finals_ = nullptr;
   std::size_t piece_room_ = 0;                          ///< send staging per piece
@@ -242,9 +254,7 @@ class ring_allreduce_operation final : public operation {
                            bool nonblocking, const char* who, ring_schedule schedule = ring_schedule::allreduce,
                            const ring_extras& extras = {})
       : who_(who), schedule_(schedule), output_(output), scratch_(leased, comm, nonblocking, who),
-        phases_(exec, geometry, rule, codec, *scratch_, schedule == ring_schedule::allgather ? nullptr : input,
-                output, extras) {
-    if (schedule_ == ring_schedule::allgather) std::memcpy(phases_.own_chunk(), input, phases_.own_size() * sizeof(T));
+        phases_(exec, geometry, rule, codec, *scratch_, input, output, extras, schedule == ring_schedule::allgather) {
     report_.absolute_bound = result_bound;
     if (total_steps() > 0) start_step();
     else finish();

@@ -1,0 +1,76 @@
+#pragma once
+// The value range the collectives resolve a REL bound against, by the backend's range reduction
+// (the one compress runs, AVX2 where the host has it), where detail::compute_value_range runs
+// the portable loop: on 32 MiB of DLRM lookups 1.5 ms against 4.0 ms on one core
+// (docs/performance.md, "Collectives"). At 10 Gb/s every collective call is CPU-bound, so the
+// range pass is paid in full before the first chunk leaves.
+
+#include <kompress/bound.hpp>
+#include <kompress/codec/quantizer.hpp>
+#include <kompress/kernels/backend/backend.hpp>
+#include <kompress/kernels/value_range.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+
+namespace kompress::inline v0::detail {
+
+/// Order keys of the value range of [data, data + count): finite values other than the fill
+/// value (when `has_fill`); low > high when none counted. Waits for `exec`.
+template <class Exec, class T>
+packed_range<T> range_keys(const Exec& exec, const T* data, std::size_t count, bool has_fill, bits_t<T> fill_bits) {
+  packed_range<T> keys;
+  keys.set(std::numeric_limits<order_key_t<T>>::max(), std::numeric_limits<order_key_t<T>>::min());
+  if (count == 0) return keys;
+  const kernel_tuning tuning = backend<Exec>::tuning();
+  backend<Exec>::enqueue_value_range(
+      exec, make_value_range_segments(data, count, has_fill, fill_bits, tuning.range_segment),
+      Kokkos::View<packed_range<T>, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(&keys), tuning.encoder);
+  exec.fence("kompress: value range read on the host");
+  return keys;
+}
+
+/// The union of two ranges of order keys.
+template <class T>
+packed_range<T> join_keys(const packed_range<T>& a, const packed_range<T>& b) {
+  packed_range<T> keys;
+  keys.set(std::min(a.low(), b.low()), std::max(a.high(), b.high()));
+  return keys;
+}
+
+template <class T>
+value_range to_value_range(const packed_range<T>& keys) {
+  value_range range;
+  if (keys.low() <= keys.high()) {
+    range.min = static_cast<double>(from_order_key<T>(keys.low()));
+    range.max = static_cast<double>(from_order_key<T>(keys.high()));
+  }
+  return range;
+}
+
+/// The value range of [data, data + count) as compute_value_range gives it, by the backend.
+template <class Exec, class T>
+value_range backend_value_range(const Exec& exec, const T* data, std::size_t count, bool has_fill,
+                                bits_t<T> fill_bits) {
+  return to_value_range(range_keys(exec, data, count, has_fill, fill_bits));
+}
+
+/// The fill value's bits in T (0 without one).
+template <class T>
+bits_t<T> fill_bits_of(const compress_options& options) {
+  return options.fill_value ? to_bits(static_cast<T>(*options.fill_value)) : bits_t<T>(0);
+}
+
+/// The absolute bound of `options` for values whose range `keys` holds: the bound itself when
+/// absolute; when relative, that fraction of the range (kompress::absolute_bound's rule).
+template <class T>
+double bound_for(const compress_options& options, const packed_range<T>& keys) {
+  if (options.bound.mode == bound_mode::absolute) return options.bound.value;
+  const value_range range = to_value_range(keys);
+  return relative_to_absolute(options.bound.value, range.min, range.max);
+}
+
+}  // namespace kompress::inline v0::detail
