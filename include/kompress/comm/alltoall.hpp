@@ -198,13 +198,26 @@ template <class Exec, class SendView, class RecvView>
 std::unique_ptr<operation> start_alltoall(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                                           const collective_options& options, comm_workspace* workspace,
                                           bool nonblocking, const char* who) {
+  using T = typename SendView::non_const_value_type;
   Kokkos::Profiling::ScopedRegion region(who);
   const agreed_exchange agreed = agree_exchange(
       exec, send, recv, [&](int ranks) { return uniform_layout(send.size(), recv.size(), ranks, who); }, true, comm,
       options, workspace, nonblocking, false, who);
-  // Raw too: the engine's pairwise messages measured faster than MPI_Alltoall after the same
-  // agreement at 2 ranks (docs/performance.md); the persistent form calls MPI_Alltoall_init.
-  return launch_exchange(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
+  // Nothing to compress: at 2 ranks the engine's pairwise messages measured faster than
+  // MPI_Alltoall after the same agreement; at more ranks MPI's own algorithm is far faster
+  // (docs/performance.md, "Persistent collectives").
+  if (agreed.shape.size <= 2 || !exchange_sends_raw(agreed, sizeof(T)))
+    return launch_exchange(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
+  auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
+  const int count = int(agreed.layout.send_counts[0]);
+  if (nonblocking)
+    check_mpi(MPI_Ialltoall(send.data(), count, mpi_type<T>(), recv.data(), count, mpi_type<T>(), comm, op->handle()),
+              who, "MPI_Ialltoall");
+  else
+    check_mpi(MPI_Alltoall(send.data(), count, mpi_type<T>(), recv.data(), count, mpi_type<T>(), comm), who,
+              "MPI_Alltoall");
+  op->mutable_report() = raw_exchange_report(agreed, sizeof(T), options);
+  return op;
 }
 
 /// alltoall_init and alltoallv_init: agreed once; when no message may be compressed, rounds are
