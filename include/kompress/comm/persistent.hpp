@@ -26,8 +26,9 @@
 #include <string>
 #include <utility>
 
-/// Whether MPI has the persistent collectives of MPI-4 (MPI_Allreduce_init, ...).
-#if defined(MPI_VERSION) && MPI_VERSION >= 4
+/// Whether MPI has the persistent collectives of MPI-4 (MPI_Allreduce_init, ...). Defining
+/// KOMPRESS_NO_MPI_PERSISTENT_COLLECTIVES uses the nonblocking ones instead (as with MPI-3).
+#if defined(MPI_VERSION) && MPI_VERSION >= 4 && !defined(KOMPRESS_NO_MPI_PERSISTENT_COLLECTIVES)
 #define KOMPRESS_MPI_PERSISTENT_COLLECTIVES 1
 #else
 #define KOMPRESS_MPI_PERSISTENT_COLLECTIVES 0
