@@ -220,9 +220,9 @@ std::unique_ptr<operation> start_alltoall(const Exec& exec, const SendView& send
   return op;
 }
 
-/// alltoall_init and alltoallv_init: agreed once; when no message may be compressed, rounds are
-/// MPI's own persistent alltoall(v), else kompress's engine on the request's own scratch and
-/// communicator.
+/// alltoall_init and alltoallv_init: agreed once; when no message may be compressed (and there
+/// are more than 2 ranks), rounds are MPI's own persistent alltoall(v), else kompress's engine
+/// on the request's own scratch and communicator.
 template <class Exec, class SendView, class RecvView, class MakeLayout>
 std::unique_ptr<persistent_operation> init_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
                                                     MakeLayout&& make_layout, bool uniform, MPI_Comm comm,
@@ -231,7 +231,8 @@ std::unique_ptr<persistent_operation> init_exchange(const Exec& exec, const Send
   Kokkos::Profiling::ScopedRegion region(who);
   const agreed_exchange agreed = agree_exchange(exec, send, recv, std::forward<MakeLayout>(make_layout), uniform, comm,
                                                 options, nullptr, true, true, who);
-  if (!exchange_sends_raw(agreed, sizeof(T)))
+  // As the one-shot call: raw on 2 ranks, the engine's pairwise messages beat MPI_Alltoall.
+  if (!exchange_sends_raw(agreed, sizeof(T)) || agreed.shape.size == 2)
     return std::make_unique<persistent_engine_collective<Exec>>(
         exec, comm,
         [=](workspace_slot& slot) {
