@@ -5,7 +5,7 @@
 // 10 Gb/s and over shared memory; docs/performance.md shows the results.
 //
 // For each data set (--data), operation (--ops) and message size (4 KiB .. 64 MiB per peer,
-// --min-bytes/--max-bytes), five variants:
+// --min-bytes/--max-bytes), eight variants:
 //   plain       MPI_Alltoall / MPI_Allreduce(MPI_SUM) / MPI_Allgather /
 //               MPI_Reduce_scatter_block(MPI_SUM) on the same buffers: the baseline
 //   raw         kompress with transfer_mode::raw (what kompress costs when it does nothing)
@@ -18,6 +18,11 @@
 //               and the codec throughputs this bench measures once at start on each data set
 //               (one thread, the fastest of several calls), agreed across ranks with
 //               MPI_Allreduce(MIN) as the cost model requires
+//   mpi-pers    MPI's own persistent collective (MPI_Alltoall_init, MPI_Allreduce_init, ...),
+//               set up once, MPI_Start + MPI_Wait per call: a second baseline
+//   p-raw       kompress::alltoall_init / allreduce_init / ... in raw mode, set up once (the
+//               agreement happens there), persistent_request::run() per call
+//   p-auto      the same in automatic mode: the decision (raw or compressed) taken at init
 // alltoall moves `bytes` per peer (a send buffer of p x bytes per rank); allreduce sums a
 // buffer of `bytes` per rank; allgather gathers `bytes` from every rank (receive: p x bytes);
 // reduce_scatter sums blocks of `bytes` (send: p x bytes).
@@ -332,18 +337,28 @@ void measure_codec(dataset& data, const options& opts) {
 // ---------------------------------------------------------------------------------------------
 // The variants
 
-enum class variant { plain, raw, compressed, pipelined, automatic };
-constexpr variant all_variants[] = {variant::plain, variant::raw, variant::compressed, variant::pipelined,
-                                    variant::automatic};
+enum class variant {
+  plain, raw, compressed, pipelined, automatic,
+  mpi_persistent,   // MPI's own persistent collective (MPI_Allreduce_init ...; MPI_Start + MPI_Wait)
+  persistent_raw,   // kompress::*_init in raw mode, each round persistent_request::run()
+  persistent_auto,  // kompress::*_init in automatic mode, each round run()
+};
+constexpr variant all_variants[] = {variant::plain,     variant::raw,           variant::compressed,
+                                    variant::pipelined, variant::automatic,     variant::mpi_persistent,
+                                    variant::persistent_raw, variant::persistent_auto};
 const char* name_of(variant v) {
   switch (v) {
     case variant::plain: return "plain";
     case variant::raw: return "raw";
     case variant::compressed: return "compressed";
     case variant::pipelined: return "pipelined";
+    case variant::mpi_persistent: return "mpi-pers";
+    case variant::persistent_raw: return "p-raw";
+    case variant::persistent_auto: return "p-auto";
     default: return "auto";
   }
 }
+
 
 struct run_context {
   const options& opts;
@@ -362,15 +377,67 @@ kompress::collective_options options_for(variant v, const run_context& ctx, bool
   o.cost.pipeline = v != variant::compressed;  // compressed: whole messages, the previous path
   o.cost.fixed_chunk_bytes = ctx.opts.chunk_bytes;
   o.measure_error = measure_error;
-  o.mode = v == variant::raw                                        ? kompress::transfer_mode::raw
+  o.mode = v == variant::raw || v == variant::persistent_raw         ? kompress::transfer_mode::raw
            : v == variant::compressed || v == variant::pipelined ? kompress::transfer_mode::compressed
                                                                      : kompress::transfer_mode::automatic;
   return o;
 }
 
+/// The persistent variants of one operation on one pair of buffers, set up once (as a training
+/// loop would) and run every round.
+struct persistent_set {
+  MPI_Request mpi = MPI_REQUEST_NULL;  // MPI's own persistent collective
+  kompress::persistent_request raw, automatic;
+
+  persistent_set(const std::string& op, const values_view& send, const values_view& recv, const run_context& ctx) {
+    const auto make = [&](variant v) {
+      const auto o = options_for(v, ctx, false);
+      if (op == "alltoall") return kompress::alltoall_init(host_exec(), send, recv, MPI_COMM_WORLD, o);
+      if (op == "allgather") return kompress::allgather_init(host_exec(), send, recv, MPI_COMM_WORLD, o);
+      if (op == "reduce_scatter") return kompress::reduce_scatter_init(host_exec(), send, recv, MPI_COMM_WORLD, o);
+      return kompress::allreduce_init(host_exec(), send, recv, MPI_COMM_WORLD, o);
+    };
+    raw = make(variant::persistent_raw);
+    automatic = make(variant::persistent_auto);
+    const int p = world_size;
+    if (op == "alltoall") {
+      const int count = int(send.size() / std::size_t(p));
+      check_mpi(MPI_Alltoall_init(send.data(), count, MPI_FLOAT, recv.data(), count, MPI_FLOAT, MPI_COMM_WORLD,
+                                  MPI_INFO_NULL, &mpi),
+                "MPI_Alltoall_init");
+    } else if (op == "allgather") {
+      check_mpi(MPI_Allgather_init(send.data(), int(send.size()), MPI_FLOAT, recv.data(), int(send.size()), MPI_FLOAT,
+                                   MPI_COMM_WORLD, MPI_INFO_NULL, &mpi),
+                "MPI_Allgather_init");
+    } else if (op == "reduce_scatter") {
+      check_mpi(MPI_Reduce_scatter_block_init(send.data(), recv.data(), int(recv.size()), MPI_FLOAT, MPI_SUM,
+                                              MPI_COMM_WORLD, MPI_INFO_NULL, &mpi),
+                "MPI_Reduce_scatter_block_init");
+    } else {
+      check_mpi(MPI_Allreduce_init(send.data(), recv.data(), int(send.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                                   MPI_INFO_NULL, &mpi),
+                "MPI_Allreduce_init");
+    }
+  }
+  persistent_set(const persistent_set&) = delete;
+  persistent_set& operator=(const persistent_set&) = delete;
+  ~persistent_set() {
+    if (mpi != MPI_REQUEST_NULL) MPI_Request_free(&mpi);
+  }
+};
+
+kompress::collective_report plain_report(const std::string& op, const values_view& send);
+
 /// One call of `v`; returns the library's report (plain MPI: a report of what it moves).
 kompress::collective_report call(const std::string& op, variant v, const values_view& send, const values_view& recv,
-                                 const run_context& ctx, bool measure_error) {
+                                 const run_context& ctx, bool measure_error, persistent_set& persistent) {
+  if (v == variant::mpi_persistent) {
+    check_mpi(MPI_Start(&persistent.mpi), "MPI_Start");
+    check_mpi(MPI_Wait(&persistent.mpi, MPI_STATUS_IGNORE), "MPI_Wait");
+    return plain_report(op, send);
+  }
+  if (v == variant::persistent_raw) return persistent.raw.run();
+  if (v == variant::persistent_auto) return persistent.automatic.run();
   const int p = world_size;
   const std::uint64_t bytes = send.size() * sizeof(float);
   if (v == variant::plain) {
@@ -408,6 +475,20 @@ kompress::collective_report call(const std::string& op, variant v, const values_
   if (op == "reduce_scatter")
     return kompress::reduce_scatter(host_exec(), send, recv, MPI_COMM_WORLD, o, ctx.workspace);
   return kompress::allreduce(host_exec(), send, recv, MPI_COMM_WORLD, o, ctx.workspace);
+}
+
+/// What plain MPI moves, as call() reports it (a model; MPI does not say).
+kompress::collective_report plain_report(const std::string& op, const values_view& send) {
+  const int p = world_size;
+  const std::uint64_t bytes = send.size() * sizeof(float);
+  kompress::collective_report r;
+  if (op == "alltoall") r.payload_bytes = bytes / std::uint64_t(p) * std::uint64_t(p - 1);
+  else if (op == "allgather") r.payload_bytes = bytes * std::uint64_t(p - 1);
+  else if (op == "reduce_scatter") r.payload_bytes = bytes / std::uint64_t(p) * std::uint64_t(p - 1);
+  else r.payload_bytes = bytes * std::uint64_t(2 * (p - 1)) / std::uint64_t(p);
+  r.wire_bytes = r.payload_bytes;
+  r.messages = std::uint64_t(op == "allreduce" ? 2 * (p - 1) : p - 1);
+  return r;
 }
 
 struct row {
@@ -526,6 +607,7 @@ std::vector<row> measure(const std::string& op, const dataset& data, std::size_t
     abs_sum_bound = m * p;
   }
 
+  persistent_set persistent(op, send, recv, ctx);  // init: checked and agreed once
   std::vector<row> rows;
   for (variant v : all_variants) {
     row r;
@@ -541,7 +623,7 @@ std::vector<row> measure(const std::string& op, const dataset& data, std::size_t
   for (row& r : rows) {
     std::fill_n(recv.data(), recv_count, std::numeric_limits<float>::quiet_NaN());
     const auto check_start = clock_type::now();
-    const kompress::collective_report report = call(op, r.v, send, recv, ctx, true);
+    const kompress::collective_report report = call(op, r.v, send, recv, ctx, true, persistent);
     round_estimate += std::chrono::duration<double>(clock_type::now() - check_start).count();
     if (r.v == variant::plain) {
       std::memcpy(reference.data(), recv.data(), recv_count * sizeof(float));
@@ -599,7 +681,7 @@ std::vector<row> measure(const std::string& op, const dataset& data, std::size_t
     for (const std::size_t k : order) {
       check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
       const auto start = clock_type::now();
-      for (int c = 0; c < calls; ++c) last[k] = call(op, rows[k].v, send, recv, ctx, false);
+      for (int c = 0; c < calls; ++c) last[k] = call(op, rows[k].v, send, recv, ctx, false, persistent);
       seconds[std::size_t(rep) * variants + k] =
           std::chrono::duration<double>(clock_type::now() - start).count() / calls;
     }
@@ -650,7 +732,9 @@ std::string human_bytes(std::size_t bytes) {
 }
 
 const char* auto_decision(const row& r) {
-  if (r.v == variant::plain || r.v == variant::raw) return "";
+  if (r.v == variant::plain || r.v == variant::raw || r.v == variant::mpi_persistent ||
+      r.v == variant::persistent_raw)
+    return "";
   if (r.compressed_messages == 0) return "raw";
   if (r.compressed_messages == r.messages) return "compressed";
   return "mixed";

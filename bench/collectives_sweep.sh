@@ -18,7 +18,7 @@
 #                               own, autogroup nice -19), for a machine shared with builds
 #
 # Outputs in DIR: collectives.csv (all runs), logs/<link>_<ranks>.txt, summary.md (tables of the
-# 2-rank speedups), collectives_{alltoall,allreduce,allgather,reduce_scatter}.png (2 ranks; one
+# 2-rank speedups, persistent auto included), collectives_{alltoall,allreduce,allgather,reduce_scatter}.png (2 ranks; one
 # colour per link rate; pipelined solid, auto dashed, compressed whole dotted; one panel per
 # data set).
 #
@@ -161,8 +161,8 @@ c_bytes=$(col bytes_per_peer); c_variant=$(col variant); c_speedup=$(col speedup
 c_time=$(col time_s_min); c_ratio=$(col ratio); c_err=$(col max_error); c_decision=$(col decision)
 c_bound=$(col abs_bound)
 
-# summary.md: for 2 ranks, per op and data set, speedup of compressed / pipelined / auto per size
-# and link.
+# summary.md: for 2 ranks, per op and data set, speedup of compressed / pipelined / auto /
+# persistent auto (p-auto) per size and link.
 awk -F, -v L="$c_link" -v R="$c_ranks" -v O="$c_op" -v D="$c_data" -v B="$c_bytes" -v V="$c_variant" \
     -v S="$c_speedup" -v DEC="$c_decision" -v links="$links" '
   NR == 1 { next }
@@ -171,6 +171,7 @@ awk -F, -v L="$c_link" -v R="$c_ranks" -v O="$c_op" -v D="$c_data" -v B="$c_byte
     if ($V == "compressed") comp[key] = $S
     if ($V == "pipelined") pipe[key] = $S
     if ($V == "auto") { auto[key] = $S; dec[key] = $DEC }
+    if ($V == "p-auto") pauto[key] = $S
     sizes[$B] = 1; sets[$O SUBSEP $D] = 1
   }
   function human(b) { return b >= 1048576 ? b / 1048576 " MiB" : b / 1024 " KiB" }
@@ -182,14 +183,14 @@ awk -F, -v L="$c_link" -v R="$c_ranks" -v O="$c_op" -v D="$c_data" -v B="$c_byte
     split("alltoall allreduce allgather reduce_scatter", ops, " "); split("dlrm act", ds, " ")
     for (oi = 1; oi <= 4; oi++) for (di = 1; di <= 2; di++) {
       if (!((ops[oi] SUBSEP ds[di]) in sets)) continue
-      printf "\n%s, %s, 2 ranks: speedup over plain MPI, compressed whole / pipelined / auto (auto: r = sent raw, c = compressed)\n\n", ops[oi], ds[di]
+      printf "\n%s, %s, 2 ranks: speedup over plain MPI, compressed whole / pipelined / auto / persistent auto (auto: r = sent raw, c = compressed)\n\n", ops[oi], ds[di]
       printf "| per peer |"; for (k = 1; k <= n; k++) printf " %s |", (ls[k] == "shm" ? "shm" : ls[k] " Gb/s"); printf "\n"
       printf "|---:|"; for (k = 1; k <= n; k++) printf "---:|"; printf "\n"
       for (i = 1; i <= ns; i++) {
         printf "| %s |", human(sorted[i])
         for (k = 1; k <= n; k++) {
           key = ops[oi] SUBSEP ds[di] SUBSEP sorted[i] SUBSEP label(ls[k])
-          if (key in comp) printf " %.2f / %.2f / %.2f%s |", comp[key], pipe[key], auto[key], (dec[key] == "raw" ? " r" : (dec[key] == "compressed" ? " c" : " m"))
+          if (key in comp) printf " %.2f / %.2f / %.2f%s / %s |", comp[key], pipe[key], auto[key], (dec[key] == "raw" ? " r" : (dec[key] == "compressed" ? " c" : " m")), (key in pauto ? sprintf("%.2f", pauto[key]) : "-")
           else printf " |"
         }
         printf "\n"

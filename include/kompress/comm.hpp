@@ -1,6 +1,6 @@
 #pragma once
 // The compressed collectives (need MPI; link kompress::mpi): alltoall, alltoallv and
-// allreduce on Kokkos Views, blocking and nonblocking, compressed on the wire within a bound.
+// allreduce on Kokkos Views, blocking, nonblocking and persistent, compressed on the wire within a bound.
 // Includes the codec they are built on, not the stash.
 
 #include <kompress/version.hpp>
@@ -13,6 +13,7 @@
 #include <kompress/comm/allreduce.hpp>
 #include <kompress/comm/alltoall.hpp>
 #include <kompress/comm/options.hpp>
+#include <kompress/comm/persistent.hpp>
 #include <kompress/comm/reduce_scatter.hpp>
 #include <kompress/comm/request.hpp>
 #include <kompress/comm/workspace.hpp>

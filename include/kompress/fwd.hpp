@@ -31,6 +31,7 @@ struct cost_model;
 struct collective_options;
 struct collective_report;
 class request;
+class persistent_request;
 class comm_workspace;
 
 // stash/: the activation stash (kompress/stash.hpp)

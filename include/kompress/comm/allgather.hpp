@@ -24,12 +24,12 @@ inline namespace v0 {
 
 namespace detail {
 
+/// allgather's prologue: fence, check locally, agree.
 template <class Exec, class SendView, class RecvView>
-std::unique_ptr<operation> make_allgather(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
-                                          const collective_options& options, comm_workspace* workspace,
-                                          bool nonblocking, const char* who) {
+agreed_ring agree_allgather(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
+                            const collective_options& options, comm_workspace* workspace, bool nonblocking,
+                            bool persistent, const char* who) {
   using T = typename SendView::non_const_value_type;
-  Kokkos::Profiling::ScopedRegion region(who);
   const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
   const wire_rule rule{options.mode, options.cost};
   const auto local_checks = [&] {
@@ -43,37 +43,101 @@ std::unique_ptr<operation> make_allgather(const Exec& exec, const SendView& send
     require_disjoint(send, recv, who, "the send and receive Views");
     byte_count(recv.size() * sizeof(T), who);  // MPI's int counts
   };
-  workspace_slot* const slot = agree_ring_call<T>(collective_kind::allgather, send.size(), false, options,
-                                                  rule, workspace, comm, nonblocking, who, local_checks);
+  workspace_slot* const slot = agree_ring_call<T>(collective_kind::allgather, send.size(), false, options, rule,
+                                                  workspace, comm, nonblocking, who, local_checks, persistent);
+  return {shape, rule, slot};
+}
 
-  const std::size_t bytes = send.size() * sizeof(T);
-  if (shape.size == 1 || !rule.may_compress(bytes)) {
-    auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
-    const int count = int(send.size());
-    if (nonblocking)
-      check_mpi(MPI_Iallgather(send.data(), count, mpi_type<T>(), recv.data(), count, mpi_type<T>(), comm,
-                               op->handle()),
-                who, "MPI_Iallgather");
-    else
-      check_mpi(MPI_Allgather(send.data(), count, mpi_type<T>(), recv.data(), count, mpi_type<T>(), comm), who,
-                "MPI_Allgather");
-    if (shape.size > 1) {
-      op->mutable_report().payload_bytes = op->mutable_report().wire_bytes = bytes * std::size_t(shape.size - 1);
-      op->mutable_report().messages = std::uint64_t(shape.size - 1);
-    }
-    if (options.measure_error) op->mutable_report().max_error = 0.0;
-    return op;
+/// MPI_Allgather itself for raw mode, a per-rank block too small to compress, and one rank.
+inline bool allgather_sends_raw(const agreed_ring& agreed, std::size_t bytes) {
+  return agreed.shape.size == 1 || !agreed.rule.may_compress(bytes);
+}
+
+inline collective_report raw_allgather_report(const agreed_ring& agreed, std::size_t bytes,
+                                              const collective_options& options) {
+  collective_report report;
+  if (agreed.shape.size > 1) {
+    report.payload_bytes = report.wire_bytes = bytes * std::size_t(agreed.shape.size - 1);
+    report.messages = std::uint64_t(agreed.shape.size - 1);
   }
+  if (options.measure_error) report.max_error = 0.0;
+  return report;
+}
+
+/// The compressing ring, once agreed; a REL bound resolves against all ranks' values now.
+template <class Exec, class SendView, class RecvView>
+std::unique_ptr<operation> launch_allgather_ring(const Exec& exec, const SendView& send, const RecvView& recv,
+                                                 const agreed_ring& agreed, workspace_slot* slot,
+                                                 const collective_options& options, MPI_Comm comm, bool nonblocking,
+                                                 const char* who) {
+  using T = typename SendView::non_const_value_type;
   collective_options per_hop = options;
   per_hop.reduction_bound = allreduce_bound::per_hop;
-  const double bound = hop_bound(exec, send, per_hop, shape, comm, who);
+  const double bound = hop_bound(exec, send, per_hop, agreed.shape, comm, who);
   compress_options codec = options.codec;
   codec.bound = absolute(bound);
   // Ring chunk rank + 1 is memory block rank (rotation -1): this rank's block.
-  return std::make_unique<ring_allreduce_operation<T, Exec>>(exec, ring_geometry{shape, recv.size(), -1}, rule, codec,
-                                                             bound, send.data(), recv.data(), slot, comm, nonblocking,
-                                                             who, ring_schedule::allgather,
-                                                             ring_extras{.homomorphic = {}, .measure_error = options.measure_error});
+  return std::make_unique<ring_allreduce_operation<T, Exec>>(
+      exec, ring_geometry{agreed.shape, recv.size(), -1}, agreed.rule, codec, bound, send.data(), recv.data(), slot,
+      comm, nonblocking, who, ring_schedule::allgather,
+      ring_extras{.homomorphic = {}, .measure_error = options.measure_error});
+}
+
+template <class Exec, class SendView, class RecvView>
+std::unique_ptr<operation> make_allgather(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
+                                          const collective_options& options, comm_workspace* workspace,
+                                          bool nonblocking, const char* who) {
+  using T = typename SendView::non_const_value_type;
+  Kokkos::Profiling::ScopedRegion region(who);
+  const agreed_ring agreed = agree_allgather(exec, send, recv, comm, options, workspace, nonblocking, false, who);
+  const std::size_t bytes = send.size() * sizeof(T);
+  if (!allgather_sends_raw(agreed, bytes))
+    return launch_allgather_ring(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
+  auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
+  const int count = int(send.size());
+  if (nonblocking)
+    check_mpi(MPI_Iallgather(send.data(), count, mpi_type<T>(), recv.data(), count, mpi_type<T>(), comm,
+                             op->handle()),
+              who, "MPI_Iallgather");
+  else
+    check_mpi(MPI_Allgather(send.data(), count, mpi_type<T>(), recv.data(), count, mpi_type<T>(), comm), who,
+              "MPI_Allgather");
+  op->mutable_report() = raw_allgather_report(agreed, bytes, options);
+  return op;
+}
+
+/// allgather_init: agreed once; raw rounds are MPI's persistent allgather, compressed ones the
+/// ring on the request's own scratch and communicator.
+template <class Exec, class SendView, class RecvView>
+std::unique_ptr<persistent_operation> init_allgather(const Exec& exec, const SendView& send, const RecvView& recv,
+                                                     MPI_Comm comm, const collective_options& options,
+                                                     const char* who) {
+  using T = typename SendView::non_const_value_type;
+  Kokkos::Profiling::ScopedRegion region(who);
+  const agreed_ring agreed = agree_allgather(exec, send, recv, comm, options, nullptr, true, true, who);
+  const std::size_t bytes = send.size() * sizeof(T);
+  if (!allgather_sends_raw(agreed, bytes))
+    return std::make_unique<persistent_engine_collective<Exec>>(
+        exec, comm,
+        [=](workspace_slot& slot) {
+          return launch_allgather_ring(exec, send, recv, agreed, &slot, options, slot.comm, true, who);
+        },
+        who);
+  const T* const in = send.data();
+  T* const out = recv.data();
+  const int count = int(send.size());
+  return std::make_unique<persistent_mpi_collective<Exec, SendView, RecvView>>(
+      exec, send, recv,
+      [=](MPI_Request* r) {
+#if KOMPRESS_MPI_PERSISTENT_COLLECTIVES
+        return MPI_Allgather_init(in, count, mpi_type<T>(), out, count, mpi_type<T>(), comm, MPI_INFO_NULL, r);
+#else
+        return MPI_Iallgather(in, count, mpi_type<T>(), out, count, mpi_type<T>(), comm, r);
+#endif
+      },
+      KOMPRESS_MPI_PERSISTENT_COLLECTIVES ? "MPI_Allgather_init" : "MPI_Iallgather",
+      [=] { return MPI_Allgather(in, count, mpi_type<T>(), out, count, mpi_type<T>(), comm); }, "MPI_Allgather",
+      raw_allgather_report(agreed, bytes, options), who);
 }
 
 }  // namespace detail
@@ -93,6 +157,14 @@ template <execution_space Exec, float_view SendView, float_view RecvView>
 request iallgather(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                    const collective_options& options = {}, comm_workspace* workspace = nullptr) {
   return request(detail::make_allgather(exec, send, recv, comm, options, workspace, true, "kompress::iallgather"));
+}
+
+/// Persistent allgather (MPI_Allgather_init): checks and agrees once, then every start()
+/// gathers what each rank's `send` holds into `recv`; see kompress::persistent_request.
+template <execution_space Exec, float_view SendView, float_view RecvView>
+persistent_request allgather_init(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
+                                  const collective_options& options = {}) {
+  return persistent_request(detail::init_allgather(exec, send, recv, comm, options, "kompress::allgather_init"));
 }
 
 }  // namespace v0

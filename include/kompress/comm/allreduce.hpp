@@ -19,7 +19,9 @@
 // advances hop by hop in test() and wait(); each hop's codec work waits for `exec`. Raw mode
 // is MPI_Allreduce / MPI_Iallreduce itself. With one rank the result is the input.
 
+#include <kompress/comm/detail/mpi_operation.hpp>
 #include <kompress/comm/detail/value_range.hpp>
+#include <kompress/comm/persistent.hpp>
 #include <kompress/comm/ring_allreduce.hpp>
 #include <kompress/detail/arguments.hpp>
 
@@ -27,36 +29,6 @@ namespace kompress {
 inline namespace v0 {
 
 namespace detail {
-
-/// A plain MPI nonblocking call, for raw mode: the request keeps the Views alive.
-template <class SendView, class RecvView>
-class mpi_request_operation final : public operation {
- public:
-  mpi_request_operation(SendView send, RecvView recv, const char* who)
-      : send_(std::move(send)), recv_(std::move(recv)), who_(who) {}
-  ~mpi_request_operation() override {
-    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
-  }
-  MPI_Request* handle() { return &request_; }
-  collective_report& mutable_report() { return report_; }
-  bool progress(bool block) override {
-    if (block) {
-      check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), who_, "MPI_Wait");
-      return true;
-    }
-    int done = 0;
-    check_mpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), who_, "MPI_Test");
-    return done != 0;
-  }
-  const collective_report& report() const override { return report_; }
-
- private:
-  SendView send_;
-  RecvView recv_;
-  const char* who_;
-  MPI_Request request_ = MPI_REQUEST_NULL;
-  collective_report report_;
-};
 
 template <class T, class SendView, class RecvView>
 void check_allreduce_views(const SendView& send, const RecvView& recv, const collective_options& options,
@@ -108,7 +80,7 @@ inline ring_extras ring_extras_for(const collective_options& options, double e, 
 template <class T, class LocalChecks>
 workspace_slot* agree_ring_call(collective_kind kind, std::size_t count, bool sums, const collective_options& options,
                                 const wire_rule& rule, comm_workspace* workspace, MPI_Comm comm, bool nonblocking,
-                                const char* who, LocalChecks&& local_checks) {
+                                const char* who, LocalChecks&& local_checks, bool persistent = false) {
   workspace_slot* slot = nullptr;
   agreement a;
   a.must_match = sums ? "the element count, element type, transfer mode, cost model, reduction method and bound "
@@ -119,6 +91,7 @@ workspace_slot* agree_ring_call(collective_kind kind, std::size_t count, bool su
     if (workspace) slot = &workspace->slot_for(comm, nonblocking, who);
   });
   fingerprint f = call_fingerprint(kind, nonblocking, sizeof(T));
+  if (persistent) f.add(persistent_call_mark);
   f.add(std::uint64_t(count)).add(std::uint64_t(options.codec.bound.mode)).add(options.codec.bound.value);
   if (sums) f.add(std::uint64_t(options.reduction_bound)).add(std::uint64_t(options.reduction));
   rule.add_to(f);
@@ -128,43 +101,116 @@ workspace_slot* agree_ring_call(collective_kind kind, std::size_t count, bool su
   return slot;
 }
 
+/// What a ring collective's agreement settled.
+struct agreed_ring {
+  comm_shape shape;
+  wire_rule rule;
+  workspace_slot* slot = nullptr;
+};
+
+/// allreduce's prologue: fence, check locally, agree.
 template <class Exec, class SendView, class RecvView>
-std::unique_ptr<operation> make_allreduce(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
-                                          const collective_options& options, comm_workspace* workspace,
-                                          bool nonblocking, const char* who) {
+agreed_ring agree_allreduce(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
+                            const collective_options& options, comm_workspace* workspace, bool nonblocking,
+                            bool persistent, const char* who) {
   using T = typename SendView::non_const_value_type;
-  Kokkos::Profiling::ScopedRegion region(who);
   const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
   const wire_rule rule{options.mode, options.cost};
   workspace_slot* const slot =
       agree_ring_call<T>(collective_kind::allreduce, send.size(), true, options, rule, workspace, comm, nonblocking,
-                         who, [&] { check_allreduce_views<T>(send, recv, options, who); });
+                         who, [&] { check_allreduce_views<T>(send, recv, options, who); }, persistent);
+  return {shape, rule, slot};
+}
 
-  const bool in_place = static_cast<const void*>(send.data()) == static_cast<const void*>(recv.data());
-  const std::size_t bytes = send.size() * sizeof(T);
-  if (shape.size == 1 || !rule.may_compress(bytes / std::size_t(shape.size))) {
-    // Exactly MPI_Allreduce (with one rank: the input itself).
-    const void* in = in_place ? MPI_IN_PLACE : static_cast<const void*>(send.data());
-    auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
-    const int count = int(send.size());
-    if (nonblocking)
-      check_mpi(MPI_Iallreduce(in, recv.data(), count, mpi_type<T>(), MPI_SUM, comm, op->handle()), who,
-                "MPI_Iallreduce");
-    else
-      check_mpi(MPI_Allreduce(in, recv.data(), count, mpi_type<T>(), MPI_SUM, comm), who, "MPI_Allreduce");
-    if (shape.size > 1) op->mutable_report().payload_bytes = op->mutable_report().wire_bytes = bytes;
-    if (options.measure_error) op->mutable_report().max_error = 0.0;
-    return op;
-  }
+/// Exactly MPI_Allreduce (with one rank: the input itself) where the ring would compress nothing.
+inline bool allreduce_sends_raw(const agreed_ring& agreed, std::size_t bytes) {
+  return agreed.shape.size == 1 || !agreed.rule.may_compress(bytes / std::size_t(agreed.shape.size));
+}
+
+/// The report of a raw allreduce (MPI's own), `bytes` per rank.
+inline collective_report raw_allreduce_report(const agreed_ring& agreed, std::size_t bytes,
+                                              const collective_options& options) {
+  collective_report report;
+  if (agreed.shape.size > 1) report.payload_bytes = report.wire_bytes = bytes;
+  if (options.measure_error) report.max_error = 0.0;
+  return report;
+}
+
+/// The compressing ring, once agreed; a REL bound resolves against all ranks' values now.
+template <class Exec, class SendView, class RecvView>
+std::unique_ptr<operation> launch_allreduce_ring(const Exec& exec, const SendView& send, const RecvView& recv,
+                                                 const agreed_ring& agreed, workspace_slot* slot,
+                                                 const collective_options& options, MPI_Comm comm, bool nonblocking,
+                                                 const char* who) {
+  using T = typename SendView::non_const_value_type;
+  const comm_shape shape = agreed.shape;
   // Recompress: the bound of each of the p compressions on an element's path. Homomorphic: the
   // bound of each rank's one quantization (p of them add up), the same grid on every rank.
   const double hop = hop_bound(exec, send, options, shape, comm, who);
   compress_options codec = options.codec;
   codec.bound = absolute(hop);
   const ring_extras extras = ring_extras_for(options, hop, shape);
-  return std::make_unique<ring_allreduce_operation<T, Exec>>(exec, ring_geometry{shape, send.size()}, rule, codec,
-                                                             hop * shape.size, send.data(), recv.data(), slot, comm,
-                                                             nonblocking, who, ring_schedule::allreduce, extras);
+  return std::make_unique<ring_allreduce_operation<T, Exec>>(exec, ring_geometry{shape, send.size()}, agreed.rule,
+                                                             codec, hop * shape.size, send.data(), recv.data(), slot,
+                                                             comm, nonblocking, who, ring_schedule::allreduce, extras);
+}
+
+template <class Exec, class SendView, class RecvView>
+std::unique_ptr<operation> make_allreduce(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
+                                          const collective_options& options, comm_workspace* workspace,
+                                          bool nonblocking, const char* who) {
+  using T = typename SendView::non_const_value_type;
+  Kokkos::Profiling::ScopedRegion region(who);
+  const agreed_ring agreed = agree_allreduce(exec, send, recv, comm, options, workspace, nonblocking, false, who);
+  const std::size_t bytes = send.size() * sizeof(T);
+  if (!allreduce_sends_raw(agreed, bytes))
+    return launch_allreduce_ring(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
+  const bool in_place = static_cast<const void*>(send.data()) == static_cast<const void*>(recv.data());
+  const void* in = in_place ? MPI_IN_PLACE : static_cast<const void*>(send.data());
+  auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
+  const int count = int(send.size());
+  if (nonblocking)
+    check_mpi(MPI_Iallreduce(in, recv.data(), count, mpi_type<T>(), MPI_SUM, comm, op->handle()), who,
+              "MPI_Iallreduce");
+  else
+    check_mpi(MPI_Allreduce(in, recv.data(), count, mpi_type<T>(), MPI_SUM, comm), who, "MPI_Allreduce");
+  op->mutable_report() = raw_allreduce_report(agreed, bytes, options);
+  return op;
+}
+
+/// allreduce_init: agreed once; raw rounds are MPI's persistent allreduce, compressed ones the
+/// ring on the request's own scratch and communicator.
+template <class Exec, class SendView, class RecvView>
+std::unique_ptr<persistent_operation> init_allreduce(const Exec& exec, const SendView& send, const RecvView& recv,
+                                                     MPI_Comm comm, const collective_options& options,
+                                                     const char* who) {
+  using T = typename SendView::non_const_value_type;
+  Kokkos::Profiling::ScopedRegion region(who);
+  const agreed_ring agreed = agree_allreduce(exec, send, recv, comm, options, nullptr, true, true, who);
+  const std::size_t bytes = send.size() * sizeof(T);
+  if (!allreduce_sends_raw(agreed, bytes))
+    return std::make_unique<persistent_engine_collective<Exec>>(
+        exec, comm,
+        [=](workspace_slot& slot) {
+          return launch_allreduce_ring(exec, send, recv, agreed, &slot, options, slot.comm, true, who);
+        },
+        who);
+  const bool in_place = static_cast<const void*>(send.data()) == static_cast<const void*>(recv.data());
+  const void* in = in_place ? MPI_IN_PLACE : static_cast<const void*>(send.data());
+  T* const out = recv.data();
+  const int count = int(send.size());
+  return std::make_unique<persistent_mpi_collective<Exec, SendView, RecvView>>(
+      exec, send, recv,
+      [=](MPI_Request* r) {
+#if KOMPRESS_MPI_PERSISTENT_COLLECTIVES
+        return MPI_Allreduce_init(in, out, count, mpi_type<T>(), MPI_SUM, comm, MPI_INFO_NULL, r);
+#else
+        return MPI_Iallreduce(in, out, count, mpi_type<T>(), MPI_SUM, comm, r);
+#endif
+      },
+      KOMPRESS_MPI_PERSISTENT_COLLECTIVES ? "MPI_Allreduce_init" : "MPI_Iallreduce",
+      [=] { return MPI_Allreduce(in, out, count, mpi_type<T>(), MPI_SUM, comm); }, "MPI_Allreduce",
+      raw_allreduce_report(agreed, bytes, options), who);
 }
 
 }  // namespace detail
@@ -190,6 +236,15 @@ template <execution_space Exec, float_view SendView, float_view RecvView>
 request iallreduce(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                    const collective_options& options = {}, comm_workspace* workspace = nullptr) {
   return request(detail::make_allreduce(exec, send, recv, comm, options, workspace, true, "kompress::iallreduce"));
+}
+
+/// Persistent allreduce (MPI_Allreduce_init): checks and agrees once (collective, bad arguments
+/// on any rank an invalid_argument on every rank), then every start() sums what `send` holds
+/// into `recv` (the same View twice for in place); see kompress::persistent_request.
+template <execution_space Exec, float_view SendView, float_view RecvView>
+persistent_request allreduce_init(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
+                                  const collective_options& options = {}) {
+  return persistent_request(detail::init_allreduce(exec, send, recv, comm, options, "kompress::allreduce_init"));
 }
 
 }  // namespace v0

@@ -14,10 +14,14 @@
 // throw invalid_argument on every rank before any data moves.
 
 #include <kompress/comm/detail/engine.hpp>
+#include <kompress/comm/detail/mpi_operation.hpp>
 #include <kompress/comm/detail/value_range.hpp>
+#include <kompress/comm/persistent.hpp>
 #include <kompress/detail/arguments.hpp>
 
+#include <climits>
 #include <concepts>
+#include <memory>
 #include <ranges>
 #include <tuple>
 
@@ -96,19 +100,36 @@ double sent_values_bound(const Exec& exec, const T* send, const std::vector<std:
   return bound_for(codec, keys);
 }
 
-/// Every alltoall(v): fence, check locally, agree, then exchange. `make_layout(ranks)` builds
-/// the layout (it may throw; that is a local failure like any other).
-template <class Exec, class SendView, class RecvView, class MakeLayout>
-std::unique_ptr<operation> start_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
-                                          MakeLayout&& make_layout, bool uniform, MPI_Comm comm,
-                                          const collective_options& options, comm_workspace* workspace,
-                                          bool nonblocking, const char* who) {
-  using T = typename SendView::non_const_value_type;
-  Kokkos::Profiling::ScopedRegion region(who);
-  const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
-  const wire_rule rule{options.mode, options.cost};
+
+/// MPI_Alltoallv takes int displacements (in elements); counts fit already (byte_count).
+inline void require_int_displacements(const exchange_layout& layout, const char* who) {
+  for (const auto* displs : {&layout.send_displs, &layout.recv_displs})
+    for (const std::size_t d : *displs)
+      if (d > std::size_t(INT_MAX))
+        throw invalid_argument(std::string(who) + ": a displacement of " + std::to_string(d) +
+                               " elements exceeds MPI's int count");
+}
+
+/// What an alltoall(v)'s agreement settled: the communicator's shape, the wire rule, the
+/// layout (checked on every rank) and the workspace slot (nullptr without a workspace).
+struct agreed_exchange {
+  comm_shape shape;
+  wire_rule rule;
   exchange_layout layout;
   workspace_slot* slot = nullptr;
+};
+
+/// The prologue of every alltoall(v): fence, check locally, agree. `make_layout(ranks)` builds
+/// the layout (it may throw; that is a local failure like any other). A persistent call agrees
+/// on that too (a rank in alltoall_init never meets one in ialltoall).
+template <class Exec, class SendView, class RecvView, class MakeLayout>
+agreed_exchange agree_exchange(const Exec& exec, const SendView& send, const RecvView& recv, MakeLayout&& make_layout,
+                               bool uniform, MPI_Comm comm, const collective_options& options,
+                               comm_workspace* workspace, bool nonblocking, bool persistent, const char* who) {
+  using T = typename SendView::non_const_value_type;
+  const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
+  agreed_exchange agreed{shape, wire_rule{options.mode, options.cost}, {}, nullptr};
+  exchange_layout& layout = agreed.layout;
   agreement a;
   a.must_match = uniform ? "the element type, transfer mode, cost model and element count"
                          : "the element type, transfer mode and cost model";
@@ -119,10 +140,12 @@ std::unique_ptr<operation> start_exchange(const Exec& exec, const SendView& send
     require_disjoint(send, recv, who, "the send and receive Views");
     layout = make_layout(shape.size);
     check_layout(layout, shape.size, send.size(), recv.size(), sizeof(T), who);
-    if (workspace) slot = &workspace->slot_for(comm, nonblocking, who);
+    if (persistent && !uniform) require_int_displacements(layout, who);  // MPI_Alltoallv_init's
+    if (workspace) agreed.slot = &workspace->slot_for(comm, nonblocking, who);
   });
   fingerprint f = call_fingerprint(uniform ? collective_kind::alltoall : collective_kind::alltoallv, nonblocking, sizeof(T));
-  rule.add_to(f);
+  if (persistent) f.add(persistent_call_mark);
+  agreed.rule.add_to(f);
   if (!a.local_failure) {
     if (uniform) f.add(std::uint64_t(layout.send_counts[0]));
     for (int peer = 0; peer < shape.size; ++peer)
@@ -134,28 +157,163 @@ std::unique_ptr<operation> start_exchange(const Exec& exec, const SendView& send
   a.fingerprint = f.value();
   agree(a, comm, who);
   if (workspace) workspace->taken(nonblocking);
+  return agreed;
+}
 
-  block_messages<T> messages{send.data(), recv.data(), std::move(layout), rule, options.codec,
-                             options.measure_error, shape.rank, who};
+/// Whether no message of the exchange may be compressed: then it is MPI's own collective.
+inline bool exchange_sends_raw(const agreed_exchange& agreed, std::size_t element_bytes) {
+  for (int peer = 0; peer < agreed.shape.size; ++peer)
+    if (agreed.rule.may_compress(agreed.layout.send_counts[std::size_t(peer)] * element_bytes) ||
+        agreed.rule.may_compress(agreed.layout.recv_counts[std::size_t(peer)] * element_bytes))
+      return false;
+  return true;
+}
+
+/// The exchange itself, once agreed: kompress's engine (receives posted, messages encoded and
+/// sent); a REL bound resolves against the values sent to other ranks now.
+template <class Exec, class SendView, class RecvView>
+std::unique_ptr<operation> launch_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
+                                           const agreed_exchange& agreed, workspace_slot* slot,
+                                           const collective_options& options, MPI_Comm comm, bool nonblocking,
+                                           const char* who) {
+  using T = typename SendView::non_const_value_type;
+  block_messages<T> messages{send.data(), recv.data(), agreed.layout, agreed.rule, options.codec,
+                             options.measure_error, agreed.shape.rank, who};
   // A REL bound resolves over the blocks to other ranks whenever any of them may be compressed
   // (automatic mode too: left relative, each chunk would resolve it over its own values).
   bool compresses = false;
-  for (int peer = 0; peer < shape.size; ++peer)
-    compresses = compresses || (peer != shape.rank && rule.may_compress(messages.raw_bytes_to(peer)));
+  for (int peer = 0; peer < agreed.shape.size; ++peer)
+    compresses = compresses || (peer != agreed.shape.rank && agreed.rule.may_compress(messages.raw_bytes_to(peer)));
   if (compresses)
     messages.codec.bound = absolute(sent_values_bound(exec, send.data(), messages.layout.send_counts,
-                                                      messages.layout.send_displs, shape.rank, options.codec));
-  return std::make_unique<exchange_engine<block_messages<T>, Exec>>(exec, std::move(messages), shape, slot, comm,
-                                                                    nonblocking, who);
+                                                      messages.layout.send_displs, agreed.shape.rank, options.codec));
+  return std::make_unique<exchange_engine<block_messages<T>, Exec>>(exec, std::move(messages), agreed.shape, slot,
+                                                                    comm, nonblocking, who);
+}
+
+/// Every alltoall(v): fence, check locally, agree, then exchange.
+template <class Exec, class SendView, class RecvView, class MakeLayout>
+std::unique_ptr<operation> start_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
+                                          MakeLayout&& make_layout, bool uniform, MPI_Comm comm,
+                                          const collective_options& options, comm_workspace* workspace,
+                                          bool nonblocking, const char* who) {
+  Kokkos::Profiling::ScopedRegion region(who);
+  const agreed_exchange agreed = agree_exchange(exec, send, recv, std::forward<MakeLayout>(make_layout), uniform, comm,
+                                                options, workspace, nonblocking, false, who);
+  return launch_exchange(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
+}
+
+/// The report of an exchange sent raw by MPI's own collective.
+inline collective_report raw_exchange_report(const agreed_exchange& agreed, std::size_t element_bytes,
+                                             const collective_options& options) {
+  collective_report report;
+  for (int peer = 0; peer < agreed.shape.size; ++peer) {
+    const std::size_t bytes = agreed.layout.send_counts[std::size_t(peer)] * element_bytes;
+    if (peer == agreed.shape.rank || bytes == 0) continue;
+    report.payload_bytes += bytes;
+    report.wire_bytes += bytes;
+    ++report.messages;
+    ++report.chunks;
+  }
+  if (options.measure_error) report.max_error = 0.0;
+  return report;
 }
 
 template <class Exec, class SendView, class RecvView>
 std::unique_ptr<operation> start_alltoall(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                                           const collective_options& options, comm_workspace* workspace,
                                           bool nonblocking, const char* who) {
-  return start_exchange(
+  using T = typename SendView::non_const_value_type;
+  Kokkos::Profiling::ScopedRegion region(who);
+  const agreed_exchange agreed = agree_exchange(
       exec, send, recv, [&](int ranks) { return uniform_layout(send.size(), recv.size(), ranks, who); }, true, comm,
-      options, workspace, nonblocking, who);
+      options, workspace, nonblocking, false, who);
+  // Nothing to compress: at 2 ranks the engine's pairwise messages measured faster than
+  // MPI_Alltoall after the same agreement; at more ranks MPI's own algorithm is far faster
+  // (docs/performance.md, "Persistent collectives").
+  if (agreed.shape.size <= 2 || !exchange_sends_raw(agreed, sizeof(T)))
+    return launch_exchange(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
+  auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
+  const int count = int(agreed.layout.send_counts[0]);
+  if (nonblocking)
+    check_mpi(MPI_Ialltoall(send.data(), count, mpi_type<T>(), recv.data(), count, mpi_type<T>(), comm, op->handle()),
+              who, "MPI_Ialltoall");
+  else
+    check_mpi(MPI_Alltoall(send.data(), count, mpi_type<T>(), recv.data(), count, mpi_type<T>(), comm), who,
+              "MPI_Alltoall");
+  op->mutable_report() = raw_exchange_report(agreed, sizeof(T), options);
+  return op;
+}
+
+/// alltoall_init and alltoallv_init: agreed once; when no message may be compressed (and there
+/// are more than 2 ranks), rounds are MPI's own persistent alltoall(v), else kompress's engine
+/// on the request's own scratch and communicator.
+template <class Exec, class SendView, class RecvView, class MakeLayout>
+std::unique_ptr<persistent_operation> init_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
+                                                    MakeLayout&& make_layout, bool uniform, MPI_Comm comm,
+                                                    const collective_options& options, const char* who) {
+  using T = typename SendView::non_const_value_type;
+  Kokkos::Profiling::ScopedRegion region(who);
+  const agreed_exchange agreed = agree_exchange(exec, send, recv, std::forward<MakeLayout>(make_layout), uniform, comm,
+                                                options, nullptr, true, true, who);
+  // As the one-shot call: raw on 2 ranks, the engine's pairwise messages beat MPI_Alltoall.
+  if (!exchange_sends_raw(agreed, sizeof(T)) || agreed.shape.size == 2)
+    return std::make_unique<persistent_engine_collective<Exec>>(
+        exec, comm,
+        [=](workspace_slot& slot) {
+          return launch_exchange(exec, send, recv, agreed, &slot, options, slot.comm, true, who);
+        },
+        who);
+  const T* const in = send.data();
+  T* const out = recv.data();
+  const collective_report report = raw_exchange_report(agreed, sizeof(T), options);
+  using mpi_collective = persistent_mpi_collective<Exec, SendView, RecvView>;
+  if (uniform) {
+    const int count = int(agreed.layout.send_counts[0]);
+    return std::make_unique<mpi_collective>(
+        exec, send, recv,
+        [=](MPI_Request* r) {
+#if KOMPRESS_MPI_PERSISTENT_COLLECTIVES
+          return MPI_Alltoall_init(in, count, mpi_type<T>(), out, count, mpi_type<T>(), comm, MPI_INFO_NULL, r);
+#else
+          return MPI_Ialltoall(in, count, mpi_type<T>(), out, count, mpi_type<T>(), comm, r);
+#endif
+        },
+        KOMPRESS_MPI_PERSISTENT_COLLECTIVES ? "MPI_Alltoall_init" : "MPI_Ialltoall",
+        [=] { return MPI_Alltoall(in, count, mpi_type<T>(), out, count, mpi_type<T>(), comm); }, "MPI_Alltoall",
+        report, who);
+  }
+  // MPI's int counts and displacements, alive as long as the request (MPI reads them at every
+  // start). The checks passed: every block lies within its View.
+  struct int_layout {
+    std::vector<int> send_counts, send_displs, recv_counts, recv_displs;
+  };
+  auto counts = std::make_shared<int_layout>();
+  const auto to_int = [](const std::vector<std::size_t>& values) {
+    return std::vector<int>(values.begin(), values.end());  // checked to fit before the agreement
+  };
+  counts->send_counts = to_int(agreed.layout.send_counts);
+  counts->send_displs = to_int(agreed.layout.send_displs);
+  counts->recv_counts = to_int(agreed.layout.recv_counts);
+  counts->recv_displs = to_int(agreed.layout.recv_displs);
+  return std::make_unique<mpi_collective>(
+      exec, send, recv,
+      [=](MPI_Request* r) {
+#if KOMPRESS_MPI_PERSISTENT_COLLECTIVES
+        return MPI_Alltoallv_init(in, counts->send_counts.data(), counts->send_displs.data(), mpi_type<T>(), out,
+                                  counts->recv_counts.data(), counts->recv_displs.data(), mpi_type<T>(), comm,
+                                  MPI_INFO_NULL, r);
+#else
+        return MPI_Ialltoallv(in, counts->send_counts.data(), counts->send_displs.data(), mpi_type<T>(), out,
+                              counts->recv_counts.data(), counts->recv_displs.data(), mpi_type<T>(), comm, r);
+#endif
+      },
+      KOMPRESS_MPI_PERSISTENT_COLLECTIVES ? "MPI_Alltoallv_init" : "MPI_Ialltoallv",
+      [=] {
+        return MPI_Alltoallv(in, counts->send_counts.data(), counts->send_displs.data(), mpi_type<T>(), out,
+                             counts->recv_counts.data(), counts->recv_displs.data(), mpi_type<T>(), comm);
+      },
+      "MPI_Alltoallv", report, who);
 }
 
 template <class Exec, class SendView, class RecvView, class... Counts>
@@ -212,6 +370,38 @@ request ialltoallv(const Exec& exec, const SendView& send, const SendCounts& sen
                    comm_workspace* workspace = nullptr) {
   return request(detail::start_alltoallv(exec, send, recv, comm, options, workspace, true, "kompress::ialltoallv",
                                          send_counts, send_displs, recv_counts, recv_displs));
+}
+
+/// Persistent alltoall (MPI_Alltoall_init): checks and agrees once (collective; bad arguments
+/// on any rank an invalid_argument on every rank), then every start() exchanges what `send`
+/// holds; see kompress::persistent_request.
+template <execution_space Exec, float_view SendView, float_view RecvView>
+persistent_request alltoall_init(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
+                                 const collective_options& options = {}) {
+  constexpr const char* who = "kompress::alltoall_init";
+  return persistent_request(detail::init_exchange(
+      exec, send, recv, [&](int ranks) { return detail::uniform_layout(send.size(), recv.size(), ranks, who); }, true,
+      comm, options, who));
+}
+
+/// Persistent alltoallv (MPI_Alltoallv_init): the counts and displacements are read once, at
+/// init; see kompress::persistent_request.
+template <execution_space Exec, float_view SendView, count_range SendCounts, count_range SendDispls,
+          float_view RecvView, count_range RecvCounts, count_range RecvDispls>
+persistent_request alltoallv_init(const Exec& exec, const SendView& send, const SendCounts& send_counts,
+                                  const SendDispls& send_displs, const RecvView& recv, const RecvCounts& recv_counts,
+                                  const RecvDispls& recv_displs, MPI_Comm comm,
+                                  const collective_options& options = {}) {
+  constexpr const char* who = "kompress::alltoallv_init";
+  return persistent_request(detail::init_exchange(
+      exec, send, recv,
+      [&](int) {
+        return detail::exchange_layout{detail::to_sizes(send_counts, who, "send count"),
+                                       detail::to_sizes(send_displs, who, "send displacement"),
+                                       detail::to_sizes(recv_counts, who, "receive count"),
+                                       detail::to_sizes(recv_displs, who, "receive displacement")};
+      },
+      false, comm, options, who));
 }
 
 }  // namespace v0

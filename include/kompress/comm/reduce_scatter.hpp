@@ -28,12 +28,12 @@ inline namespace v0 {
 
 namespace detail {
 
+/// reduce_scatter's prologue: fence, check locally, agree.
 template <class Exec, class SendView, class RecvView>
-std::unique_ptr<operation> make_reduce_scatter(const Exec& exec, const SendView& send, const RecvView& recv,
-                                               MPI_Comm comm, const collective_options& options,
-                                               comm_workspace* workspace, bool nonblocking, const char* who) {
+agreed_ring agree_reduce_scatter(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
+                                 const collective_options& options, comm_workspace* workspace, bool nonblocking,
+                                 bool persistent, const char* who) {
   using T = typename SendView::non_const_value_type;
-  Kokkos::Profiling::ScopedRegion region(who);
   const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
   const wire_rule rule{options.mode, options.cost};
   const auto local_checks = [&] {
@@ -49,26 +49,35 @@ std::unique_ptr<operation> make_reduce_scatter(const Exec& exec, const SendView&
     require_disjoint(send, recv, who, "the send and receive Views");
     byte_count(send.size() * sizeof(T), who);  // MPI's int counts
   };
-  workspace_slot* const slot = agree_ring_call<T>(collective_kind::reduce_scatter, recv.size(), true, options,
-                                                  rule, workspace, comm, nonblocking, who, local_checks);
+  workspace_slot* const slot = agree_ring_call<T>(collective_kind::reduce_scatter, recv.size(), true, options, rule,
+                                                  workspace, comm, nonblocking, who, local_checks, persistent);
+  return {shape, rule, slot};
+}
 
-  const std::size_t bytes = recv.size() * sizeof(T);
-  if (shape.size == 1 || !rule.may_compress(bytes)) {
-    auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
-    const int count = int(recv.size());
-    if (nonblocking)
-      check_mpi(MPI_Ireduce_scatter_block(send.data(), recv.data(), count, mpi_type<T>(), MPI_SUM, comm, op->handle()),
-                who, "MPI_Ireduce_scatter_block");
-    else
-      check_mpi(MPI_Reduce_scatter_block(send.data(), recv.data(), count, mpi_type<T>(), MPI_SUM, comm), who,
-                "MPI_Reduce_scatter_block");
-    if (shape.size > 1) {
-      op->mutable_report().payload_bytes = op->mutable_report().wire_bytes = bytes * std::size_t(shape.size - 1);
-      op->mutable_report().messages = std::uint64_t(shape.size - 1);
-    }
-    if (options.measure_error) op->mutable_report().max_error = 0.0;
-    return op;
+/// MPI_Reduce_scatter_block itself for raw mode, a block too small to compress, and one rank.
+inline bool reduce_scatter_sends_raw(const agreed_ring& agreed, std::size_t block_bytes) {
+  return agreed.shape.size == 1 || !agreed.rule.may_compress(block_bytes);
+}
+
+inline collective_report raw_reduce_scatter_report(const agreed_ring& agreed, std::size_t block_bytes,
+                                                   const collective_options& options) {
+  collective_report report;
+  if (agreed.shape.size > 1) {
+    report.payload_bytes = report.wire_bytes = block_bytes * std::size_t(agreed.shape.size - 1);
+    report.messages = std::uint64_t(agreed.shape.size - 1);
   }
+  if (options.measure_error) report.max_error = 0.0;
+  return report;
+}
+
+/// The compressing ring, once agreed; a REL bound resolves against all ranks' values now.
+template <class Exec, class SendView, class RecvView>
+std::unique_ptr<operation> launch_reduce_scatter_ring(const Exec& exec, const SendView& send, const RecvView& recv,
+                                                      const agreed_ring& agreed, workspace_slot* slot,
+                                                      const collective_options& options, MPI_Comm comm,
+                                                      bool nonblocking, const char* who) {
+  using T = typename SendView::non_const_value_type;
+  const comm_shape shape = agreed.shape;
   // Recompress: p - 1 compressions per block, `total` splits the bound among them.
   // Homomorphic: p quantizations (one per rank, the owner's too), `total` splits it p ways.
   collective_options per_hop = options;
@@ -80,9 +89,65 @@ std::unique_ptr<operation> make_reduce_scatter(const Exec& exec, const SendView&
   codec.bound = absolute(hop);
   const ring_extras extras = ring_extras_for(options, hop, shape);
   // The phase leaves ring chunk rank + 1 reduced on this rank; rotation -1 makes it block rank.
-  return std::make_unique<ring_allreduce_operation<T, Exec>>(exec, ring_geometry{shape, send.size(), -1}, rule, codec,
-                                                             hop * terms, send.data(), recv.data(), slot, comm,
+  return std::make_unique<ring_allreduce_operation<T, Exec>>(exec, ring_geometry{shape, send.size(), -1}, agreed.rule,
+                                                             codec, hop * terms, send.data(), recv.data(), slot, comm,
                                                              nonblocking, who, ring_schedule::reduce_scatter, extras);
+}
+
+template <class Exec, class SendView, class RecvView>
+std::unique_ptr<operation> make_reduce_scatter(const Exec& exec, const SendView& send, const RecvView& recv,
+                                               MPI_Comm comm, const collective_options& options,
+                                               comm_workspace* workspace, bool nonblocking, const char* who) {
+  using T = typename SendView::non_const_value_type;
+  Kokkos::Profiling::ScopedRegion region(who);
+  const agreed_ring agreed = agree_reduce_scatter(exec, send, recv, comm, options, workspace, nonblocking, false, who);
+  const std::size_t bytes = recv.size() * sizeof(T);
+  if (!reduce_scatter_sends_raw(agreed, bytes))
+    return launch_reduce_scatter_ring(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
+  auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
+  const int count = int(recv.size());
+  if (nonblocking)
+    check_mpi(MPI_Ireduce_scatter_block(send.data(), recv.data(), count, mpi_type<T>(), MPI_SUM, comm, op->handle()),
+              who, "MPI_Ireduce_scatter_block");
+  else
+    check_mpi(MPI_Reduce_scatter_block(send.data(), recv.data(), count, mpi_type<T>(), MPI_SUM, comm), who,
+              "MPI_Reduce_scatter_block");
+  op->mutable_report() = raw_reduce_scatter_report(agreed, bytes, options);
+  return op;
+}
+
+/// reduce_scatter_init: agreed once; raw rounds are MPI's persistent reduce-scatter,
+/// compressed ones the ring on the request's own scratch and communicator.
+template <class Exec, class SendView, class RecvView>
+std::unique_ptr<persistent_operation> init_reduce_scatter(const Exec& exec, const SendView& send,
+                                                          const RecvView& recv, MPI_Comm comm,
+                                                          const collective_options& options, const char* who) {
+  using T = typename SendView::non_const_value_type;
+  Kokkos::Profiling::ScopedRegion region(who);
+  const agreed_ring agreed = agree_reduce_scatter(exec, send, recv, comm, options, nullptr, true, true, who);
+  const std::size_t bytes = recv.size() * sizeof(T);
+  if (!reduce_scatter_sends_raw(agreed, bytes))
+    return std::make_unique<persistent_engine_collective<Exec>>(
+        exec, comm,
+        [=](workspace_slot& slot) {
+          return launch_reduce_scatter_ring(exec, send, recv, agreed, &slot, options, slot.comm, true, who);
+        },
+        who);
+  const T* const in = send.data();
+  T* const out = recv.data();
+  const int count = int(recv.size());
+  return std::make_unique<persistent_mpi_collective<Exec, SendView, RecvView>>(
+      exec, send, recv,
+      [=](MPI_Request* r) {
+#if KOMPRESS_MPI_PERSISTENT_COLLECTIVES
+        return MPI_Reduce_scatter_block_init(in, out, count, mpi_type<T>(), MPI_SUM, comm, MPI_INFO_NULL, r);
+#else
+        return MPI_Ireduce_scatter_block(in, out, count, mpi_type<T>(), MPI_SUM, comm, r);
+#endif
+      },
+      KOMPRESS_MPI_PERSISTENT_COLLECTIVES ? "MPI_Reduce_scatter_block_init" : "MPI_Ireduce_scatter_block",
+      [=] { return MPI_Reduce_scatter_block(in, out, count, mpi_type<T>(), MPI_SUM, comm); }, "MPI_Reduce_scatter_block",
+      raw_reduce_scatter_report(agreed, bytes, options), who);
 }
 
 }  // namespace detail
@@ -104,6 +169,16 @@ request ireduce_scatter(const Exec& exec, const SendView& send, const RecvView& 
                         const collective_options& options = {}, comm_workspace* workspace = nullptr) {
   return request(
       detail::make_reduce_scatter(exec, send, recv, comm, options, workspace, true, "kompress::ireduce_scatter"));
+}
+
+/// Persistent reduce_scatter (MPI_Reduce_scatter_block_init with MPI_SUM): checks and agrees
+/// once, then every start() sums block `rank` of what every rank's `send` holds into `recv`;
+/// see kompress::persistent_request.
+template <execution_space Exec, float_view SendView, float_view RecvView>
+persistent_request reduce_scatter_init(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
+                                       const collective_options& options = {}) {
+  return persistent_request(
+      detail::init_reduce_scatter(exec, send, recv, comm, options, "kompress::reduce_scatter_init"));
 }
 
 }  // namespace v0

@@ -25,6 +25,9 @@ enum class collective_kind : std::uint64_t {
   alltoall = 1, alltoallv, allreduce, dlrm_forward, dlrm_backward, allgather, reduce_scatter
 };
 
+/// Added to the fingerprint of a persistent collective's init: it never matches a one-shot call.
+inline constexpr std::uint64_t persistent_call_mark = 0x70657273697374ull;
+
 /// An order-dependent 64-bit hash of the values that must match on every rank.
 class fingerprint {
  public:

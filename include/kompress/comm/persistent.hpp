@@ -1,0 +1,289 @@
+#pragma once
+// kompress::persistent_request: a collective set up once and run many times, like MPI-4's
+// persistent collectives (MPI_Allreduce_init, MPI_Start, MPI_Wait). The *_init call checks
+// the arguments, agrees on them across ranks and fixes the transfer (raw or compressed, the
+// chunk plan) once; every start() then runs only the data collective on the values the send
+// View holds at that moment. That is what removes the per-call agreement (one small
+// MPI_Allreduce) from calls of 4-64 KiB, where it costs about as much as the data itself
+// (docs/collectives.md, "Persistent collectives").
+//
+// Raw transfers (raw mode, automatic mode where the cost model says raw, one rank) run MPI's
+// own collective on the caller's Views: the persistent form (MPI_Allreduce_init and its
+// siblings) where the MPI library is MPI-4, else the nonblocking one (MPI_Iallreduce...) per
+// start. Compressed transfers run kompress's engine on scratch and a duplicated communicator
+// the request owns.
+
+#include <kompress/comm/options.hpp>
+#include <kompress/comm/request.hpp>
+#include <kompress/comm/workspace.hpp>
+#include <kompress/detail/mpi.hpp>
+#include <kompress/error.hpp>
+
+#include <mpi.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+
+/// Whether MPI has the persistent collectives of MPI-4 (MPI_Allreduce_init, ...). Defining
+/// KOMPRESS_NO_MPI_PERSISTENT_COLLECTIVES uses the nonblocking ones instead (as with MPI-3).
+#if defined(MPI_VERSION) && MPI_VERSION >= 4 && !defined(KOMPRESS_NO_MPI_PERSISTENT_COLLECTIVES)
+#define KOMPRESS_MPI_PERSISTENT_COLLECTIVES 1
+#else
+#define KOMPRESS_MPI_PERSISTENT_COLLECTIVES 0
+#endif
+
+namespace kompress {
+inline namespace v0 {
+
+namespace detail {
+
+/// A persistent collective: start() begins one round, progress() advances it.
+class persistent_operation {
+ public:
+  virtual ~persistent_operation() = default;
+  /// Begins a round (the previous one completed). May throw; then no round is active.
+  virtual void start() = 0;
+  /// Advances the active round; blocks until done if `block`. True when done. If it throws,
+  /// the round was abandoned (receives cancelled, sends completed) and none is active.
+  virtual bool progress(bool block) = 0;
+  virtual const collective_report& report() const = 0;
+  /// A whole round, blocking: start() and progress(true) unless there is a faster blocking form.
+  virtual void run() {
+    start();
+    progress(true);
+  }
+};
+
+/// MPI's own collective on the caller's Views, for raw transfers. `make` posts it: with MPI-4
+/// it is the *_init call, made once here; without, the nonblocking call, made at every start.
+/// `blocking` is the blocking call (MPI_Allreduce, ...), for run(): MPI's blocking collectives
+/// are faster than its nonblocking and persistent ones at small sizes (docs/performance.md).
+template <class Exec, class SendView, class RecvView>
+class persistent_mpi_collective final : public persistent_operation {
+ public:
+  using post = std::function<int(MPI_Request*)>;
+  using call = std::function<int()>;
+
+  persistent_mpi_collective(const Exec& exec, SendView send, RecvView recv, post make, const char* make_name,
+                            call blocking, const char* blocking_name, const collective_report& report,
+                            const char* who)
+      : exec_(exec), send_(std::move(send)), recv_(std::move(recv)), make_(std::move(make)), call_(make_name),
+        blocking_(std::move(blocking)), blocking_name_(blocking_name), report_(report), who_(who) {
+#if KOMPRESS_MPI_PERSISTENT_COLLECTIVES
+    check_mpi(make_(&handle_), who_, call_);
+#endif
+  }
+  persistent_mpi_collective(const persistent_mpi_collective&) = delete;
+  persistent_mpi_collective& operator=(const persistent_mpi_collective&) = delete;
+  ~persistent_mpi_collective() override {
+    if (active_) MPI_Wait(&handle_, MPI_STATUS_IGNORE);
+    if (handle_ != MPI_REQUEST_NULL) MPI_Request_free(&handle_);
+  }
+
+  void start() override {
+    exec_.fence("kompress: before MPI reads a user View");
+#if KOMPRESS_MPI_PERSISTENT_COLLECTIVES
+    check_mpi(MPI_Start(&handle_), who_, "MPI_Start");
+#else
+    check_mpi(make_(&handle_), who_, call_);
+#endif
+    active_ = true;
+  }
+  void run() override {
+    exec_.fence("kompress: before MPI reads a user View");
+    check_mpi(blocking_(), who_, blocking_name_);
+  }
+  bool progress(bool block) override {
+    if (!active_) return true;
+    int done = 1;
+    if (block) check_mpi(MPI_Wait(&handle_, MPI_STATUS_IGNORE), who_, "MPI_Wait");
+    else check_mpi(MPI_Test(&handle_, &done, MPI_STATUS_IGNORE), who_, "MPI_Test");
+    active_ = done == 0;
+    return !active_;
+  }
+  const collective_report& report() const override { return report_; }
+
+ private:
+  Exec exec_;
+  SendView send_;  // held: MPI reads and writes them at every start
+  RecvView recv_;
+  post make_;
+  const char* call_;
+  call blocking_;
+  const char* blocking_name_;
+  collective_report report_;
+  const char* who_;
+  MPI_Request handle_ = MPI_REQUEST_NULL;
+  bool active_ = false;
+};
+
+/// kompress's engine, one operation per round on scratch and a duplicated communicator of the
+/// request's own. `launch(slot)` builds a round's operation (which posts its receives and
+/// sends its first messages); it holds the Views.
+template <class Exec>
+class persistent_engine_collective final : public persistent_operation {
+ public:
+  using launcher = std::function<std::unique_ptr<operation>(workspace_slot&)>;
+
+  persistent_engine_collective(const Exec& exec, MPI_Comm comm, launcher launch, const char* who)
+      : exec_(exec), launch_(std::move(launch)), who_(who) {
+    slot_.owned = owned_comm(comm, who);
+    slot_.comm = slot_.owned.get();
+  }
+  ~persistent_engine_collective() override { round_.reset(); }  // before the slot it uses
+
+  void start() override {
+    exec_.fence("kompress: before MPI or the host reads a user View");
+    round_.reset();
+    round_ = launch_(slot_);
+    active_ = true;
+  }
+  bool progress(bool block) override {
+    if (!active_) return true;
+    try {
+      active_ = !round_->progress(block);
+    } catch (...) {
+      active_ = false;
+      round_.reset();  // cancels its receives, completes its sends
+      throw;
+    }
+    return !active_;
+  }
+  const collective_report& report() const override { return round_ ? round_->report() : empty_; }
+
+ private:
+  Exec exec_;
+  launcher launch_;
+  const char* who_;
+  workspace_slot slot_;
+  std::unique_ptr<operation> round_;  // after the slot: destroyed first
+  collective_report empty_;
+  bool active_ = false;
+};
+
+}  // namespace detail
+
+
+/// A persistent collective (alltoall_init, alltoallv_init, allreduce_init, allgather_init,
+/// reduce_scatter_init). start() runs one round on what the send View holds now; wait() (or
+/// test() until true) completes it, the result then in the receive View. Then start() again.
+/// Move-only. Rules, as for MPI's persistent requests:
+/// - start() on an active request (started, not yet completed) is an invalid_argument;
+/// - wait() or test() on a request never started is an invalid_argument; once a round
+///   completed, they return at once (the last round's report);
+/// - every rank starts its persistent requests in the same order (they are collectives);
+/// - destroying (or assigning to) an active request waits for its round first; it holds the
+///   Views, its scratch and its duplicated communicator until it goes (destroying it is
+///   collective where it holds a communicator, like MPI_Comm_free).
+/// Nothing is re-checked at start(): the Views' extents, the mode, the bound and the counts are
+/// those agreed at init. The values are read at every start; a REL bound resolves against
+/// each round's values (for the ring collectives with one small MPI_Allreduce per round).
+class persistent_request {
+ public:
+  persistent_request() = default;
+  explicit persistent_request(std::unique_ptr<detail::persistent_operation> op) : op_(std::move(op)) {}
+  persistent_request(persistent_request&& other) noexcept
+      : op_(std::move(other.op_)), active_(std::exchange(other.active_, false)),
+        started_(std::exchange(other.started_, false)) {}
+  persistent_request& operator=(persistent_request&& other) noexcept {
+    if (this != &other) {
+      finish_quietly();
+      op_ = std::move(other.op_);
+      active_ = std::exchange(other.active_, false);
+      started_ = std::exchange(other.started_, false);
+    }
+    return *this;
+  }
+  persistent_request(const persistent_request&) = delete;
+  persistent_request& operator=(const persistent_request&) = delete;
+  ~persistent_request() { finish_quietly(); }
+
+  /// Begins a round: fences the execution space, then posts the data collective (raw: MPI's
+  /// own; compressed: every receive, and the messages it can encode at once).
+  void start() {
+    require("start");
+    if (active_)
+      throw invalid_argument(
+          "kompress::persistent_request::start: the request is active (started and not yet completed); "
+          "wait() for it before starting it again");
+    op_->start();
+    active_ = started_ = true;
+  }
+
+  /// A whole round in one blocking call: start() and wait(), except that a raw transfer is
+  /// MPI's blocking collective (MPI_Allreduce, ...), exactly what plain MPI calls, where
+  /// start() and wait() use MPI's persistent form (slower at small sizes on MPICH). Blocking
+  /// collective semantics: every rank must reach it, as for MPI_Allreduce.
+  const collective_report& run() {
+    require("run");
+    if (active_)
+      throw invalid_argument(
+          "kompress::persistent_request::run: the request is active (started and not yet completed); "
+          "wait() for it first");
+    started_ = true;
+    op_->run();
+    return op_->report();
+  }
+
+  /// Completes the round: the receive View holds the result when it returns.
+  const collective_report& wait() {
+    require_started("wait");
+    if (active_) {
+      active_ = false;  // a round that throws is abandoned
+      active_ = !op_->progress(true);
+    }
+    return op_->report();
+  }
+
+  /// Advances without blocking; true once the round's result is in place.
+  bool test() {
+    require_started("test");
+    if (active_) {
+      active_ = false;
+      active_ = !op_->progress(false);
+    }
+    return !active_;
+  }
+
+  bool valid() const { return op_ != nullptr; }
+  /// Started and not yet completed.
+  bool active() const { return active_; }
+
+  /// The last round's report (complete once it completed).
+  const collective_report& report() const {
+    if (!op_) throw invalid_argument("kompress::persistent_request::report: empty request");
+    return op_->report();
+  }
+
+ private:
+  void require(const char* what) const {
+    if (!op_)
+      throw invalid_argument(std::string("kompress::persistent_request::") + what +
+                             ": empty request (default-constructed or moved from)");
+  }
+  void require_started(const char* what) const {
+    require(what);
+    if (!started_)
+      throw invalid_argument(std::string("kompress::persistent_request::") + what +
+                             ": the request was never started; call start() first");
+  }
+  void finish_quietly() noexcept {
+    if (op_ && active_) {
+      try {
+        op_->progress(true);
+      } catch (...) {
+        // A destructor must not throw; callers who care call wait().
+      }
+    }
+    active_ = false;
+  }
+
+  std::unique_ptr<detail::persistent_operation> op_;
+  bool active_ = false;
+  bool started_ = false;
+};
+
+}  // namespace v0
+}  // namespace kompress
