@@ -9,6 +9,10 @@
 //                                                         View `result`, without a wait
 //   template <class T, int B> static void encode_chunks(  runs `encoder` over chunks [0, n)
 //       const Exec&, std::uint64_t n, const chunk_encoder<T, B>& encoder, encoder_kind);
+//   template <class T, int B, class R> static bool enqueue_fused_compression(  the value
+//       const Exec&, const value_range_segments<T>&, const R& range, range, the fast codec's
+//       const chunk_encoder<T, B>&, std::byte* out,         chunks and the stream's assembly
+//       std::uint64_t* length, const kernel_tuning&);       in fewer launches, or false
 //   template <class T> static void encode_ratio_chunks(   the same for ratio chunks
 //       const Exec&, std::uint64_t n, const ratio_chunk_encoder<T>& encoder, encoder_kind);
 //   template <class T, int B> static std::uint64_t decode_chunks(  runs `decoder` over chunks
@@ -42,6 +46,15 @@ struct backend {
                             const chunk_encoder<T, BlockSize>& encoder, encoder_kind) {
     Kokkos::parallel_for("kompress::compress::encode_chunks",
                          Kokkos::RangePolicy<Exec>(exec, 0, chunks), encoder);
+  }
+
+  /// Steps 1-4 of enqueue_compress_kernels for the fast codec in fewer launches, where a
+  /// backend can (host.hpp); false: nothing enqueued, the caller runs the general launches.
+  template <class T, int BlockSize, class ResultView>
+  static bool enqueue_fused_compression(const Exec&, const value_range_segments<T>&,
+                                        const ResultView&, const chunk_encoder<T, BlockSize>&,
+                                        std::byte*, std::uint64_t*, const kernel_tuning&) {
+    return false;
   }
 
   /// The ratio codec's chunks (codec_mode::ratio).
