@@ -67,11 +67,16 @@ struct chunk_encoder {
   /// Encodes chunk `chunk` at `to` (room for max_chunk_bytes of its values), records its
   /// checksum and returns its length (not recorded).
   KOKKOS_INLINE_FUNCTION std::uint64_t encode_into(std::uint64_t chunk, std::byte* to) const {
-    const value_codec<T> codec = plan_compression<T>(base, *range).codec;
-    const std::uint64_t bytes = encode_chunk<T, BlockSize>(
-        in + chunk * values_per_chunk, layout.values_in_chunk(chunk), codec, to);
+    const std::uint64_t bytes = encode_unsealed(chunk, to);
     store<std::uint64_t>(checksums + 8 * chunk, checksum_of(to, bytes));
     return bytes;
+  }
+
+  /// encode_into without the checksum (the caller records it).
+  KOKKOS_INLINE_FUNCTION std::uint64_t encode_unsealed(std::uint64_t chunk, std::byte* to) const {
+    const value_codec<T> codec = plan_compression<T>(base, *range).codec;
+    return encode_chunk<T, BlockSize>(in + chunk * values_per_chunk, layout.values_in_chunk(chunk),
+                                      codec, to);
   }
 };
 

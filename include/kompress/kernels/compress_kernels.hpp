@@ -180,17 +180,7 @@ void decompress_chunks(const Exec& exec, const std::byte* in, const stream_heade
     return chunk ? load<std::uint64_t>(ends + 8 * (chunk - 1)) : std::uint64_t(0);
   };
 
-  std::uint64_t first_bad = chunks;
-  Kokkos::parallel_reduce(
-      "kompress::decompress::verify",
-      Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Dynamic>>(exec, 0, chunks),
-      KOKKOS_LAMBDA(std::uint64_t chunk, std::uint64_t& bad) {
-        const std::uint64_t begin = chunk_begin(chunk);
-        const std::uint64_t end = load<std::uint64_t>(ends + 8 * chunk);
-        if (checksum_of(data + begin, end - begin) != load<std::uint64_t>(checksums + 8 * chunk))
-          bad = chunk < bad ? chunk : bad;
-      },
-      Kokkos::Min<std::uint64_t>(first_bad));
+  std::uint64_t first_bad = backend<Exec>::verify_chunks(exec, chunks, data, ends, checksums);
   if (first_bad < chunks)
     throw_format(who, "checksum mismatch in chunk " + std::to_string(first_bad) + " of " +
                           std::to_string(chunks) + " (the stream is corrupted)");

@@ -68,9 +68,9 @@ struct value_range_segments_avx2 : value_range_segments<T> {
 
 template <class T, int BlockSize>
 struct chunk_encoder_into_avx2 : chunk_encoder<T, BlockSize> {
-  __attribute__((target("avx2,fma"), flatten)) std::uint64_t encode_into(std::uint64_t chunk,
-                                                                         std::byte* to) const {
-    return chunk_encoder<T, BlockSize>::encode_into(chunk, to);
+  __attribute__((target("avx2,fma"), flatten)) std::uint64_t encode_unsealed(
+      std::uint64_t chunk, std::byte* to) const {
+    return chunk_encoder<T, BlockSize>::encode_unsealed(chunk, to);
   }
 };
 
@@ -134,8 +134,30 @@ struct fused_compression {
     return chunk * encoder.full_chunk_bytes +
            encoder.layout.max_chunk_bytes(encoder.layout.values_in_chunk(chunk));
   }
-  std::uint64_t encode_into(std::uint64_t chunk, std::byte* to) const {
-    return encoder.encode_into(chunk, to);
+  /// Chunks encoded but not yet checksummed: sealed four at a time (checksums_of), once
+  /// their bytes no longer move before the join (which moves them whole).
+  struct unsealed {
+    const std::byte* span[4];
+    std::size_t length[4];
+    std::uint64_t chunk[4];
+    int count = 0;
+  };
+  void add(unsealed& u, std::uint64_t chunk, const std::byte* span, std::uint64_t bytes) const {
+    u.span[u.count] = span;
+    u.length[u.count] = bytes;
+    u.chunk[u.count] = chunk;
+    if (++u.count == 4) seal(u);
+  }
+  void seal(unsealed& u) const {
+    if (u.count == 0) return;
+    for (int j = u.count; j < 4; ++j) {
+      u.span[j] = u.span[0];
+      u.length[j] = u.length[0];
+    }
+    std::uint64_t sums[4];
+    checksums_of<4>(u.span, u.length, sums);
+    for (int j = 0; j < u.count; ++j) store<std::uint64_t>(encoder.checksums + 8 * u.chunk[j], sums[j]);
+    u.count = 0;
   }
   std::uint64_t recorded(std::uint64_t chunk) const {
     return load<std::uint64_t>(encoder.ends + 8 * chunk);
@@ -147,6 +169,7 @@ struct fused_compression {
     const std::uint64_t first = first_chunk(segment), last = first_chunk(segment + 1);
     std::atomic_ref<std::uint32_t> claimed(counters[1 + segment]);
     std::byte* const data = encoder.data;
+    unsealed pending;
     if (first < last) {
       const std::uint64_t count = last - first;
       if (worker % 2 == 0) {
@@ -154,8 +177,9 @@ struct fused_compression {
         for (std::uint64_t taken = 0; claimed.fetch_add(1, std::memory_order_relaxed) < count;
              ++taken) {
           const std::uint64_t chunk = first + taken;
-          const std::uint64_t bytes = encode_into(chunk, to);
+          const std::uint64_t bytes = encoder.encode_unsealed(chunk, to);
           store<std::uint64_t>(encoder.ends + 8 * chunk, bytes);
+          add(pending, chunk, to, bytes);
           to += bytes;
         }
       } else {
@@ -164,12 +188,14 @@ struct fused_compression {
              ++taken) {
           const std::uint64_t chunk = last - 1 - taken;
           std::byte* const slot = data + chunk * encoder.full_chunk_bytes;
-          const std::uint64_t bytes = encode_into(chunk, slot);
+          const std::uint64_t bytes = encoder.encode_unsealed(chunk, slot);
           low -= bytes;
           std::memmove(low, slot, bytes);
           store<std::uint64_t>(encoder.ends + 8 * chunk, bytes | from_back);
+          add(pending, chunk, low, bytes);
         }
       }
+      seal(pending);
     }
     std::atomic_ref<std::uint32_t> finished(counters[0]);
     if (finished.fetch_add(1, std::memory_order_acq_rel) + 1 == std::uint32_t(workers)) join();
@@ -312,6 +338,37 @@ struct backend<Exec> {
 #endif
     (void)kind;
     Kokkos::parallel_for("kompress::compress::encode_ratio_chunks", policy, encoder);
+  }
+
+  /// Chunks verified four at a time (checksums_of: four hash chains side by side), each group
+  /// handed out on its own.
+  static std::uint64_t verify_chunks(const Exec& exec, std::uint64_t chunks, const std::byte* data,
+                                     const std::byte* ends, const std::byte* checksums) {
+    constexpr int group = 4;
+    std::uint64_t first_bad = chunks;
+    Kokkos::parallel_reduce(
+        "kompress::decompress::verify",
+        Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Dynamic>>(
+            exec, 0, (chunks + group - 1) / group, Kokkos::ChunkSize(1)),
+        [=](std::uint64_t g, std::uint64_t& bad) {
+          const std::byte* spans[group];
+          std::size_t lengths[group];
+          std::uint64_t sums[group];
+          for (int j = 0; j < group; ++j) {
+            // A short last group checks its last chunk again.
+            const std::uint64_t chunk = g * group + j < chunks ? g * group + j : chunks - 1;
+            const std::uint64_t begin = chunk ? load<std::uint64_t>(ends + 8 * (chunk - 1)) : 0;
+            spans[j] = data + begin;
+            lengths[j] = load<std::uint64_t>(ends + 8 * chunk) - begin;
+          }
+          checksums_of<group>(spans, lengths, sums);
+          for (int j = group - 1; j >= 0; --j) {
+            const std::uint64_t chunk = g * group + j < chunks ? g * group + j : chunks - 1;
+            if (sums[j] != load<std::uint64_t>(checksums + 8 * chunk)) bad = chunk < bad ? chunk : bad;
+          }
+        },
+        Kokkos::Min<std::uint64_t>(first_bad));
+    return first_bad;
   }
 
   template <class T, int BlockSize>

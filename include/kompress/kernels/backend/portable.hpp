@@ -15,6 +15,9 @@
 //       std::uint64_t* length, const kernel_tuning&);       in fewer launches, or false
 //   template <class T> static void encode_ratio_chunks(   the same for ratio chunks
 //       const Exec&, std::uint64_t n, const ratio_chunk_encoder<T>& encoder, encoder_kind);
+//   static std::uint64_t verify_chunks(const Exec&,       the first chunk of [0, n) whose
+//       std::uint64_t n, const std::byte* data,            checksum does not match, or n
+//       const std::byte* ends, const std::byte* checksums);
 //   template <class T, int B> static std::uint64_t decode_chunks(  runs `decoder` over chunks
 //       const Exec&, std::uint64_t n, const chunk_decoder<T, B>& decoder, encoder_kind);
 //                                                         [0, n): the first bad chunk, or n
@@ -63,6 +66,22 @@ struct backend {
                                   const ratio_chunk_encoder<T>& encoder, encoder_kind) {
     Kokkos::parallel_for("kompress::compress::encode_ratio_chunks",
                          Kokkos::RangePolicy<Exec>(exec, 0, chunks), encoder);
+  }
+
+  /// The first chunk whose checksum does not match, or `chunks`.
+  static std::uint64_t verify_chunks(const Exec& exec, std::uint64_t chunks, const std::byte* data,
+                                     const std::byte* ends, const std::byte* checksums) {
+    std::uint64_t first_bad = chunks;
+    Kokkos::parallel_reduce(
+        "kompress::decompress::verify", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
+        KOKKOS_LAMBDA(std::uint64_t chunk, std::uint64_t& bad) {
+          const std::uint64_t begin = chunk ? load<std::uint64_t>(ends + 8 * (chunk - 1)) : 0;
+          const std::uint64_t end = load<std::uint64_t>(ends + 8 * chunk);
+          if (checksum_of(data + begin, end - begin) != load<std::uint64_t>(checksums + 8 * chunk))
+            bad = chunk < bad ? chunk : bad;
+        },
+        Kokkos::Min<std::uint64_t>(first_bad));
+    return first_bad;
   }
 
   template <class T, int BlockSize>
