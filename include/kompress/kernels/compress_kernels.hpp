@@ -176,10 +176,6 @@ void decompress_chunks(const Exec& exec, const std::byte* in, const stream_heade
   const std::byte* const ends = in + layout.chunk_end_table_offset();
   const std::byte* const checksums = in + layout.chunk_checksum_table_offset();
   const std::byte* const data = in + layout.data_offset();
-  const auto chunk_begin = [=] KOKKOS_FUNCTION(std::uint64_t chunk) {
-    return chunk ? load<std::uint64_t>(ends + 8 * (chunk - 1)) : std::uint64_t(0);
-  };
-
   std::uint64_t first_bad = backend<Exec>::verify_chunks(exec, chunks, data, ends, checksums);
   if (first_bad < chunks)
     throw_format(who, "checksum mismatch in chunk " + std::to_string(first_bad) + " of " +

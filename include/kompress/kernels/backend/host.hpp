@@ -253,11 +253,14 @@ struct backend<Exec> {
     t.encoder = host_runs(encoder_kind::avx2_fma) ? encoder_kind::avx2_fma : encoder_kind::portable;
     // The AVX2 + FMA decoder (docs/performance.md, "Kernel tuning").
     t.decoder = t.encoder;
+    // (The ratio codec's assembly, and the fast codec's beyond max_fused_workers threads.)
     // Four waves move 94-100% of the moved bytes in parallel (one wave: 48-92%). On 2 cores
     // the move is about 1% of a compression (the moved bytes at memcpy's speed), so the gain
     // is below the noise here; it is the serial part that would grow with the thread count.
     t.assemble_waves = max_assemble_waves;
-    // Compression in two launches, one worker per thread (fused_compression).
+    // The fast codec's compression in two launches, one worker per thread (fused_compression):
+    // two threads 1.78 -> 1.91x one thread, one thread 2.36 -> 2.43 GB/s (nothing moves);
+    // docs/performance.md, "Issue 14: two threads".
     t.fused_workers = -1;
     return t;
   }
