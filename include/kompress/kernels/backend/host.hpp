@@ -286,8 +286,10 @@ struct backend<Exec> {
                                         std::uint64_t* length, const kernel_tuning& tuning) {
     const int workers =
         tuning.fused_workers < 0 ? int(exec.concurrency()) : tuning.fused_workers;
-    if (workers < 1 || workers > max_fused_workers) return false;
     const std::uint64_t chunks = encoder.layout.chunk_count();
+    // The claim counters are 32-bit and may overshoot a segment's chunk count by two.
+    if (workers < 1 || workers > max_fused_workers || chunks >= (std::uint64_t(1) << 31))
+      return false;
     const auto run = [&](const auto& range_segments, const auto& chunk_encoder_variant) {
       using range_type = std::remove_cvref_t<decltype(range_segments)>;
       using encoder_type = std::remove_cvref_t<decltype(chunk_encoder_variant)>;
