@@ -573,7 +573,7 @@ std::vector<T> decompress_with(const std::vector<std::byte>& stream,
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count and range segment writes the same bytes, every decoder decodes the same values", T,
+TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count, fused worker count and range segment writes the same bytes, every decoder decodes the same values", T,
                    float, double) {
   namespace detail = kompress::detail;
   // Chunks of very different lengths, so that destinations hit earlier chunks' sources in
@@ -612,6 +612,28 @@ TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count and range segment 
           REQUIRE(stream.size() == reference.size());
           CHECK(std::memcmp(stream.data(), reference.data(), reference.size()) == 0);
         }
+      }
+      // The host backend's fused compression, with any number of workers (more than the
+      // chunks' 147 included; no worker waits for another, so they need not run at once).
+      for (const int workers : {1, 2, 3, 4, 5, 8, 31, 32}) {
+        CAPTURE(bound);
+        CAPTURE(int(encoder));
+        CAPTURE(workers);
+        const auto stream = compress_with<T, 32>(values, bound, {.encoder = encoder, .fused_workers = workers});
+        REQUIRE(stream.size() == reference.size());
+        CHECK(std::memcmp(stream.data(), reference.data(), reference.size()) == 0);
+      }
+    }
+    // Fewer chunks than workers, down to one chunk of one value.
+    for (const std::size_t count : {std::size_t(1), std::size_t(2047), std::size_t(2049), std::size_t(5000)}) {
+      const std::vector<T> head(values.begin(), values.begin() + std::ptrdiff_t(count));
+      const auto head_reference = compress_with<T, 32>(head, bound, reference_tuning);
+      for (const int workers : {1, 2, 3, 7}) {
+        CAPTURE(count);
+        CAPTURE(workers);
+        const auto stream = compress_with<T, 32>(head, bound, {.encoder = encoders.back(), .fused_workers = workers});
+        REQUIRE(stream.size() == head_reference.size());
+        CHECK(std::memcmp(stream.data(), head_reference.data(), head_reference.size()) == 0);
       }
     }
     // Every decoder gives the same values, bit for bit (and so does the library's choice).

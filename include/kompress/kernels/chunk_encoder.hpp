@@ -61,14 +61,41 @@ struct chunk_encoder {
   KOKKOS_INLINE_FUNCTION void operator()(std::uint64_t chunk) const { encode(chunk); }
 
   KOKKOS_INLINE_FUNCTION void encode(std::uint64_t chunk) const {
+    store<std::uint64_t>(ends + 8 * chunk, encode_into(chunk, data + chunk * full_chunk_bytes));
+  }
+
+  /// Encodes chunk `chunk` at `to` (room for max_chunk_bytes of its values), records its
+  /// checksum and returns its length (not recorded).
+  KOKKOS_INLINE_FUNCTION std::uint64_t encode_into(std::uint64_t chunk, std::byte* to) const {
+    const std::uint64_t bytes = encode_unsealed(chunk, to);
+    store<std::uint64_t>(checksums + 8 * chunk, checksum_of(to, bytes));
+    return bytes;
+  }
+
+  /// encode_into without the checksum (the caller records it).
+  KOKKOS_INLINE_FUNCTION std::uint64_t encode_unsealed(std::uint64_t chunk, std::byte* to) const {
     const value_codec<T> codec = plan_compression<T>(base, *range).codec;
-    std::byte* const slot = data + chunk * full_chunk_bytes;
-    const std::uint64_t bytes = encode_chunk<T, BlockSize>(
-        in + chunk * values_per_chunk, layout.values_in_chunk(chunk), codec, slot);
-    store<std::uint64_t>(ends + 8 * chunk, bytes);
-    store<std::uint64_t>(checksums + 8 * chunk, checksum_of(slot, bytes));
+    return encode_chunk<T, BlockSize>(in + chunk * values_per_chunk, layout.values_in_chunk(chunk),
+                                      codec, to);
   }
 };
+
+/// The last step of a compression: once the chunk data (`data_bytes` long) and the chunk end
+/// table are in place, writes the header (its data-dependent fields from the value range still
+/// in the first bytes of `out`), its checksum, and the stream's length to `*length` (if not
+/// null).
+template <class T>
+KOKKOS_INLINE_FUNCTION void write_stream_header(std::byte* out, const stream_header& base,
+                                                const stream_layout& layout,
+                                                std::uint64_t data_bytes, std::uint64_t* length) {
+  // Read the range before the header lands on it.
+  stream_header h =
+      plan_compression<T>(base, *reinterpret_cast<const packed_range<T>*>(out)).header;
+  h.stream_bytes = layout.data_offset() + data_bytes;
+  write_header_fields(out, h);
+  store<std::uint64_t>(out + header_checksum_offset, header_checksum(out, layout.data_offset()));
+  if (length) *length = h.stream_bytes;
+}
 
 /// Decodes chunk `chunk` of a stream whose checksums were verified; a malformed chunk lowers
 /// `bad` to its index (a Kokkos::Min reduction).

@@ -111,11 +111,20 @@ void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
   auto* const range = reinterpret_cast<packed_range<T>*>(out);  // alignment 1
   static_assert(sizeof(packed_range<T>) <= header_bytes);
 
-  backend<Exec>::enqueue_value_range(
-      exec,
+  const value_range_segments<T> segments =
       make_value_range_segments(in, count, (base.flags & flag_fill_value) != 0,
-                                static_cast<bits_t<T>>(base.fill_bits), tuning.range_segment),
-      Kokkos::View<packed_range<T>, memory_space, Kokkos::MemoryUnmanaged>(range), tuning.encoder);
+                                static_cast<bits_t<T>>(base.fill_bits), tuning.range_segment);
+  const Kokkos::View<packed_range<T>, memory_space, Kokkos::MemoryUnmanaged> range_view(range);
+  // A backend that can encode and assemble in one launch (the host backend) does steps 2-4
+  // itself.
+  if (!base.ratio() && chunks > 0 &&
+      backend<Exec>::enqueue_fused_compression(
+          exec, segments, range_view,
+          chunk_encoder<T, BlockSize>{in, range, data, ends, checksums, base, layout,
+                                      values_per_chunk, full_chunk_bytes},
+          out, length, tuning))
+    return;
+  backend<Exec>::enqueue_value_range(exec, segments, range_view, tuning.encoder);
 
   if (base.ratio()) {
     const ratio_chunk_encoder<T> encoder{in,     range,           data,           ends, checksums,
@@ -148,14 +157,9 @@ void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
   Kokkos::parallel_for(
       "kompress::compress::assemble", Kokkos::RangePolicy<Exec>(exec, 0, 1),
       KOKKOS_LAMBDA(int) {
-        stream_header h = plan_compression<T>(base, *range).header;  // before the header lands
         for (std::uint64_t chunk = 1; chunk < chunks; ++chunk)
           if (moves.wave<max_assemble_waves>(chunk) >= waves) moves.move(chunk);
-        h.stream_bytes = layout.data_offset() + (chunks ? moves.end(chunks - 1) : 0);
-        write_header_fields(out, h);
-        store<std::uint64_t>(out + header_checksum_offset,
-                             header_checksum(out, layout.data_offset()));
-        if (length) *length = h.stream_bytes;
+        write_stream_header<T>(out, base, layout, chunks ? moves.end(chunks - 1) : 0, length);
       });
 }
 
@@ -172,20 +176,7 @@ void decompress_chunks(const Exec& exec, const std::byte* in, const stream_heade
   const std::byte* const ends = in + layout.chunk_end_table_offset();
   const std::byte* const checksums = in + layout.chunk_checksum_table_offset();
   const std::byte* const data = in + layout.data_offset();
-  const auto chunk_begin = [=] KOKKOS_FUNCTION(std::uint64_t chunk) {
-    return chunk ? load<std::uint64_t>(ends + 8 * (chunk - 1)) : std::uint64_t(0);
-  };
-
-  std::uint64_t first_bad = chunks;
-  Kokkos::parallel_reduce(
-      "kompress::decompress::verify", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
-      KOKKOS_LAMBDA(std::uint64_t chunk, std::uint64_t& bad) {
-        const std::uint64_t begin = chunk_begin(chunk);
-        const std::uint64_t end = load<std::uint64_t>(ends + 8 * chunk);
-        if (checksum_of(data + begin, end - begin) != load<std::uint64_t>(checksums + 8 * chunk))
-          bad = chunk < bad ? chunk : bad;
-      },
-      Kokkos::Min<std::uint64_t>(first_bad));
+  std::uint64_t first_bad = backend<Exec>::verify_chunks(exec, chunks, data, ends, checksums);
   if (first_bad < chunks)
     throw_format(who, "checksum mismatch in chunk " + std::to_string(first_bad) + " of " +
                           std::to_string(chunks) + " (the stream is corrupted)");

@@ -15,7 +15,9 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__AVX2__) && \
@@ -64,10 +66,169 @@ struct value_range_segments_avx2 : value_range_segments<T> {
   }
 };
 
+template <class T, int BlockSize>
+struct chunk_encoder_into_avx2 : chunk_encoder<T, BlockSize> {
+  __attribute__((target("avx2,fma"), flatten)) std::uint64_t encode_unsealed(
+      std::uint64_t chunk, std::byte* to) const {
+    return chunk_encoder<T, BlockSize>::encode_unsealed(chunk, to);
+  }
+};
+
 inline bool host_has_avx2_fma() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 #endif
+
+/// The most workers of a fused compression: its counters live in the header's bytes after
+/// the value range (72 bytes, 4-aligned: 17 counters, one for the finish and one per pair of
+/// workers).
+inline constexpr int max_fused_workers = 32;
+
+/// Where a fused compression keeps its counters: in the header's bytes after the value range,
+/// 4-aligned for the atomics; zeroed by the value-range launch before the workers start.
+inline std::uint32_t* fused_counters(std::byte* out) {
+  const auto address = reinterpret_cast<std::uintptr_t>(out + 16);
+  return reinterpret_cast<std::uint32_t*>((address + 3) & ~std::uintptr_t(3));
+}
+
+/// The value range, and the fused compression's counters zeroed by the work item of segment 0.
+template <class Segments>
+struct range_zeroing_counters : Segments {
+  std::byte* out;
+  void operator()(std::uint64_t s,
+                  packed_range<typename Segments::element_type>& partial) const {
+    if (s == 0)
+      for (int i = 0; i <= max_fused_workers / 2; ++i) fused_counters(out)[i] = 0;
+    Segments::operator()(s, partial);
+  }
+};
+
+/// The fast codec's compression after the value range, in one launch of `workers` work items
+/// (enqueue_fused_compression). The chunks are cut into ceil(workers / 2) segments; in each, an
+/// even worker encodes chunks from the front, packed from the segment's first worst-case slot,
+/// and the odd worker after it from the back, packed down from the segment's last slot end,
+/// each chunk claimed through the segment's counter (so the two meet wherever the work
+/// balances). A chunk goes at the front worker's position, which lies at or before its own
+/// worst-case slot; the back worker encodes a chunk at its own slot, which lies below
+/// everything it packed and after everything the front worker can reach, then moves it up. The
+/// last worker to finish joins the segments' pieces in chunk order (each a memmove towards the
+/// front, over space already read), turns lengths into ends and writes the header. A chunk's
+/// bytes depend on its values alone, so every worker count writes the same stream; with one
+/// worker nothing moves. No worker waits for another, so a serialized launch (one thread,
+/// nested parallelism) runs it as well.
+template <class T, int BlockSize, class Encoder>
+struct fused_compression {
+  Encoder encoder;  ///< chunk_encoder or a variant of it compiled for other instructions
+  std::byte* out;
+  std::uint64_t* length;
+  std::uint64_t chunks;
+  int workers;
+
+  /// Lengths of chunks the back worker wrote carry this bit until the join.
+  static constexpr std::uint64_t from_back = std::uint64_t(1) << 63;
+
+  int segments() const { return (workers + 1) / 2; }
+  std::uint64_t first_chunk(int segment) const { return chunks * segment / segments(); }
+  /// The end of chunk c's worst-case slot, relative to the data.
+  std::uint64_t slot_end(std::uint64_t chunk) const {
+    return chunk * encoder.full_chunk_bytes +
+           encoder.layout.max_chunk_bytes(encoder.layout.values_in_chunk(chunk));
+  }
+  /// Chunks encoded but not yet checksummed: sealed four at a time (checksums_of), once
+  /// their bytes no longer move before the join (which moves them whole).
+  struct unsealed {
+    const std::byte* span[4];
+    std::size_t length[4];
+    std::uint64_t chunk[4];
+    int count = 0;
+  };
+  void add(unsealed& u, std::uint64_t chunk, const std::byte* span, std::uint64_t bytes) const {
+    u.span[u.count] = span;
+    u.length[u.count] = bytes;
+    u.chunk[u.count] = chunk;
+    if (++u.count == 4) seal(u);
+  }
+  void seal(unsealed& u) const {
+    if (u.count == 0) return;
+    for (int j = u.count; j < 4; ++j) {
+      u.span[j] = u.span[0];
+      u.length[j] = u.length[0];
+    }
+    std::uint64_t sums[4];
+    checksums_of<4>(u.span, u.length, sums);
+    for (int j = 0; j < u.count; ++j) store<std::uint64_t>(encoder.checksums + 8 * u.chunk[j], sums[j]);
+    u.count = 0;
+  }
+  std::uint64_t recorded(std::uint64_t chunk) const {
+    return load<std::uint64_t>(encoder.ends + 8 * chunk);
+  }
+
+  void operator()(int worker) const {
+    std::uint32_t* const counters = fused_counters(out);
+    const int segment = worker / 2;
+    const std::uint64_t first = first_chunk(segment), last = first_chunk(segment + 1);
+    std::atomic_ref<std::uint32_t> claimed(counters[1 + segment]);
+    std::byte* const data = encoder.data;
+    unsealed pending;
+    if (first < last) {
+      const std::uint64_t count = last - first;
+      if (worker % 2 == 0) {
+        std::byte* to = data + first * encoder.full_chunk_bytes;
+        for (std::uint64_t taken = 0; claimed.fetch_add(1, std::memory_order_relaxed) < count;
+             ++taken) {
+          const std::uint64_t chunk = first + taken;
+          const std::uint64_t bytes = encoder.encode_unsealed(chunk, to);
+          store<std::uint64_t>(encoder.ends + 8 * chunk, bytes);
+          add(pending, chunk, to, bytes);
+          to += bytes;
+        }
+      } else {
+        std::byte* low = data + slot_end(last - 1);
+        for (std::uint64_t taken = 0; claimed.fetch_add(1, std::memory_order_relaxed) < count;
+             ++taken) {
+          const std::uint64_t chunk = last - 1 - taken;
+          std::byte* const slot = data + chunk * encoder.full_chunk_bytes;
+          const std::uint64_t bytes = encoder.encode_unsealed(chunk, slot);
+          low -= bytes;
+          std::memmove(low, slot, bytes);
+          store<std::uint64_t>(encoder.ends + 8 * chunk, bytes | from_back);
+          add(pending, chunk, low, bytes);
+        }
+      }
+      seal(pending);
+    }
+    std::atomic_ref<std::uint32_t> finished(counters[0]);
+    if (finished.fetch_add(1, std::memory_order_acq_rel) + 1 == std::uint32_t(workers)) join();
+  }
+
+  /// Moves each segment's front and back pieces down into place, in order, then writes the
+  /// chunk ends and the header.
+  void join() const {
+    std::byte* const data = encoder.data;
+    std::uint64_t placed = 0;
+    for (int segment = 0; segment < segments(); ++segment) {
+      const std::uint64_t first = first_chunk(segment), last = first_chunk(segment + 1);
+      if (first == last) continue;
+      std::uint64_t front_bytes = 0, back_bytes = 0;
+      for (std::uint64_t chunk = first; chunk < last; ++chunk) {
+        const std::uint64_t r = recorded(chunk);
+        (r & from_back ? back_bytes : front_bytes) += r & ~from_back;
+      }
+      const std::byte* const front = data + first * encoder.full_chunk_bytes;
+      if (data + placed != front) std::memmove(data + placed, front, front_bytes);
+      placed += front_bytes;
+      const std::byte* const back = data + slot_end(last - 1) - back_bytes;
+      if (data + placed != back) std::memmove(data + placed, back, back_bytes);
+      placed += back_bytes;
+    }
+    std::uint64_t end = 0;
+    for (std::uint64_t chunk = 0; chunk < chunks; ++chunk) {
+      end += recorded(chunk) & ~from_back;
+      store<std::uint64_t>(encoder.ends + 8 * chunk, end);
+    }
+    write_stream_header<T>(out, encoder.base, encoder.layout, end, length);
+  }
+};
 
 /// Whether this build can run the encoder `kind` on this host.
 inline bool host_runs(encoder_kind kind) {
@@ -92,10 +253,15 @@ struct backend<Exec> {
     t.encoder = host_runs(encoder_kind::avx2_fma) ? encoder_kind::avx2_fma : encoder_kind::portable;
     // The AVX2 + FMA decoder (docs/performance.md, "Kernel tuning").
     t.decoder = t.encoder;
+    // (The ratio codec's assembly, and the fast codec's beyond max_fused_workers threads.)
     // Four waves move 94-100% of the moved bytes in parallel (one wave: 48-92%). On 2 cores
     // the move is about 1% of a compression (the moved bytes at memcpy's speed), so the gain
     // is below the noise here; it is the serial part that would grow with the thread count.
     t.assemble_waves = max_assemble_waves;
+    // The fast codec's compression in two launches, one worker per thread (fused_compression):
+    // two threads 1.78 -> 1.91x one thread, one thread 2.36 -> 2.43 GB/s (nothing moves);
+    // docs/performance.md, "Issue 14: two threads".
+    t.fused_workers = -1;
     return t;
   }
 
@@ -108,6 +274,42 @@ struct backend<Exec> {
 #endif
     (void)kind;
     enqueue_range_reduction(exec, segments, result);
+  }
+
+  /// The fast codec's compression in two launches instead of four to eight: the value range
+  /// (which also zeroes the counters), then fused_compression's workers, one per thread
+  /// unless tuning.fused_workers says otherwise.
+  template <class T, int BlockSize, class ResultView>
+  static bool enqueue_fused_compression(const Exec& exec, const value_range_segments<T>& segments,
+                                        const ResultView& result,
+                                        const chunk_encoder<T, BlockSize>& encoder, std::byte* out,
+                                        std::uint64_t* length, const kernel_tuning& tuning) {
+    const int workers =
+        tuning.fused_workers < 0 ? int(exec.concurrency()) : tuning.fused_workers;
+    const std::uint64_t chunks = encoder.layout.chunk_count();
+    // The claim counters are 32-bit and may overshoot a segment's chunk count by two.
+    if (workers < 1 || workers > max_fused_workers || chunks >= (std::uint64_t(1) << 31))
+      return false;
+    const auto run = [&](const auto& range_segments, const auto& chunk_encoder_variant) {
+      using range_type = std::remove_cvref_t<decltype(range_segments)>;
+      using encoder_type = std::remove_cvref_t<decltype(chunk_encoder_variant)>;
+      enqueue_range_reduction(exec, range_zeroing_counters<range_type>{range_segments, out},
+                              result);
+      Kokkos::parallel_for(
+          "kompress::compress::fused_chunks", Kokkos::RangePolicy<Exec>(exec, 0, workers),
+          fused_compression<T, BlockSize, encoder_type>{chunk_encoder_variant, out, length, chunks,
+                                                        workers});
+    };
+#ifdef KOMPRESS_HOST_AVX2_DISPATCH
+    if constexpr (BlockSize == 32) {
+      if (tuning.encoder == encoder_kind::avx2_fma && host_has_avx2_fma()) {
+        run(value_range_segments_avx2<T>{segments}, chunk_encoder_into_avx2<T, BlockSize>{encoder});
+        return true;
+      }
+    }
+#endif
+    run(segments, encoder);
+    return true;
   }
 
   template <class T, int BlockSize>
@@ -143,11 +345,45 @@ struct backend<Exec> {
     Kokkos::parallel_for("kompress::compress::encode_ratio_chunks", policy, encoder);
   }
 
+  /// Chunks verified four at a time (checksums_of: four hash chains side by side), each group
+  /// handed out on its own.
+  static std::uint64_t verify_chunks(const Exec& exec, std::uint64_t chunks, const std::byte* data,
+                                     const std::byte* ends, const std::byte* checksums) {
+    constexpr int group = 4;
+    std::uint64_t first_bad = chunks;
+    Kokkos::parallel_reduce(
+        "kompress::decompress::verify",
+        Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Dynamic>>(
+            exec, 0, (chunks + group - 1) / group, Kokkos::ChunkSize(1)),
+        [=](std::uint64_t g, std::uint64_t& bad) {
+          const std::byte* spans[group];
+          std::size_t lengths[group];
+          std::uint64_t sums[group];
+          for (int j = 0; j < group; ++j) {
+            // A short last group checks its last chunk again.
+            const std::uint64_t chunk = g * group + j < chunks ? g * group + j : chunks - 1;
+            const std::uint64_t begin = chunk ? load<std::uint64_t>(ends + 8 * (chunk - 1)) : 0;
+            spans[j] = data + begin;
+            lengths[j] = load<std::uint64_t>(ends + 8 * chunk) - begin;
+          }
+          checksums_of<group>(spans, lengths, sums);
+          for (int j = group - 1; j >= 0; --j) {
+            const std::uint64_t chunk = g * group + j < chunks ? g * group + j : chunks - 1;
+            if (sums[j] != load<std::uint64_t>(checksums + 8 * chunk)) bad = chunk < bad ? chunk : bad;
+          }
+        },
+        Kokkos::Min<std::uint64_t>(first_bad));
+    return first_bad;
+  }
+
   template <class T, int BlockSize>
   static std::uint64_t decode_chunks(const Exec& exec, std::uint64_t chunks,
                                      const chunk_decoder<T, BlockSize>& decoder,
                                      encoder_kind kind) {
-    const Kokkos::RangePolicy<Exec> policy(exec, 0, chunks);
+    // Chunks decode at very different speeds (constant runs against raw blocks): handed out
+    // one at a time, not in equal contiguous shares.
+    const Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Dynamic>> policy(
+        exec, 0, chunks, Kokkos::ChunkSize(1));
     std::uint64_t first_bad = chunks;
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
     if constexpr (BlockSize == 32) {

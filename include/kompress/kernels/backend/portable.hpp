@@ -9,8 +9,15 @@
 //                                                         View `result`, without a wait
 //   template <class T, int B> static void encode_chunks(  runs `encoder` over chunks [0, n)
 //       const Exec&, std::uint64_t n, const chunk_encoder<T, B>& encoder, encoder_kind);
+//   template <class T, int B, class R> static bool enqueue_fused_compression(  the value
+//       const Exec&, const value_range_segments<T>&, const R& range, range, the fast codec's
+//       const chunk_encoder<T, B>&, std::byte* out,         chunks and the stream's assembly
+//       std::uint64_t* length, const kernel_tuning&);       in fewer launches, or false
 //   template <class T> static void encode_ratio_chunks(   the same for ratio chunks
 //       const Exec&, std::uint64_t n, const ratio_chunk_encoder<T>& encoder, encoder_kind);
+//   static std::uint64_t verify_chunks(const Exec&,       the first chunk of [0, n) whose
+//       std::uint64_t n, const std::byte* data,            checksum does not match, or n
+//       const std::byte* ends, const std::byte* checksums);
 //   template <class T, int B> static std::uint64_t decode_chunks(  runs `decoder` over chunks
 //       const Exec&, std::uint64_t n, const chunk_decoder<T, B>& decoder, encoder_kind);
 //                                                         [0, n): the first bad chunk, or n
@@ -44,12 +51,37 @@ struct backend {
                          Kokkos::RangePolicy<Exec>(exec, 0, chunks), encoder);
   }
 
+  /// Steps 1-4 of enqueue_compress_kernels for the fast codec in fewer launches, where a
+  /// backend can (host.hpp); false: nothing enqueued, the caller runs the general launches.
+  template <class T, int BlockSize, class ResultView>
+  static bool enqueue_fused_compression(const Exec&, const value_range_segments<T>&,
+                                        const ResultView&, const chunk_encoder<T, BlockSize>&,
+                                        std::byte*, std::uint64_t*, const kernel_tuning&) {
+    return false;
+  }
+
   /// The ratio codec's chunks (codec_mode::ratio).
   template <class T>
   static void encode_ratio_chunks(const Exec& exec, std::uint64_t chunks,
                                   const ratio_chunk_encoder<T>& encoder, encoder_kind) {
     Kokkos::parallel_for("kompress::compress::encode_ratio_chunks",
                          Kokkos::RangePolicy<Exec>(exec, 0, chunks), encoder);
+  }
+
+  /// The first chunk whose checksum does not match, or `chunks`.
+  static std::uint64_t verify_chunks(const Exec& exec, std::uint64_t chunks, const std::byte* data,
+                                     const std::byte* ends, const std::byte* checksums) {
+    std::uint64_t first_bad = chunks;
+    Kokkos::parallel_reduce(
+        "kompress::decompress::verify", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
+        KOKKOS_LAMBDA(std::uint64_t chunk, std::uint64_t& bad) {
+          const std::uint64_t begin = chunk ? load<std::uint64_t>(ends + 8 * (chunk - 1)) : 0;
+          const std::uint64_t end = load<std::uint64_t>(ends + 8 * chunk);
+          if (checksum_of(data + begin, end - begin) != load<std::uint64_t>(checksums + 8 * chunk))
+            bad = chunk < bad ? chunk : bad;
+        },
+        Kokkos::Min<std::uint64_t>(first_bad));
+    return first_bad;
   }
 
   template <class T, int BlockSize>

@@ -34,6 +34,11 @@ struct kernel_tuning {
   /// in this many parallel waves (at most max_assemble_waves), then one thread moves the rest
   /// in order (enqueue_compress_kernels). 0: one thread moves them all.
   int assemble_waves = max_assemble_waves;
+  /// The host backend's fused compression (backend/host.hpp): the fast codec's chunks encoded
+  /// and assembled in one launch by this many workers, each a contiguous run of chunks; -1:
+  /// one per thread of the execution space; 0: the general launches (steps 2-4 of
+  /// enqueue_compress_kernels). Any value writes the same bytes.
+  int fused_workers = 0;
   /// Decompression's chunk decoder.
   encoder_kind decoder = encoder_kind::portable;
 };
