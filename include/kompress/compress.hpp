@@ -14,7 +14,7 @@
 #include <kompress/error.hpp>
 #include <kompress/format.hpp>
 #include <kompress/kernels/compress_kernels.hpp>
-#include <kompress/kernels/value_range.hpp>
+#include <kompress/kernels/range_pass.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <Kokkos_Profiling_ScopedRegion.hpp>
@@ -238,11 +238,8 @@ double absolute_bound(const ExecutionSpace& exec, const InView& in, const compre
   detail::validate_options(options, who);
   detail::require_contiguous(in, who, "the input View");
   if (options.bound.mode == bound_mode::absolute) return options.bound.value;
-  const auto fill = options.fill_value ? detail::to_bits(static_cast<T>(*options.fill_value))
-                                       : detail::bits_t<T>(0);
-  const detail::value_range range =
-      detail::compute_value_range(exec, in.data(), in.size(), options.fill_value.has_value(), fill);
-  return detail::relative_to_absolute(options.bound.value, range.min, range.max);
+  return detail::bound_for(options, detail::range_keys(exec, in.data(), in.size(), options.fill_value.has_value(),
+                                                       detail::fill_bits_of<T>(options)));
 }
 
 /// The header of a stream, checked (checksums of the header and chunk tables included).

@@ -20,10 +20,10 @@
 // is MPI_Allreduce / MPI_Iallreduce itself. With one rank the result is the input.
 
 #include <kompress/comm/detail/mpi_operation.hpp>
-#include <kompress/comm/detail/value_range.hpp>
 #include <kompress/comm/persistent.hpp>
 #include <kompress/comm/ring_allreduce.hpp>
 #include <kompress/detail/arguments.hpp>
+#include <kompress/kernels/range_pass.hpp>
 
 namespace kompress {
 inline namespace v0 {

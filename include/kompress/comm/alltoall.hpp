@@ -15,9 +15,9 @@
 
 #include <kompress/comm/detail/engine.hpp>
 #include <kompress/comm/detail/mpi_operation.hpp>
-#include <kompress/comm/detail/value_range.hpp>
 #include <kompress/comm/persistent.hpp>
 #include <kompress/detail/arguments.hpp>
+#include <kompress/kernels/range_pass.hpp>
 
 #include <climits>
 #include <concepts>

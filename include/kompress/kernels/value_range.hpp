@@ -149,33 +149,4 @@ void enqueue_range_reduction(const Exec& exec, const Segments& segments,
                           range_reducer<T, typename ResultView::memory_space>{result});
 }
 
-/// Enqueues the reduction of the value range of [data, data + count) (finite values, not the
-/// fill value) into `result`, `segment` values per work item (the backend's range_segment,
-/// kernels/backend/tuning.hpp). Asynchronous when `result` is in memory the execution space
-/// writes.
-template <class Exec, class T, class ResultView>
-void enqueue_value_range(const Exec& exec, const T* data, std::uint64_t count, bool has_fill,
-                         bits_t<T> fill_bits, const ResultView& result,
-                         std::uint64_t segment = 4096) {
-  enqueue_range_reduction(exec, make_value_range_segments(data, count, has_fill, fill_bits, segment),
-                          result);
-}
-
-/// The value range, on the host (waits for `exec`).
-template <class Exec, class T>
-value_range compute_value_range(const Exec& exec, const T* data, std::uint64_t count,
-                                bool has_fill, bits_t<T> fill_bits) {
-  value_range range;
-  if (count == 0) return range;
-  packed_range<T> keys;
-  enqueue_value_range(exec, data, count, has_fill, fill_bits,
-                      Kokkos::View<packed_range<T>, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(&keys));
-  exec.fence("kompress::value_range: read on the host");
-  if (keys.low() <= keys.high()) {
-    range.min = static_cast<double>(from_order_key<T>(keys.low()));
-    range.max = static_cast<double>(from_order_key<T>(keys.high()));
-  }
-  return range;
-}
-
 }  // namespace kompress::inline v0::detail

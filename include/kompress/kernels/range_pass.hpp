@@ -1,9 +1,8 @@
 #pragma once
-// The value range the collectives resolve a REL bound against, by the backend's range reduction
-// (the one compress runs, AVX2 where the host has it), where detail::compute_value_range runs
-// the portable loop: on 32 MiB of DLRM lookups 1.5 ms against 4.0 ms on one core
-// (docs/performance.md, "Collectives"). At 10 Gb/s every collective call is CPU-bound, so the
-// range pass is paid in full before the first chunk leaves.
+// The value range a REL bound resolves against, read back on the host (kompress::absolute_bound,
+// the collectives), by the backend's range reduction: the one compress runs, AVX2 where the
+// host has it (on 32 MiB of DLRM lookups 1.5 ms against 4.0 ms for the portable loop on one
+// core, docs/performance.md, "Collectives").
 
 #include <kompress/bound.hpp>
 #include <kompress/codec/quantizer.hpp>
@@ -51,7 +50,7 @@ value_range to_value_range(const packed_range<T>& keys) {
   return range;
 }
 
-/// The value range of [data, data + count) as compute_value_range gives it, by the backend.
+/// The value range of [data, data + count) (finite values, not the fill value), by the backend.
 template <class Exec, class T>
 value_range backend_value_range(const Exec& exec, const T* data, std::size_t count, bool has_fill,
                                 bits_t<T> fill_bits) {
