@@ -614,8 +614,9 @@ TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count, fused worker coun
         }
       }
       // The host backend's fused compression, with any number of workers (more than the
-      // chunks' 147 included; no worker waits for another, so they need not run at once).
-      for (const int workers : {1, 2, 3, 4, 5, 8, 31, 32}) {
+      // chunks' 147 included, and more than the threads: a worker only waits for workers that
+      // have started, so they need not run at once), and one more than it takes.
+      for (const int workers : {1, 2, 3, 4, 5, 8, detail::max_fused_workers, detail::max_fused_workers + 1}) {
         CAPTURE(bound);
         CAPTURE(int(encoder));
         CAPTURE(workers);

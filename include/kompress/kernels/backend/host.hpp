@@ -15,10 +15,13 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <type_traits>
+#include <utility>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__AVX2__) && \
     !defined(__CUDACC__) && !defined(__HIPCC__) && !defined(__SANITIZE_ADDRESS__) &&            \
@@ -79,10 +82,20 @@ inline bool host_has_avx2_fma() {
 }
 #endif
 
-/// The most workers of a fused compression: its counters live in the header's bytes after
-/// the value range (72 bytes, 4-aligned: 17 counters, one for the finish and one per pair of
-/// workers).
-inline constexpr int max_fused_workers = 32;
+/// A fused compression's counters (32-bit, in the header's spare bytes, zeroed by the
+/// value-range launch): the census of the join, then one claim counter per segment.
+enum fused_counter : int {
+  workers_started,
+  workers_finished,
+  helpers_joined,  ///< finished workers that help the last one move the pieces
+  helpers_left,
+  move_units_claimed,
+  first_segment_counter,
+};
+/// The header's bytes after the value range hold 17 such counters (72 bytes, 4-aligned).
+inline constexpr int fused_counter_count = 17;
+/// The most workers of a fused compression: two per segment counter.
+inline constexpr int max_fused_workers = 2 * (fused_counter_count - first_segment_counter);
 
 /// Where a fused compression keeps its counters: in the header's bytes after the value range,
 /// 4-aligned for the atomics; zeroed by the value-range launch before the workers start.
@@ -98,7 +111,7 @@ struct range_zeroing_counters : Segments {
   void operator()(std::uint64_t s,
                   packed_range<typename Segments::element_type>& partial) const {
     if (s == 0)
-      for (int i = 0; i <= max_fused_workers / 2; ++i) fused_counters(out)[i] = 0;
+      for (int i = 0; i < fused_counter_count; ++i) fused_counters(out)[i] = 0;
     Segments::operator()(s, partial);
   }
 };
@@ -110,12 +123,13 @@ struct range_zeroing_counters : Segments {
 /// each chunk claimed through the segment's counter (so the two meet wherever the work
 /// balances). A chunk goes at the front worker's position, which lies at or before its own
 /// worst-case slot; the back worker encodes a chunk at its own slot, which lies below
-/// everything it packed and after everything the front worker can reach, then moves it up. The
-/// last worker to finish joins the segments' pieces in chunk order (each a memmove towards the
-/// front, over space already read), turns lengths into ends and writes the header. A chunk's
-/// bytes depend on its values alone, so every worker count writes the same stream; with one
-/// worker nothing moves. No worker waits for another, so a serialized launch (one thread,
-/// nested parallelism) runs it as well.
+/// everything it packed and after everything the front worker can reach, then moves it up.
+/// Then the segments' pieces are joined in chunk order (each a memmove towards the front, over
+/// space already read), lengths turned into ends and the header written, by the last worker to
+/// finish, helped with the moves by the workers that finished before it when every worker has
+/// started (join_pieces). A chunk's bytes depend on its values alone, so every worker count
+/// writes the same stream; with one worker nothing moves. No worker waits for one that has not
+/// started, so a serialized launch (one thread, nested parallelism) runs it as well.
 template <class T, int BlockSize, class Encoder>
 struct fused_compression {
   Encoder encoder;  ///< chunk_encoder or a variant of it compiled for other instructions
@@ -126,6 +140,9 @@ struct fused_compression {
 
   /// Lengths of chunks the back worker wrote carry this bit until the join.
   static constexpr std::uint64_t from_back = std::uint64_t(1) << 63;
+  /// Pieces that do not overlap one another are moved in units of this many bytes, claimed by
+  /// whichever worker is free.
+  static constexpr std::uint64_t move_unit_bytes = 64 * 1024;
 
   int segments() const { return (workers + 1) / 2; }
   std::uint64_t first_chunk(int segment) const { return chunks * segment / segments(); }
@@ -133,6 +150,9 @@ struct fused_compression {
   std::uint64_t slot_end(std::uint64_t chunk) const {
     return chunk * encoder.full_chunk_bytes +
            encoder.layout.max_chunk_bytes(encoder.layout.values_in_chunk(chunk));
+  }
+  std::atomic_ref<std::uint32_t> counter(int which) const {
+    return std::atomic_ref<std::uint32_t>(fused_counters(out)[which]);
   }
   /// Chunks encoded but not yet checksummed: sealed four at a time (checksums_of), once
   /// their bytes no longer move before the join (which moves them whole).
@@ -164,47 +184,90 @@ struct fused_compression {
   }
 
   void operator()(int worker) const {
-    std::uint32_t* const counters = fused_counters(out);
-    const int segment = worker / 2;
-    const std::uint64_t first = first_chunk(segment), last = first_chunk(segment + 1);
-    std::atomic_ref<std::uint32_t> claimed(counters[1 + segment]);
-    std::byte* const data = encoder.data;
-    unsealed pending;
-    if (first < last) {
-      const std::uint64_t count = last - first;
-      if (worker % 2 == 0) {
-        std::byte* to = data + first * encoder.full_chunk_bytes;
-        for (std::uint64_t taken = 0; claimed.fetch_add(1, std::memory_order_relaxed) < count;
-             ++taken) {
-          const std::uint64_t chunk = first + taken;
-          const std::uint64_t bytes = encoder.encode_unsealed(chunk, to);
-          store<std::uint64_t>(encoder.ends + 8 * chunk, bytes);
-          add(pending, chunk, to, bytes);
-          to += bytes;
-        }
-      } else {
-        std::byte* low = data + slot_end(last - 1);
-        for (std::uint64_t taken = 0; claimed.fetch_add(1, std::memory_order_relaxed) < count;
-             ++taken) {
-          const std::uint64_t chunk = last - 1 - taken;
-          std::byte* const slot = data + chunk * encoder.full_chunk_bytes;
-          const std::uint64_t bytes = encoder.encode_unsealed(chunk, slot);
-          low -= bytes;
-          std::memmove(low, slot, bytes);
-          store<std::uint64_t>(encoder.ends + 8 * chunk, bytes | from_back);
-          add(pending, chunk, low, bytes);
-        }
-      }
-      seal(pending);
+    counter(workers_started).fetch_add(1, std::memory_order_relaxed);
+    encode_segment(worker);
+    // A worker helps with the join only if every worker has started: then each one not yet
+    // finished is encoding, which never waits, so the wait below ends. In a serialized launch
+    // the workers after this one have not started yet.
+    const bool helps = counter(workers_started).load(std::memory_order_relaxed) == std::uint32_t(workers);
+    if (helps) counter(helpers_joined).fetch_add(1, std::memory_order_relaxed);
+    if (counter(workers_finished).fetch_add(1, std::memory_order_acq_rel) + 1 == std::uint32_t(workers)) {
+      const move_plan plan = plan_moves();
+      move_pieces(plan);
+      // The counters lie in the header: wait until every helper is done with them.
+      const std::uint32_t helpers = counter(helpers_joined).load(std::memory_order_relaxed) - (helps ? 1 : 0);
+      wait_for(helpers_left, helpers);
+      write_ends_and_header();
+    } else if (helps) {
+      wait_for(workers_finished, std::uint32_t(workers));
+      move_pieces(plan_moves());
+      counter(helpers_left).fetch_add(1, std::memory_order_release);
     }
-    std::atomic_ref<std::uint32_t> finished(counters[0]);
-    if (finished.fetch_add(1, std::memory_order_acq_rel) + 1 == std::uint32_t(workers)) join();
   }
 
-  /// Moves each segment's front and back pieces down into place, in order, then writes the
-  /// chunk ends and the header.
-  void join() const {
+  /// Encodes this worker's share of its segment: from the front for even workers, from the
+  /// back for odd ones.
+  void encode_segment(int worker) const {
+    const int segment = worker / 2;
+    const std::uint64_t first = first_chunk(segment), last = first_chunk(segment + 1);
+    if (first == last) return;
+    std::atomic_ref<std::uint32_t> claimed = counter(first_segment_counter + segment);
     std::byte* const data = encoder.data;
+    unsealed pending;
+    const std::uint64_t count = last - first;
+    if (worker % 2 == 0) {
+      std::byte* to = data + first * encoder.full_chunk_bytes;
+      for (std::uint64_t taken = 0; claimed.fetch_add(1, std::memory_order_relaxed) < count;
+           ++taken) {
+        const std::uint64_t chunk = first + taken;
+        const std::uint64_t bytes = encoder.encode_unsealed(chunk, to);
+        store<std::uint64_t>(encoder.ends + 8 * chunk, bytes);
+        add(pending, chunk, to, bytes);
+        to += bytes;
+      }
+    } else {
+      std::byte* low = data + slot_end(last - 1);
+      for (std::uint64_t taken = 0; claimed.fetch_add(1, std::memory_order_relaxed) < count;
+           ++taken) {
+        const std::uint64_t chunk = last - 1 - taken;
+        std::byte* const slot = data + chunk * encoder.full_chunk_bytes;
+        const std::uint64_t bytes = encoder.encode_unsealed(chunk, slot);
+        low -= bytes;
+        std::memmove(low, slot, bytes);
+        store<std::uint64_t>(encoder.ends + 8 * chunk, bytes | from_back);
+        add(pending, chunk, low, bytes);
+      }
+    }
+    seal(pending);
+  }
+
+  void wait_for(fused_counter which, std::uint32_t value) const {
+    while (counter(which).load(std::memory_order_acquire) != value) std::this_thread::yield();
+  }
+
+  /// The moves that join the pieces, in chunk order: a segment's front piece, then its back.
+  struct move_plan {
+    struct piece {
+      std::uint64_t from, to, bytes;
+    };
+    piece pieces[max_fused_workers];
+    int count = 0;
+    /// Whether every piece can move at once, in units: no piece's destination covers another
+    /// piece's bytes or its own. Otherwise the pieces move whole, one after another, by one
+    /// worker (each over space already read).
+    bool in_units = true;
+    std::uint64_t units() const {
+      if (!in_units) return count > 0 ? 1 : 0;
+      std::uint64_t n = 0;
+      for (int p = 0; p < count; ++p) n += (pieces[p].bytes + move_unit_bytes - 1) / move_unit_bytes;
+      return n;
+    }
+  };
+
+  /// Reads the recorded lengths: every worker has finished, and none writes the ends before
+  /// all helpers are done.
+  move_plan plan_moves() const {
+    move_plan plan;
     std::uint64_t placed = 0;
     for (int segment = 0; segment < segments(); ++segment) {
       const std::uint64_t first = first_chunk(segment), last = first_chunk(segment + 1);
@@ -214,13 +277,46 @@ struct fused_compression {
         const std::uint64_t r = recorded(chunk);
         (r & from_back ? back_bytes : front_bytes) += r & ~from_back;
       }
-      const std::byte* const front = data + first * encoder.full_chunk_bytes;
-      if (data + placed != front) std::memmove(data + placed, front, front_bytes);
-      placed += front_bytes;
-      const std::byte* const back = data + slot_end(last - 1) - back_bytes;
-      if (data + placed != back) std::memmove(data + placed, back, back_bytes);
-      placed += back_bytes;
+      const std::uint64_t front = first * encoder.full_chunk_bytes;
+      const std::uint64_t back = slot_end(last - 1) - back_bytes;
+      for (const auto& [from, bytes] : {std::pair{front, front_bytes}, std::pair{back, back_bytes}}) {
+        if (bytes > 0 && from != placed) plan.pieces[plan.count++] = {from, placed, bytes};
+        placed += bytes;
+      }
     }
+    for (int p = 0; p < plan.count; ++p)
+      for (int q = 0; q < plan.count; ++q) {
+        const auto &to = plan.pieces[p], &from = plan.pieces[q];
+        if (to.to < from.from + from.bytes && from.from < to.to + to.bytes) plan.in_units = false;
+      }
+    return plan;
+  }
+
+  void move_pieces(const move_plan& plan) const {
+    std::byte* const data = encoder.data;
+    const std::uint64_t units = plan.units();
+    for (std::uint64_t unit; (unit = counter(move_units_claimed).fetch_add(1, std::memory_order_relaxed)) < units;) {
+      if (!plan.in_units) {
+        for (int p = 0; p < plan.count; ++p)
+          std::memmove(data + plan.pieces[p].to, data + plan.pieces[p].from, plan.pieces[p].bytes);
+        continue;
+      }
+      for (int p = 0; p < plan.count; ++p) {
+        const auto& piece = plan.pieces[p];
+        const std::uint64_t piece_units = (piece.bytes + move_unit_bytes - 1) / move_unit_bytes;
+        if (unit >= piece_units) {
+          unit -= piece_units;
+          continue;
+        }
+        const std::uint64_t offset = unit * move_unit_bytes;
+        const std::uint64_t bytes = std::min(move_unit_bytes, piece.bytes - offset);
+        std::memcpy(data + piece.to + offset, data + piece.from + offset, bytes);
+        break;
+      }
+    }
+  }
+
+  void write_ends_and_header() const {
     std::uint64_t end = 0;
     for (std::uint64_t chunk = 0; chunk < chunks; ++chunk) {
       end += recorded(chunk) & ~from_back;
