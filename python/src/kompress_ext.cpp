@@ -385,22 +385,51 @@ nb::object run_collective(dtype_code code, bool nonblocking, nb::handle send_obj
                   nb::rv_policy::take_ownership);
 }
 
-nb::object alltoall(const in_array& send, const array& recv, std::uintptr_t comm, const collective_settings& s,
-                    bool nonblocking, nb::handle send_obj, nb::handle recv_obj) {
-  const char* who = nonblocking ? "kompress.ialltoall" : "kompress.alltoall";
+/// The collectives of one send and one receive array differ only in the kompress functions
+/// they call and the names their errors carry.
+template <class Calls>
+nb::object buffer_collective(const in_array& send, const array& recv, std::uintptr_t comm,
+                             const collective_settings& s, bool nonblocking, nb::handle send_obj,
+                             nb::handle recv_obj) {
+  const char* who = nonblocking ? Calls::nonblocking_name : Calls::blocking_name;
   const dtype_code code = pair_dtype(send, recv, who);
   const auto options = make_collective_options(s, who);
   return run_collective(
       code, nonblocking, send_obj, recv_obj,
       [&](auto t) {
         using T = decltype(t);
-        return kompress::alltoall(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+        return Calls::blocking(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
       },
       [&](auto t) {
         using T = decltype(t);
-        return kompress::ialltoall(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+        return Calls::nonblocking(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
       });
 }
+
+struct alltoall_calls {
+  static constexpr const char* blocking_name = "kompress.alltoall";
+  static constexpr const char* nonblocking_name = "kompress.ialltoall";
+  static auto blocking(const auto&... args) { return kompress::alltoall(args...); }
+  static auto nonblocking(const auto&... args) { return kompress::ialltoall(args...); }
+};
+struct allreduce_calls {
+  static constexpr const char* blocking_name = "kompress.allreduce";
+  static constexpr const char* nonblocking_name = "kompress.iallreduce";
+  static auto blocking(const auto&... args) { return kompress::allreduce(args...); }
+  static auto nonblocking(const auto&... args) { return kompress::iallreduce(args...); }
+};
+struct allgather_calls {
+  static constexpr const char* blocking_name = "kompress.allgather";
+  static constexpr const char* nonblocking_name = "kompress.iallgather";
+  static auto blocking(const auto&... args) { return kompress::allgather(args...); }
+  static auto nonblocking(const auto&... args) { return kompress::iallgather(args...); }
+};
+struct reduce_scatter_calls {
+  static constexpr const char* blocking_name = "kompress.reduce_scatter";
+  static constexpr const char* nonblocking_name = "kompress.ireduce_scatter";
+  static auto blocking(const auto&... args) { return kompress::reduce_scatter(args...); }
+  static auto nonblocking(const auto&... args) { return kompress::ireduce_scatter(args...); }
+};
 
 nb::object alltoallv(const in_array& send, const std::vector<std::int64_t>& send_counts,
                      const std::vector<std::int64_t>& send_displs, const array& recv,
@@ -421,57 +450,6 @@ nb::object alltoallv(const in_array& send, const std::vector<std::int64_t>& send
         using T = decltype(t);
         return kompress::ialltoallv(exec_space{}, view_of<T>(send), send_counts, send_displs, view_of<T>(recv),
                                   recv_counts, recv_displs, comm_of(comm), options);
-      });
-}
-
-nb::object allreduce(const in_array& send, const array& recv, std::uintptr_t comm, const collective_settings& s,
-                     bool nonblocking, nb::handle send_obj, nb::handle recv_obj) {
-  const char* who = nonblocking ? "kompress.iallreduce" : "kompress.allreduce";
-  const dtype_code code = pair_dtype(send, recv, who);
-  const auto options = make_collective_options(s, who);
-  return run_collective(
-      code, nonblocking, send_obj, recv_obj,
-      [&](auto t) {
-        using T = decltype(t);
-        return kompress::allreduce(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
-      },
-      [&](auto t) {
-        using T = decltype(t);
-        return kompress::iallreduce(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
-      });
-}
-
-nb::object allgather(const in_array& send, const array& recv, std::uintptr_t comm, const collective_settings& s,
-                     bool nonblocking, nb::handle send_obj, nb::handle recv_obj) {
-  const char* who = nonblocking ? "kompress.iallgather" : "kompress.allgather";
-  const dtype_code code = pair_dtype(send, recv, who);
-  const auto options = make_collective_options(s, who);
-  return run_collective(
-      code, nonblocking, send_obj, recv_obj,
-      [&](auto t) {
-        using T = decltype(t);
-        return kompress::allgather(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
-      },
-      [&](auto t) {
-        using T = decltype(t);
-        return kompress::iallgather(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
-      });
-}
-
-nb::object reduce_scatter(const in_array& send, const array& recv, std::uintptr_t comm, const collective_settings& s,
-                          bool nonblocking, nb::handle send_obj, nb::handle recv_obj) {
-  const char* who = nonblocking ? "kompress.ireduce_scatter" : "kompress.reduce_scatter";
-  const dtype_code code = pair_dtype(send, recv, who);
-  const auto options = make_collective_options(s, who);
-  return run_collective(
-      code, nonblocking, send_obj, recv_obj,
-      [&](auto t) {
-        using T = decltype(t);
-        return kompress::reduce_scatter(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
-      },
-      [&](auto t) {
-        using T = decltype(t);
-        return kompress::ireduce_scatter(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
       });
 }
 
@@ -772,11 +750,11 @@ NB_MODULE(_kompress, m) {
       .def("test", &py_request::test, "Advances without blocking; True once the result is in place.")
       .def_prop_ro("report", &py_request::report);
 
-  m.def("_alltoall", &alltoall);
+  m.def("_alltoall", &buffer_collective<alltoall_calls>);
   m.def("_alltoallv", &alltoallv);
-  m.def("_allreduce", &allreduce);
-  m.def("_allgather", &allgather);
-  m.def("_reduce_scatter", &reduce_scatter);
+  m.def("_allreduce", &buffer_collective<allreduce_calls>);
+  m.def("_allgather", &buffer_collective<allgather_calls>);
+  m.def("_reduce_scatter", &buffer_collective<reduce_scatter_calls>);
   m.def("_measure_cost_model", &measure_cost_model);
 
   // Stash.
