@@ -547,11 +547,19 @@ void time_stages(row& r, const values_view& send, const values_view& recv, std::
   // Before the pipeline starts: the REL bound's range pass (the block to itself, copied while
   // the last chunks travel, is left out: plain MPI_Alltoall copies it too).
   // The library's own range pass: the blocks to the other ranks, by the backend's reduction
-  // (kompress::absolute_bound would read the whole View with the portable loop).
-  std::vector<std::size_t> counts(std::size_t(p), per_peer), displs(counts.size(), 0);
+  // (kompress::absolute_bound would read the block to itself too).
+  std::vector<std::size_t> displs(std::size_t(p), 0);
   for (int peer = 0; peer < p; ++peer) displs[std::size_t(peer)] = std::size_t(peer) * per_peer;
   const double prepare = fastest(
-      [&] { bound = kompress::detail::sent_values_bound(exec, send.data(), counts, displs, world_rank, copts); }, 3);
+      [&] {
+        namespace kd = kompress::detail;
+        auto keys = kd::range_keys(exec, send.data(), 0, false, 0u);
+        for (int peer = 0; peer < p; ++peer)
+          if (peer != world_rank)
+            keys = kd::join_keys(keys, kd::range_keys(exec, send.data() + displs[std::size_t(peer)], per_peer, false, 0u));
+        bound = kd::bound_for(copts, keys);
+      },
+      3);
   copts.bound = kompress::absolute(bound);
   const std::size_t room = kompress::max_compressed_size<float>(per_peer, ctx.opts.block_size);
   Kokkos::View<std::byte*, Kokkos::HostSpace> streams("bench::stages", room * std::size_t(p));

@@ -104,10 +104,13 @@ U read_stream_field(const Exec& exec, const std::byte* stream, std::size_t offse
 }
 
 /// Checks compress's arguments, fills in the data-independent header fields and enqueues the
-/// kernels (kernels/compress_kernels.hpp). Throws before enqueueing anything.
+/// kernels (kernels/compress_kernels.hpp). Throws before enqueueing anything. `known_range`
+/// (host memory), when given, is the value range of exactly `in`'s values as
+/// kernels/range_pass.hpp reads it: the kernels then skip their own range pass.
 template <class ExecutionSpace, class InView, class OutView>
 void enqueue_compression(const ExecutionSpace& exec, const InView& in, const OutView& out,
-                         const compress_options& options, std::uint64_t* length, const char* who) {
+                         const compress_options& options, std::uint64_t* length, const char* who,
+                         const packed_range<typename InView::non_const_value_type>* known_range = nullptr) {
   using T = typename InView::non_const_value_type;
   static_assert(!std::is_const_v<typename OutView::value_type>,
                 "kompress::compress: the output View must not be const");
@@ -142,12 +145,13 @@ void enqueue_compression(const ExecutionSpace& exec, const InView& in, const Out
     header.flags |= flag_ratio_codec;
     enqueue_compress_kernels<T, ratio_block_size>(exec, in.data(), out.data(), header, length,
                                                   backend<ExecutionSpace>::tuning(),
-                                                  ratio_shape_of(in));
+                                                  ratio_shape_of(in), known_range);
     return;
   }
   dispatch_block_size(options.block_size, [&](auto block_size) {
     enqueue_compress_kernels<T, decltype(block_size)::value>(exec, in.data(), out.data(), header,
-                                                             length);
+                                                             length, backend<ExecutionSpace>::tuning(), {},
+                                                             known_range);
   });
 }
 
@@ -192,6 +196,22 @@ std::size_t compress(const ExecutionSpace& exec, const InView& in, const OutView
   return detail::read_stream_field<std::uint64_t, typename OutView::memory_space>(
       exec, out.data(), detail::stream_length_offset);
 }
+
+namespace detail {
+
+/// compress, for values whose range the caller has read already (kernels/range_pass.hpp's
+/// range_keys over exactly `in`, with `options`' fill value): the same stream, without the
+/// compression's own range pass. The collectives' REL pass reads each chunk's range this way.
+template <class ExecutionSpace, class InView, class OutView>
+std::size_t compress_known_range(const ExecutionSpace& exec, const InView& in, const OutView& out,
+                                 const compress_options& options,
+                                 const packed_range<typename InView::non_const_value_type>& range) {
+  enqueue_compression(exec, in, out, options, static_cast<std::uint64_t*>(nullptr), "kompress::compress", &range);
+  exec.fence("kompress::compress: stream length");
+  return read_stream_field<std::uint64_t, typename OutView::memory_space>(exec, out.data(), stream_length_offset);
+}
+
+}  // namespace detail
 
 template <execution_space ExecutionSpace, float_view InView, byte_view OutView>
 std::size_t compress(const ExecutionSpace& exec, const InView& in, const OutView& out,

@@ -17,7 +17,6 @@
 #include <kompress/comm/detail/mpi_operation.hpp>
 #include <kompress/comm/persistent.hpp>
 #include <kompress/detail/arguments.hpp>
-#include <kompress/kernels/range_pass.hpp>
 
 #include <climits>
 #include <concepts>
@@ -84,22 +83,6 @@ inline exchange_layout uniform_layout(std::size_t send_size, std::size_t recv_si
   layout.recv_displs = layout.send_displs;
   return layout;
 }
-
-/// The absolute bound of this rank's streams: ABS as given; REL against the value range of the
-/// values it sends to other ranks, its blocks to them (the block to itself is copied exactly,
-/// so its values play no part: at p ranks the range pass reads (p - 1) / p of the View).
-template <class Exec, class T>
-double sent_values_bound(const Exec& exec, const T* send, const std::vector<std::size_t>& send_counts,
-                         const std::vector<std::size_t>& send_displs, int rank, const compress_options& codec) {
-  if (codec.bound.mode == bound_mode::absolute) return codec.bound.value;
-  packed_range<T> keys = range_keys(exec, send, 0, false, bits_t<T>(0));  // empty
-  for (std::size_t peer = 0; peer < send_counts.size(); ++peer)
-    if (int(peer) != rank && send_counts[peer] > 0)
-      keys = join_keys(keys, range_keys(exec, send + send_displs[peer], send_counts[peer], codec.fill_value.has_value(),
-                                        fill_bits_of<T>(codec)));
-  return bound_for(codec, keys);
-}
-
 
 /// MPI_Alltoallv takes int displacements (in elements); counts fit already (byte_count).
 inline void require_int_displacements(const exchange_layout& layout, const char* who) {
@@ -178,15 +161,13 @@ std::unique_ptr<operation> launch_exchange(const Exec& exec, const SendView& sen
                                            const char* who) {
   using T = typename SendView::non_const_value_type;
   block_messages<T> messages{send.data(), recv.data(), agreed.layout, agreed.rule, options.codec,
-                             options.measure_error, agreed.shape.rank, who};
+                             options.measure_error, agreed.shape.rank, who, {}};
   // A REL bound resolves over the blocks to other ranks whenever any of them may be compressed
   // (automatic mode too: left relative, each chunk would resolve it over its own values).
   bool compresses = false;
   for (int peer = 0; peer < agreed.shape.size; ++peer)
     compresses = compresses || (peer != agreed.shape.rank && agreed.rule.may_compress(messages.raw_bytes_to(peer)));
-  if (compresses)
-    messages.codec.bound = absolute(sent_values_bound(exec, send.data(), messages.layout.send_counts,
-                                                      messages.layout.send_displs, agreed.shape.rank, options.codec));
+  if (compresses) messages.resolve_relative_bound(exec);
   return std::make_unique<exchange_engine<block_messages<T>, Exec>>(exec, std::move(messages), agreed.shape, slot,
                                                                     comm, nonblocking, who);
 }

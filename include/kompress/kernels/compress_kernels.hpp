@@ -80,7 +80,8 @@ struct chunk_moves {
 /// length, which the header also records. `tuning` is the backend's (backend<Exec>::tuning())
 /// unless a test or benchmark forces another; the bytes never depend on it, except
 /// blocks_per_chunk, which must be the format's. Launches:
-///   1. the value range, reduced into the first 16 bytes of `out`;
+///   1. the value range, reduced into the first 16 bytes of `out` (or `*known_range` stored
+///      there: the range of exactly these values, which a caller has already read);
 ///   2. every chunk encoded by one thread at its worst-case position in the output, writing
 ///      its length and checksum to the chunk tables (each thread derives the codec from the
 ///      range), by the backend's encoder;
@@ -98,7 +99,8 @@ template <class T, int BlockSize, class Exec>
 void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
                               const stream_header& base, std::uint64_t* length,
                               const kernel_tuning& tuning = backend<Exec>::tuning(),
-                              const ratio_shape& shape = {}) {
+                              const ratio_shape& shape = {},
+                              const packed_range<T>* known_range = nullptr) {
   using memory_space = typename Exec::memory_space;
   const stream_layout layout = base.layout();
   const std::uint64_t count = base.count;
@@ -122,9 +124,16 @@ void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
           exec, segments, range_view,
           chunk_encoder<T, BlockSize>{in, range, data, ends, checksums, base, layout,
                                       values_per_chunk, full_chunk_bytes},
-          out, length, tuning))
+          out, length, tuning, known_range))
     return;
-  backend<Exec>::enqueue_value_range(exec, segments, range_view, tuning.encoder);
+  if (known_range) {
+    const packed_range<T> known = *known_range;
+    Kokkos::parallel_for(
+        "kompress::compress::known_range", Kokkos::RangePolicy<Exec>(exec, 0, 1),
+        KOKKOS_LAMBDA(int) { *range = known; });
+  } else {
+    backend<Exec>::enqueue_value_range(exec, segments, range_view, tuning.encoder);
+  }
 
   if (base.ratio()) {
     const ratio_chunk_encoder<T> encoder{in,     range,           data,           ends, checksums,

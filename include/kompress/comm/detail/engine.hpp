@@ -27,6 +27,7 @@
 #include <kompress/comm/workspace.hpp>
 #include <kompress/compress.hpp>
 #include <kompress/detail/mpi.hpp>
+#include <kompress/kernels/range_pass.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <mpi.h>
@@ -340,6 +341,9 @@ struct block_messages {
   bool measure_error = false;
   int rank = 0;
   const char* who = "kompress::alltoall";
+  /// chunk_ranges[peer][chunk]: the value range of each chunk that may be compressed, read by
+  /// resolve_relative_bound; empty when the bound was given absolute.
+  std::vector<std::vector<packed_range<T>>> chunk_ranges;
 
   static constexpr std::size_t value_bytes = sizeof(T);
 
@@ -365,6 +369,36 @@ struct block_messages {
   bool measures_error() const { return measure_error; }
   std::size_t decode_room() const { return 0; }
 
+  /// Makes a REL bound absolute over the values this rank sends to other ranks (its block to
+  /// itself is copied exactly, so its values play no part: at p ranks the pass reads (p - 1) / p
+  /// of the View). The range is read chunk by chunk where a block may be compressed, and each
+  /// chunk's range kept for its compression, which then skips its own range pass (the same
+  /// keys, so the same bytes).
+  template <class Exec>
+  void resolve_relative_bound(const Exec& exec) {
+    if (codec.bound.mode == bound_mode::absolute) return;
+    const bool has_fill = codec.fill_value.has_value();
+    const bits_t<T> fill = fill_bits_of<T>(codec);
+    packed_range<T> all = range_keys(exec, send, 0, false, bits_t<T>(0));  // empty
+    chunk_ranges.assign(layout.send_counts.size(), {});
+    for (int peer = 0; peer < int(layout.send_counts.size()); ++peer) {
+      const std::size_t count = layout.send_counts[std::size_t(peer)];
+      if (peer == rank || count == 0) continue;
+      const T* const block = send + layout.send_displs[std::size_t(peer)];
+      if (!rule.may_compress(raw_bytes_to(peer))) {
+        all = join_keys(all, range_keys(exec, block, count, has_fill, fill));
+        continue;
+      }
+      const chunk_plan plan = chunks_to(peer);
+      auto& ranges = chunk_ranges[std::size_t(peer)];
+      for (std::size_t chunk = 0; chunk < plan.count(); ++chunk) {
+        ranges.push_back(range_keys(exec, block + plan.begin(chunk), plan.size(chunk), has_fill, fill));
+        all = join_keys(all, ranges.back());
+      }
+    }
+    codec.bound = absolute(bound_for(codec, all));
+  }
+
   template <class Exec>
   void copy_self(const Exec&) const {
     const std::size_t r = std::size_t(rank);
@@ -383,7 +417,11 @@ struct block_messages {
     if (rule.may_compress(raw_bytes_to(peer))) {
       std::byte* const out = room + chunk * chunk_room(plan);
       const host_bytes staging(out, chunk_room(plan));
-      const std::size_t length = compress(exec, host_values<const T>(values, count), staging, codec);
+      const auto in = host_values<const T>(values, count);
+      const std::size_t length =
+          chunk_ranges.empty()
+              ? compress(exec, in, staging, codec)
+              : compress_known_range(exec, in, staging, codec, chunk_ranges[std::size_t(peer)][chunk]);
       if (rule.send_compressed(raw, length)) {
         if (measure_error) report.max_error = std::fmax(report.max_error, decode_error(exec, values, count, out, length));
         return {out, length};

@@ -116,6 +116,18 @@ struct range_zeroing_counters : Segments {
   }
 };
 
+/// A value range known beforehand, stored where the reduction would have put it, and the
+/// fused compression's counters zeroed.
+template <class T>
+struct known_range_zeroing_counters {
+  packed_range<T> range;
+  std::byte* out;
+  void operator()(int) const {
+    std::memcpy(out, &range, sizeof(range));
+    for (int i = 0; i < fused_counter_count; ++i) fused_counters(out)[i] = 0;
+  }
+};
+
 /// The fast codec's compression after the value range, in one launch of `workers` work items
 /// (enqueue_fused_compression). The chunks are cut into ceil(workers / 2) segments; in each, an
 /// even worker encodes chunks from the front, packed from the segment's first worst-case slot,
@@ -373,13 +385,14 @@ struct backend<Exec> {
   }
 
   /// The fast codec's compression in two launches instead of four to eight: the value range
-  /// (which also zeroes the counters), then fused_compression's workers, one per thread
-  /// unless tuning.fused_workers says otherwise.
+  /// (which also zeroes the counters; a one-item launch when `known_range` gives it), then
+  /// fused_compression's workers, one per thread unless tuning.fused_workers says otherwise.
   template <class T, int BlockSize, class ResultView>
   static bool enqueue_fused_compression(const Exec& exec, const value_range_segments<T>& segments,
                                         const ResultView& result,
                                         const chunk_encoder<T, BlockSize>& encoder, std::byte* out,
-                                        std::uint64_t* length, const kernel_tuning& tuning) {
+                                        std::uint64_t* length, const kernel_tuning& tuning,
+                                        const packed_range<T>* known_range) {
     const int workers =
         tuning.fused_workers < 0 ? int(exec.concurrency()) : tuning.fused_workers;
     const std::uint64_t chunks = encoder.layout.chunk_count();
@@ -389,8 +402,12 @@ struct backend<Exec> {
     const auto run = [&](const auto& range_segments, const auto& chunk_encoder_variant) {
       using range_type = std::remove_cvref_t<decltype(range_segments)>;
       using encoder_type = std::remove_cvref_t<decltype(chunk_encoder_variant)>;
-      enqueue_range_reduction(exec, range_zeroing_counters<range_type>{range_segments, out},
-                              result);
+      if (known_range)
+        Kokkos::parallel_for("kompress::compress::known_range", Kokkos::RangePolicy<Exec>(exec, 0, 1),
+                             known_range_zeroing_counters<T>{*known_range, out});
+      else
+        enqueue_range_reduction(exec, range_zeroing_counters<range_type>{range_segments, out},
+                                result);
       Kokkos::parallel_for(
           "kompress::compress::fused_chunks", Kokkos::RangePolicy<Exec>(exec, 0, workers),
           fused_compression<T, BlockSize, encoder_type>{chunk_encoder_variant, out, length, chunks,

@@ -12,7 +12,8 @@
 //   template <class T, int B, class R> static bool enqueue_fused_compression(  the value
 //       const Exec&, const value_range_segments<T>&, const R& range, range, the fast codec's
 //       const chunk_encoder<T, B>&, std::byte* out,         chunks and the stream's assembly
-//       std::uint64_t* length, const kernel_tuning&);       in fewer launches, or false
+//       std::uint64_t* length, const kernel_tuning&,        in fewer launches, or false;
+//       const packed_range<T>* known_range);                the range given, when not null
 //   template <class T> static void encode_ratio_chunks(   the same for ratio chunks
 //       const Exec&, std::uint64_t n, const ratio_chunk_encoder<T>& encoder, encoder_kind);
 //   static std::uint64_t verify_chunks(const Exec&,       the first chunk of [0, n) whose
@@ -53,10 +54,12 @@ struct backend {
 
   /// Steps 1-4 of enqueue_compress_kernels for the fast codec in fewer launches, where a
   /// backend can (host.hpp); false: nothing enqueued, the caller runs the general launches.
+  /// With `known_range` the value range is that, not reduced.
   template <class T, int BlockSize, class ResultView>
   static bool enqueue_fused_compression(const Exec&, const value_range_segments<T>&,
                                         const ResultView&, const chunk_encoder<T, BlockSize>&,
-                                        std::byte*, std::uint64_t*, const kernel_tuning&) {
+                                        std::byte*, std::uint64_t*, const kernel_tuning&,
+                                        const packed_range<T>*) {
     return false;
   }
 
