@@ -230,6 +230,22 @@ collective_case alltoall_case(std::size_t per_peer, bool nonblocking) {
           [=] { return violations(got, expected, 1e-3); }};
 }
 
+/// A persistent alltoall: each call is one round (start, then wait).
+collective_case alltoall_init_case(std::size_t per_peer) {
+  const int p = size_of();
+  auto send = make_data(per_peer * std::size_t(p), rank_of() + 1);
+  view got("got", send.size()), expected("expected", send.size());
+  MPI_Alltoall(send.data(), int(per_peer), MPI_FLOAT, expected.data(), int(per_peer), MPI_FLOAT, MPI_COMM_WORLD);
+  auto step = std::make_shared<kompress::persistent_request>(
+      kompress::alltoall_init(host{}, send, got, MPI_COMM_WORLD, options_for(1e-3)));
+  return {"alltoall_init of " + std::to_string(per_peer) + " per peer",
+          [=] {
+            step->start();
+            step->wait();
+          },
+          [=] { return violations(got, expected, 1e-3); }};
+}
+
 collective_case alltoallv_case(std::size_t per_peer) {
   const int p = size_of(), me = rank_of();
   std::vector<int> sc(p), sd(p), rc(p), rd(p);
@@ -319,8 +335,9 @@ TEST_CASE("allreduce with both reductions: a failure mid-flight travels the ring
   }
 }
 
-TEST_CASE("persistent allreduce: a failed round throws from wait(); the next round is correct") {
+TEST_CASE("persistent allreduce and alltoall: a failed round throws from wait(); the next round is correct") {
   exercise(allreduce_case(large, kompress::reduction_method::recompress, true));
+  exercise(alltoall_init_case(large));
 }
 
 TEST_CASE("allgather and reduce_scatter: a failure mid-flight hangs no rank") {

@@ -111,7 +111,6 @@ double decode_message(const Exec& exec, const std::byte* in, std::size_t length,
 class call_failure {
  public:
   bool aborting() const { return local_ != nullptr || failed_rank_ >= 0; }
-  bool failed_here() const { return local_ != nullptr; }
   /// Call from a catch block: this rank failed (the first failure is the one reported).
   void record_local() noexcept {
     if (!local_) local_ = std::current_exception();
