@@ -279,7 +279,11 @@ collective_case alltoallv_case(std::size_t per_peer) {
 /// The tolerance of a sum over p ranks: the collective's guarantee plus float summation error.
 double sum_tolerance(double guarantee) { return guarantee + 2.0 * size_of() * 1.2e-7 * 6.0 * size_of(); }
 
-collective_case allreduce_case(std::size_t per_hop, kompress::reduction_method reduction, bool persistent) {
+enum class form { blocking, nonblocking, persistent };
+
+collective_case allreduce_case(std::size_t per_hop, kompress::reduction_method reduction,
+                               form how = form::blocking) {
+  const bool persistent = how == form::persistent;
   const int p = size_of();
   const std::size_t n = per_hop * std::size_t(p);
   auto send = make_data(n, rank_of());
@@ -287,7 +291,7 @@ collective_case allreduce_case(std::size_t per_hop, kompress::reduction_method r
   MPI_Allreduce(send.data(), expected.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   auto options = options_for(1e-3);
   options.reduction = reduction;
-  std::string name = std::string(persistent ? "allreduce_init" : "allreduce") +
+  std::string name = std::string(persistent ? "allreduce_init" : how == form::nonblocking ? "iallreduce" : "allreduce") +
                      (reduction == kompress::reduction_method::homomorphic ? " (homomorphic)" : "") + " of " +
                      std::to_string(per_hop) + " per hop";
   const double tolerance = sum_tolerance(p * 1e-3);
@@ -300,6 +304,13 @@ collective_case allreduce_case(std::size_t per_hop, kompress::reduction_method r
             },
             [=] { return violations(got, expected, tolerance); }};
   }
+  if (how == form::nonblocking)
+    return {name, [=] {
+              auto r = kompress::iallreduce(host{}, send, got, MPI_COMM_WORLD, options);
+              while (!r.test()) {
+              }
+            },
+            [=] { return violations(got, expected, tolerance); }};
   return {name, [=] { kompress::allreduce(host{}, send, got, MPI_COMM_WORLD, options); },
           [=] { return violations(got, expected, tolerance); }};
 }
@@ -335,19 +346,20 @@ TEST_CASE("alltoall and alltoallv: a failure mid-flight hangs no rank; the next 
   }
 }
 
-TEST_CASE("nonblocking alltoall: a failure mid-flight surfaces from test(), after the drain") {
+TEST_CASE("nonblocking alltoall and allreduce: a failure mid-flight surfaces from test(), after the drain") {
   exercise(alltoall_case(large, true));
+  exercise(allreduce_case(large, kompress::reduction_method::recompress, form::nonblocking));
 }
 
 TEST_CASE("allreduce with both reductions: a failure mid-flight travels the ring hop by hop; no rank hangs") {
   for (const std::size_t n : {large, small}) {
-    exercise(allreduce_case(n, kompress::reduction_method::recompress, false));
-    exercise(allreduce_case(n, kompress::reduction_method::homomorphic, false));
+    exercise(allreduce_case(n, kompress::reduction_method::recompress));
+    exercise(allreduce_case(n, kompress::reduction_method::homomorphic));
   }
 }
 
 TEST_CASE("persistent allreduce and alltoall: a failed round throws from wait(); the next round is correct") {
-  exercise(allreduce_case(large, kompress::reduction_method::recompress, true));
+  exercise(allreduce_case(large, kompress::reduction_method::recompress, form::persistent));
   exercise(alltoall_init_case(large));
 }
 
