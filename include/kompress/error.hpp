@@ -38,6 +38,22 @@ class mpi_error : public error {
   int code_;
 };
 
+/// Another rank failed during a collective after the agreement (a failed MPI call, a stream it
+/// could not decode, an exception in its codec) and told this rank so with an abort marker in
+/// place of a message (docs/collectives.md, "Failure after the agreement"). This rank completed
+/// every message of the call, so nothing is left in flight and the communicator is usable; the
+/// call's output is unspecified.
+class peer_error : public error {
+ public:
+  peer_error(const std::string& what, int failed_rank) : error(what), failed_rank_(failed_rank) {}
+  /// The rank (in the call's communicator) that failed, as the first abort marker to arrive
+  /// named it (relayed around a ring, a marker still names the rank that failed first).
+  int failed_rank() const noexcept { return failed_rank_; }
+
+ private:
+  int failed_rank_;
+};
+
 /// A stash save did not fit in the stash's budget and the budget policy could not place it
 /// (the default policy, budget_policy::throw_error, or a looser bound that still did not
 /// fit under its ceiling). The stash is unchanged: nothing of the failed save is kept.

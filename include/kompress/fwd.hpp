@@ -21,6 +21,7 @@ class error;
 class invalid_argument;
 class format_error;
 class mpi_error;
+class peer_error;
 class budget_exceeded;
 class invalid_handle;
 

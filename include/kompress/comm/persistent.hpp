@@ -46,7 +46,8 @@ class persistent_operation {
   /// Begins a round (the previous one completed). May throw; then no round is active.
   virtual void start() = 0;
   /// Advances the active round; blocks until done if `block`. True when done. If it throws,
-  /// the round was abandoned (receives cancelled, sends completed) and none is active.
+  /// the round is over (its messages completed: docs/collectives.md, "Failure after the
+  /// agreement") and none is active.
   virtual bool progress(bool block) = 0;
   virtual const collective_report& report() const = 0;
   /// A whole round, blocking: start() and progress(true) unless there is a faster blocking form.
@@ -146,7 +147,7 @@ class persistent_engine_collective final : public persistent_operation {
       active_ = !round_->progress(block);
     } catch (...) {
       active_ = false;
-      round_.reset();  // cancels its receives, completes its sends
+      round_.reset();  // its messages completed before it threw (cancelled only if MPI failed)
       throw;
     }
     return !active_;

@@ -260,6 +260,9 @@ class ring_allreduce_operation final : public operation {
     else finish();
   }
 
+  /// After a failure every later step still runs, its messages abort markers (so the abort
+  /// travels the ring hop by hop and every receive is matched); then it throws (again on each
+  /// call).
   bool progress(bool block) override {
     while (step_ < total_steps()) {
       // The arrivals may come in one call and the sends' completion in a later one.
@@ -268,6 +271,7 @@ class ring_allreduce_operation final : public operation {
       if (step_ < total_steps()) start_step();
       else finish();
     }
+    if (failure_.aborting()) failure_.raise(who_);
     return true;
   }
 
@@ -283,6 +287,7 @@ class ring_allreduce_operation final : public operation {
 
   /// reduce_scatter: the own chunk's sum is the result (the last arrival was added to it).
   void finish() {
+    if (failure_.aborting()) return;
     if (schedule_ == ring_schedule::reduce_scatter && phases_.own_size() > 0)
       std::memcpy(output_, phases_.own_result(), phases_.own_size() * sizeof(T));
     report_.max_error = phases_.max_error();
@@ -302,7 +307,7 @@ class ring_allreduce_operation final : public operation {
     const int s = scatter ? step_ : gather_step(step_);
     const int out_chunk = scatter ? phases_.reduce_scatter_sent(s) : phases_.allgather_sent(s);
     const int in_chunk = scatter ? phases_.reduce_scatter_received(s) : phases_.allgather_received(s);
-    posted_.emplace();  // the previous step's requests have all completed
+    posted_.emplace(failure_);  // the previous step's requests have all completed
     post_chunk_receives(*posted_, phases_.plan_of(in_chunk), sizeof(T),
                         scatter ? phases_.reduce_scatter_target(s) : phases_.allgather_target(s), ring.left(),
                         scratch_->comm, who_, [](std::size_t piece) { return int(piece); });
@@ -332,7 +337,8 @@ class ring_allreduce_operation final : public operation {
   ring_phases<T, Exec> phases_;
   int step_ = 0;
   collective_report report_;
-  std::optional<posted_messages> posted_;  // last: completed or cancelled before the buffers go
+  call_failure failure_;                   ///< shared by every step's requests
+  std::optional<posted_messages> posted_;  // last: completed (or cancelled) before the buffers go
 };
 
 }  // namespace kompress::inline v0::detail

@@ -36,6 +36,7 @@
 #include <cmath>
 #include <concepts>
 #include <cstring>
+#include <exception>
 #include <span>
 #include <string>
 #include <utility>
@@ -101,33 +102,106 @@ double decode_message(const Exec& exec, const std::byte* in, std::size_t length,
   return info.absolute_bound;
 }
 
-/// The requests one collective posted. Destroying it (on an exception too) cancels the
-/// receives still pending and completes every request before the buffers they target can go:
-/// declare it after those buffers. Sends are waited for, not cancelled: every peer agreed on the
-/// call before anything was posted, so each has posted the matching receive.
+/// What one call knows of a failure after the agreement (docs/collectives.md, "Failure after
+/// the agreement"): its own (the first exception caught while encoding, decoding or posting a
+/// send) and, else, the failed rank named by the first abort marker that arrived. Either makes
+/// the call abort: nothing more is encoded or decoded, an abort marker leaves in place of each
+/// message not yet sent, every receive is completed into the buffer it was posted for; only
+/// then does the call throw, so no rank waits for a message that never comes and nothing is
+/// written after the call's buffers go.
+class call_failure {
+ public:
+  bool aborting() const { return local_ != nullptr || failed_rank_ >= 0; }
+  /// Call from a catch block: this rank failed (the first failure is the one reported).
+  void record_local() noexcept {
+    if (!local_) local_ = std::current_exception();
+  }
+  /// An abort marker from `peer` arrived, naming `failed_rank` (the rank that failed first).
+  void record_peer(int failed_rank) noexcept {
+    if (failed_rank_ < 0) failed_rank_ = failed_rank;
+  }
+  /// The rank the markers this rank sends name: itself if it failed, else the one it learned.
+  int failed_rank(int self) const { return local_ ? self : failed_rank_; }
+  /// This rank's own error, else a peer_error naming the failed rank.
+  [[noreturn]] void raise(const char* who) const {
+    if (local_) std::rethrow_exception(local_);
+    throw peer_error("rank " + std::to_string(failed_rank_) + " failed during " + who +
+                         " (an abort marker arrived in place of a message); this rank completed the call's "
+                         "messages and its output is unspecified",
+                     failed_rank_);
+  }
+
+ private:
+  std::exception_ptr local_;
+  int failed_rank_ = -1;
+};
+
+/// The abort marker: a message of 3 bytes, the failed rank (little-endian, 0xFFFFFF if it does
+/// not fit). Every data message is at least 4 bytes (one value raw; a stream's header; a code
+/// message's table) and every receive expects at least 4, so a message shorter than 4 bytes
+/// is never data, and a posted receive accepts it. It carries the rank so that a marker
+/// relayed around the ring still names the rank that failed.
+inline constexpr std::size_t abort_marker_bytes = 3;
+inline constexpr std::size_t min_message_bytes = 4;
+
+/// The requests one collective posted, and the abort protocol over them (call_failure):
+/// after a failure, send() posts abort markers and progress() completes arrivals without
+/// handing them on. Destroying it with requests still pending (only when an MPI call itself
+/// failed, or the call threw before it could send) cancels the pending receives and completes
+/// every request before the buffers they target go: declare it after those buffers.
 class posted_messages {
  public:
-  posted_messages() = default;
+  posted_messages() : failure_(&own_failure_) {}
+  explicit posted_messages(call_failure& failure) : failure_(&failure) {}
   posted_messages(const posted_messages&) = delete;
   posted_messages& operator=(const posted_messages&) = delete;
   ~posted_messages() { abandon(); }
 
   /// `key` is what the arrival reports (default: the peer).
   void receive(void* buffer, std::size_t bytes, int peer, MPI_Comm comm, const char* who, int key = -1) {
+    if (bytes < min_message_bytes)  // shorter is the abort marker: a receive must expect data
+      throw error(std::string(who) + ": internal error: a receive of " + std::to_string(bytes) + " bytes was posted");
     receives_.push_back(MPI_REQUEST_NULL);
     receive_keys_.push_back(key < 0 ? peer : key);
+    receive_peers_.push_back(peer);
+    receive_buffers_.push_back(buffer);
     check_mpi(MPI_Irecv(buffer, byte_count(bytes, who), MPI_BYTE, peer, collective_tag, comm, &receives_.back()), who,
               "MPI_Irecv");
     ++pending_;
   }
+  /// Sends a message, or the abort marker once the call is aborting. A send MPI rejects is
+  /// this rank's failure: the marker goes in its place; if MPI rejects that too, it throws.
   void send(const void* buffer, std::size_t bytes, int peer, MPI_Comm comm, const char* who) {
     sends_.push_back(MPI_REQUEST_NULL);
-    check_mpi(MPI_Isend(buffer, byte_count(bytes, who), MPI_BYTE, peer, collective_tag, comm, &sends_.back()), who,
-              "MPI_Isend");
+    if (!failure_->aborting()) {
+      const int rc = MPI_Isend(buffer, byte_count(bytes, who), MPI_BYTE, peer, collective_tag, comm, &sends_.back());
+      if (rc == MPI_SUCCESS) return;
+      sends_.back() = MPI_REQUEST_NULL;
+      try {
+        check_mpi(rc, who, "MPI_Isend");
+      } catch (...) {
+        failure_->record_local();
+      }
+    }
+    if (marker_rank_ < 0) {  // one marker buffer for the call's remaining sends: it outlives them
+      int self = 0;
+      check_mpi(MPI_Comm_rank(comm, &self), who, "MPI_Comm_rank");
+      marker_rank_ = failure_->failed_rank(self);
+      const unsigned named = marker_rank_ < 0xFFFFFF ? unsigned(marker_rank_) : 0xFFFFFFu;
+      for (std::size_t i = 0; i < abort_marker_bytes; ++i) marker_[i] = std::byte((named >> (8 * i)) & 0xFF);
+    }
+    // The protocol cannot go on if MPI rejects the marker too: the cancel path (abandon).
+    check_mpi(MPI_Isend(marker_, int(abort_marker_bytes), MPI_BYTE, peer, collective_tag, comm, &sends_.back()), who,
+              "MPI_Isend of an abort marker");
   }
 
+  /// The call's failure state (shared by the requests of every step of a ring).
+  call_failure& failure() { return *failure_; }
+
   /// Completes receives as they arrive, on_arrival(key, length) for each, then the sends.
-  /// Blocks if `block`; otherwise returns false as soon as nothing more is ready.
+  /// Blocks if `block`; otherwise returns false as soon as nothing more is ready. An abort
+  /// marker records its peer's failure; an exception from on_arrival is this rank's failure;
+  /// after either, arrivals are completed and not handed on. Throws only if MPI fails.
   template <class OnArrival>
   bool progress(bool block, const char* who, OnArrival&& on_arrival) {
     while (pending_ > 0) {
@@ -144,7 +218,13 @@ class posted_messages {
       --pending_;
       int length = 0;
       check_mpi(MPI_Get_count(&status, MPI_BYTE, &length), who, "MPI_Get_count");
-      on_arrival(receive_keys_[std::size_t(index)], std::size_t(length));
+      if (std::size_t(length) < min_message_bytes) failure_->record_peer(marked_rank(index, std::size_t(length)));
+      if (failure_->aborting()) continue;  // drained into its buffer, not decoded
+      try {
+        on_arrival(receive_keys_[std::size_t(index)], std::size_t(length));
+      } catch (...) {
+        failure_->record_local();
+      }
     }
     if (block) {
       check_mpi(MPI_Waitall(int(sends_.size()), sends_.data(), MPI_STATUSES_IGNORE), who, "MPI_Waitall");
@@ -155,7 +235,9 @@ class posted_messages {
     return done != 0;
   }
 
-  /// Cancels pending receives and completes everything (no-op once all completed).
+  /// Cancels pending receives and completes everything (no-op once all completed). Only for
+  /// where the abort protocol cannot run: a peer's message to a cancelled receive stays
+  /// unmatched (docs/collectives.md says what that leaves uncovered).
   void abandon() noexcept {
     for (MPI_Request& r : receives_)
       if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
@@ -165,9 +247,24 @@ class posted_messages {
   }
 
  private:
+  /// The failed rank an abort marker that arrived on receive `index` names (its sender if the
+  /// marker cannot say).
+  int marked_rank(int index, std::size_t length) const {
+    const std::byte* const at = static_cast<const std::byte*>(receive_buffers_[std::size_t(index)]);
+    unsigned named = 0;
+    for (std::size_t i = 0; i < abort_marker_bytes && length == abort_marker_bytes; ++i)
+      named |= unsigned(at[i]) << (8 * i);
+    return length == abort_marker_bytes && named < 0xFFFFFF ? int(named) : receive_peers_[std::size_t(index)];
+  }
+
   std::vector<MPI_Request> receives_, sends_;
-  std::vector<int> receive_keys_;
+  std::vector<int> receive_keys_, receive_peers_;
+  std::vector<const void*> receive_buffers_;
   std::size_t pending_ = 0;
+  call_failure own_failure_;
+  call_failure* failure_;
+  int marker_rank_ = -1;                   ///< the rank this rank's markers name, once known
+  std::byte marker_[abort_marker_bytes]{};  ///< the abort marker's bytes
 };
 
 /// The scratch one call works in: a workspace slot it leases, or its own (allocated per call,
@@ -211,14 +308,15 @@ class exchange_engine final : public operation {
     start();
   }
 
+  /// After a failure it completes every message first, then throws (again on each call).
   bool progress(bool block) override {
-    if (finished_) return true;
-    const bool done = posted_.progress(block, who_, [&](int key, std::size_t length) { arrived(key, length); });
-    if (done) {
+    if (!finished_) {
+      if (!posted_.progress(block, who_, [&](int key, std::size_t length) { arrived(key, length); })) return false;
       exec_.fence("kompress: exchange decoded");
       finished_ = true;
     }
-    return done;
+    if (failure_.aborting()) failure_.raise(who_);
+    return true;
   }
 
   const collective_report& report() const override { return report_; }
@@ -308,7 +406,13 @@ class exchange_engine final : public operation {
       if (compressed) ++report_.compressed_messages;
     }
     // The block to itself last: the copy overlaps the last chunks on the wire.
-    messages_.copy_self(exec_);
+    if (!failure_.aborting()) {
+      try {
+        messages_.copy_self(exec_);
+      } catch (...) {
+        failure_.record_local();  // every message has left: the peers complete as they are
+      }
+    }
   }
 
   Exec exec_;
@@ -320,7 +424,8 @@ class exchange_engine final : public operation {
   std::vector<std::pair<int, std::size_t>> arrivals_;  ///< per posted receive: (peer, chunk)
   collective_report report_;
   bool finished_ = false;
-  posted_messages posted_;  // last: completed or cancelled before the buffers above go
+  call_failure failure_;
+  posted_messages posted_{failure_};  // last: completed (or cancelled) before the buffers above go
 };
 
 /// Who sends what to whom, in elements.
@@ -433,8 +538,13 @@ struct block_messages {
   template <class Exec>
   double finish(const Exec& exec, int peer, std::size_t chunk, const std::byte* landed, std::size_t length,
                 std::byte*) const {
-    if (receives_in_place(peer)) return 0.0;  // raw values landed in place
     const chunk_plan plan = chunks_from(peer);
+    if (receives_in_place(peer)) {  // raw values landed in place: exactly their size, or damaged
+      if (length != plan.size(chunk) * sizeof(T))
+        throw format_error(std::string(who) + ": a raw message from rank " + std::to_string(peer) + " holds " +
+                           std::to_string(length) + " bytes; expected " + std::to_string(plan.size(chunk) * sizeof(T)));
+      return 0.0;
+    }
     return decode_message(exec, landed, length, plan.size(chunk), recv + layout.recv_displs[std::size_t(peer)] +
                                                                      plan.begin(chunk), who);
   }

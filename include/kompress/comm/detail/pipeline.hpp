@@ -70,12 +70,21 @@ void post_chunk_receives(Posted& posted, const chunk_plan& plan, std::size_t val
 /// Sends the chunks of `plan` to `peer` in order: encode(i) gives chunk i's bytes (a stream or
 /// the raw values; they must stay put until the send completes), each leaves at once, and
 /// after each one poll() advances MPI and decodes what has arrived, so the transfer of chunk i
-/// and the decoding of arrivals overlap the encoding of chunk i+1.
+/// and the decoding of arrivals overlap the encoding of chunk i+1. Once the call is aborting
+/// (an exception from encode(i) makes it so), nothing more is encoded: each chunk's message is
+/// the abort marker (posted_messages, comm/detail/engine.hpp), so the peer's receive is matched.
 template <class Posted, class Encode, class Poll>
 void send_chunks(Posted& posted, const chunk_plan& plan, int peer, MPI_Comm comm, const char* who, Encode&& encode,
                  Poll&& poll) {
   for (std::size_t i = 0; i < plan.count(); ++i) {
-    const std::span<const std::byte> payload = encode(i);
+    std::span<const std::byte> payload;  // none: posted.send sends the abort marker
+    if (!posted.failure().aborting()) {
+      try {
+        payload = encode(i);
+      } catch (...) {
+        posted.failure().record_local();
+      }
+    }
     posted.send(payload.data(), payload.size(), peer, comm, who);
     poll();
   }

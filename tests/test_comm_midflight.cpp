@@ -1,0 +1,419 @@
+// A failure after the agreement, mid-flight, never hangs a rank (docs/collectives.md, "Failure
+// after the agreement"): the rank that fails throws its own error, a rank that receives an
+// abort marker throws kompress::peer_error naming the failed rank, a rank untouched by the
+// failure completes with a correct result, and the next call on the same communicator is
+// correct. ctest runs this under a TIMEOUT, so a hang fails it; it is in the sanitizer pass.
+//
+// The failure is injected from outside the library, through MPI's profiling interface: this
+// executable defines MPI_Isend (calling PMPI_Isend), and on one chosen rank either makes its
+// k-th kompress message fail (MPI_ERR_OTHER, nothing sent: a local failure of the sender, as an
+// MPI that returns errors reports it) or sends it one byte short (the receiver's decoding
+// rejects it: a local failure of the receiver). k is the first, a middle or the last message of
+// a clean run of the same call. Run under mpiexec -n 2, 3 and 4.
+
+#include <kompress/comm.hpp>
+#include <kompress/dlrm.hpp>
+
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace {
+
+/// What the interposed MPI_Isend does to one rank's kompress messages. The test's own state:
+/// the library holds none.
+struct isend_fault {
+  enum class action { count, fail, truncate };
+  action what = action::count;
+  int rank = -1;          ///< the rank whose messages are counted (and one damaged)
+  long target = -1;       ///< which message (from 0) is damaged
+  long seen = 0;          ///< kompress messages this rank posted since arm()
+  bool fired = false;
+};
+isend_fault fault;
+
+int rank_of() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int size_of() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+void arm(isend_fault::action what, int rank, long target) { fault = {what, rank, target, 0, false}; }
+
+}  // namespace
+
+extern "C" int MPI_Isend(const void* buffer, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
+                         MPI_Request* request) {
+  // Only the collectives' data messages (an abort marker, shorter, is neither counted nor damaged).
+  if (tag == kompress::detail::collective_tag && type == MPI_BYTE &&
+      std::size_t(count) >= kompress::detail::min_message_bytes && rank_of() == fault.rank) {
+    if (fault.what != isend_fault::action::count && !fault.fired && fault.seen == fault.target) {
+      fault.fired = true;
+      ++fault.seen;
+      if (fault.what == isend_fault::action::fail) {
+        *request = MPI_REQUEST_NULL;
+        return MPI_ERR_OTHER;
+      }
+      return PMPI_Isend(buffer, count - 1, type, peer, tag, comm, request);  // one byte short
+    }
+    ++fault.seen;
+  }
+  return PMPI_Isend(buffer, count, type, peer, tag, comm, request);
+}
+
+namespace {
+
+using host = Kokkos::DefaultHostExecutionSpace;
+using view = Kokkos::View<float*, Kokkos::HostSpace>;
+using matrix = Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace>;
+
+/// Values that compress about 3.3x at ABS 1e-3: a smooth wave plus hashed noise, so that a
+/// 256 KiB chunk is a stream of ~80 KB (MPI's rendezvous range, not its eager one).
+view make_data(std::size_t n, int seed) {
+  view v("data", n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t h = (std::uint64_t(i) + 1) * 0x9E3779B97F4A7C15ull ^ std::uint64_t(seed + 7) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 29;
+    v(i) = float(std::sin(0.001 * double(i) + seed) * 5.0 + double(h % 1024) / 1024.0);
+  }
+  return v;
+}
+
+/// Per-peer (alltoall) or per-hop (ring) values of the large case, in 4 chunks (streams of
+/// ~80 KB; ~10 KB in the sanitizer pass: both above MPICH's 8 KiB eager limit), and of the small
+/// one, in one (~2.5 KB, eager). The sanitizer pass (Debug, ASan) runs an eighth of the large
+/// size: at 1 MiB it took 76 s on 4 ranks, against 4 s in the release build.
+#ifdef KOMPRESS_TEST_SANITIZED
+const std::size_t large = 32 * 1024;
+#else
+const std::size_t large = 256 * 1024;
+#endif
+const std::size_t small = 2000;
+
+kompress::collective_options options_for(double bound) {
+  kompress::collective_options options{.codec = {.bound = kompress::absolute(bound)}};
+  options.cost.fixed_chunk_bytes = large * sizeof(float) / 4;  // a large message in 4 chunks
+  return options;
+}
+
+template <class Got, class Expected>
+std::size_t violations(const Got& got, const Expected& expected, double tolerance) {
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) bad += !(std::fabs(double(got(i)) - double(expected(i))) <= tolerance);
+  return bad;
+}
+
+/// One collective, callable again and again with the same arguments on every rank: `call`
+/// runs it (it may throw), `wrong` counts the values of the last completed call that are not
+/// within its bound of plain MPI's result.
+struct collective_case {
+  std::string name;
+  std::function<void()> call;
+  std::function<std::size_t()> wrong;
+};
+
+/// How a call ended on one rank.
+struct outcome {
+  enum kind : int { completed = 0, own_error = 1, peer_failed = 2 };
+  int what = completed;
+  int named = -1;           ///< peer_failed: the rank the error names
+  int own_type = 0;         ///< own_error: 1 mpi_error, 2 format_error, 3 another error
+  std::string message;
+};
+
+outcome attempt(const collective_case& c) {
+  outcome o;
+  try {
+    c.call();
+  } catch (const kompress::peer_error& e) {
+    o = {outcome::peer_failed, e.failed_rank(), 0, e.what()};
+  } catch (const kompress::mpi_error& e) {
+    o = {outcome::own_error, -1, 1, e.what()};
+  } catch (const kompress::format_error& e) {
+    o = {outcome::own_error, -1, 2, e.what()};
+  } catch (const kompress::error& e) {
+    o = {outcome::own_error, -1, 3, e.what()};
+  }
+  return o;
+}
+
+/// Runs `c` with the fault armed and checks every rank's outcome; then a clean call, which must
+/// match plain MPI.
+void run_faulty(const collective_case& c, isend_fault::action what, int faulty_rank, long target,
+                bool everyone_throws) {
+  const int p = size_of(), me = rank_of();
+  arm(what, faulty_rank, target);
+  const outcome o = attempt(c);
+  const bool fired = fault.fired;
+  arm(isend_fault::action::count, -1, -1);
+  const std::size_t wrong = o.what == outcome::completed ? c.wrong() : 0;
+
+  // Every rank sees every rank's outcome, so rank 0 reports a failure anywhere.
+  int mine[4] = {o.what, o.named, o.own_type, fired ? 1 : 0};
+  std::vector<int> all(4 * std::size_t(p));
+  MPI_Allgather(mine, 4, MPI_INT, all.data(), 4, MPI_INT, MPI_COMM_WORLD);
+  int any_fired = 0, failed = -1, own_errors = 0;
+  for (int r = 0; r < p; ++r) {
+    any_fired |= all[4 * r + 3];
+    if (all[4 * r] == outcome::own_error) {
+      ++own_errors;
+      failed = r;
+    }
+  }
+  const std::string scenario = c.name +
+                               (what == isend_fault::action::fail ? ": send fails" : ": message one byte short") +
+                               " on rank " + std::to_string(faulty_rank) + ", message " + std::to_string(target) +
+                               "; this rank: " + o.message;
+  INFO(scenario);
+  CHECK(wrong == 0);
+  REQUIRE(any_fired);  // the target is one of the messages a clean run of the call sent
+  REQUIRE(own_errors == 1);  // exactly one rank failed on its own
+  if (what == isend_fault::action::fail) {
+    CHECK(failed == faulty_rank);
+    if (me == failed) CHECK(o.own_type == 1);
+  } else {
+    CHECK(failed != faulty_rank);  // the receiver fails, not the sender
+    if (me == failed) CHECK(o.own_type == 2);
+  }
+  if (o.what == outcome::peer_failed) {
+    CHECK(o.named == failed);
+    CHECK(o.message.find("rank " + std::to_string(failed) + " failed during kompress::") == 0);
+  }
+  if (everyone_throws && me != failed) CHECK(o.what == outcome::peer_failed);
+  // The communicator holds no stray message: the next call on it is correct everywhere.
+  CHECK_NOTHROW(c.call());
+  CHECK(c.wrong() == 0);
+}
+
+/// The scenarios for one collective: its message count in a clean run on the faulty rank, then
+/// a failed send and a short message at the first, a middle and the last of them, each followed
+/// (inside run_faulty) by checks and a clean call that must match plain MPI.
+void exercise(const collective_case& c) {
+  const int p = size_of();
+  if (p < 2) return;
+  const int faulty = p - 1;
+  arm(isend_fault::action::count, faulty, -1);
+  CHECK_NOTHROW(c.call());
+  long messages = fault.seen;
+  MPI_Bcast(&messages, 1, MPI_LONG, faulty, MPI_COMM_WORLD);
+  CHECK(c.wrong() == 0);
+  REQUIRE(messages > 0);
+#ifdef KOMPRESS_TEST_SANITIZED
+  std::vector<long> targets{0, messages - 1};
+#else
+  std::vector<long> targets{0, messages / 2, messages - 1};
+#endif
+  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+  for (const long target : targets) {
+    // A send that fails on the first message: every other rank gets an abort marker.
+    run_faulty(c, isend_fault::action::fail, faulty, target, target == 0);
+    run_faulty(c, isend_fault::action::truncate, faulty, target, false);
+  }
+}
+
+collective_case alltoall_case(std::size_t per_peer, bool nonblocking) {
+  const int p = size_of();
+  auto send = make_data(per_peer * std::size_t(p), rank_of());
+  view got("got", send.size()), expected("expected", send.size());
+  MPI_Alltoall(send.data(), int(per_peer), MPI_FLOAT, expected.data(), int(per_peer), MPI_FLOAT, MPI_COMM_WORLD);
+  const auto options = options_for(1e-3);
+  return {std::string(nonblocking ? "ialltoall" : "alltoall") + " of " + std::to_string(per_peer) + " per peer",
+          [=] {
+            if (nonblocking) {
+              auto r = kompress::ialltoall(host{}, send, got, MPI_COMM_WORLD, options);
+              while (!r.test()) {
+              }
+            } else {
+              kompress::alltoall(host{}, send, got, MPI_COMM_WORLD, options);
+            }
+          },
+          [=] { return violations(got, expected, 1e-3); }};
+}
+
+/// A persistent alltoall: each call is one round (start, then wait).
+collective_case alltoall_init_case(std::size_t per_peer) {
+  const int p = size_of();
+  auto send = make_data(per_peer * std::size_t(p), rank_of() + 1);
+  view got("got", send.size()), expected("expected", send.size());
+  MPI_Alltoall(send.data(), int(per_peer), MPI_FLOAT, expected.data(), int(per_peer), MPI_FLOAT, MPI_COMM_WORLD);
+  auto step = std::make_shared<kompress::persistent_request>(
+      kompress::alltoall_init(host{}, send, got, MPI_COMM_WORLD, options_for(1e-3)));
+  return {"alltoall_init of " + std::to_string(per_peer) + " per peer",
+          [=] {
+            step->start();
+            step->wait();
+          },
+          [=] { return violations(got, expected, 1e-3); }};
+}
+
+collective_case alltoallv_case(std::size_t per_peer) {
+  const int p = size_of(), me = rank_of();
+  std::vector<int> sc(p), sd(p), rc(p), rd(p);
+  for (int j = 0; j < p; ++j) {  // uneven, and one empty pair: rank 0 sends nothing to rank 1
+    sc[j] = (me == 0 && j == 1) ? 0 : int(per_peer + 100 * std::size_t(me + j));
+    rc[j] = (j == 0 && me == 1) ? 0 : int(per_peer + 100 * std::size_t(j + me));
+  }
+  std::exclusive_scan(sc.begin(), sc.end(), sd.begin(), 0);
+  std::exclusive_scan(rc.begin(), rc.end(), rd.begin(), 0);
+  auto send = make_data(std::size_t(sd.back() + sc.back()), me + 3);
+  view got("got", std::size_t(rd.back() + rc.back())), expected("expected", got.size());
+  MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, expected.data(), rc.data(), rd.data(), MPI_FLOAT,
+                MPI_COMM_WORLD);
+  const auto options = options_for(1e-3);
+  return {"alltoallv of about " + std::to_string(per_peer) + " per peer",
+          [=] { kompress::alltoallv(host{}, send, sc, sd, got, rc, rd, MPI_COMM_WORLD, options); },
+          [=] { return violations(got, expected, 1e-3); }};
+}
+
+/// The tolerance of a sum over p ranks: the collective's guarantee plus float summation error.
+double sum_tolerance(double guarantee) { return guarantee + 2.0 * size_of() * 1.2e-7 * 6.0 * size_of(); }
+
+enum class form { blocking, nonblocking, persistent };
+
+collective_case allreduce_case(std::size_t per_hop, kompress::reduction_method reduction,
+                               form how = form::blocking) {
+  const bool persistent = how == form::persistent;
+  const int p = size_of();
+  const std::size_t n = per_hop * std::size_t(p);
+  auto send = make_data(n, rank_of());
+  view got("got", n), expected("expected", n);
+  MPI_Allreduce(send.data(), expected.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  auto options = options_for(1e-3);
+  options.reduction = reduction;
+  std::string name = std::string(persistent ? "allreduce_init" : how == form::nonblocking ? "iallreduce" : "allreduce") +
+                     (reduction == kompress::reduction_method::homomorphic ? " (homomorphic)" : "") + " of " +
+                     std::to_string(per_hop) + " per hop";
+  const double tolerance = sum_tolerance(p * 1e-3);
+  if (persistent) {
+    auto step = std::make_shared<kompress::persistent_request>(
+        kompress::allreduce_init(host{}, send, got, MPI_COMM_WORLD, options));
+    return {name, [=] {
+              step->start();
+              step->wait();
+            },
+            [=] { return violations(got, expected, tolerance); }};
+  }
+  if (how == form::nonblocking)
+    return {name, [=] {
+              auto r = kompress::iallreduce(host{}, send, got, MPI_COMM_WORLD, options);
+              while (!r.test()) {
+              }
+            },
+            [=] { return violations(got, expected, tolerance); }};
+  return {name, [=] { kompress::allreduce(host{}, send, got, MPI_COMM_WORLD, options); },
+          [=] { return violations(got, expected, tolerance); }};
+}
+
+collective_case allgather_case(std::size_t per_rank) {
+  const int p = size_of();
+  auto send = make_data(per_rank, rank_of());
+  view got("got", per_rank * std::size_t(p)), expected("expected", got.size());
+  MPI_Allgather(send.data(), int(per_rank), MPI_FLOAT, expected.data(), int(per_rank), MPI_FLOAT, MPI_COMM_WORLD);
+  const auto options = options_for(1e-3);
+  return {"allgather of " + std::to_string(per_rank) + " per rank",
+          [=] { kompress::allgather(host{}, send, got, MPI_COMM_WORLD, options); },
+          [=] { return violations(got, expected, 1e-3); }};
+}
+
+collective_case reduce_scatter_case(std::size_t per_rank) {
+  const int p = size_of();
+  auto send = make_data(per_rank * std::size_t(p), rank_of());
+  view got("got", per_rank), expected("expected", per_rank);
+  MPI_Reduce_scatter_block(send.data(), expected.data(), int(per_rank), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  const auto options = options_for(1e-3);
+  return {"reduce_scatter of " + std::to_string(per_rank) + " per rank",
+          [=] { kompress::reduce_scatter(host{}, send, got, MPI_COMM_WORLD, options); },
+          [=] { return violations(got, expected, sum_tolerance((p - 1) * 1e-3)); }};
+}
+
+}  // namespace
+
+TEST_CASE("alltoall and alltoallv: a failure mid-flight hangs no rank; the next call is correct") {
+  for (const std::size_t n : {large, small}) {
+    exercise(alltoall_case(n, false));
+    exercise(alltoallv_case(n));
+  }
+}
+
+TEST_CASE("nonblocking alltoall and allreduce: a failure mid-flight surfaces from test(), after the drain") {
+  exercise(alltoall_case(large, true));
+  exercise(allreduce_case(large, kompress::reduction_method::recompress, form::nonblocking));
+}
+
+TEST_CASE("allreduce with both reductions: a failure mid-flight travels the ring hop by hop; no rank hangs") {
+  for (const std::size_t n : {large, small}) {
+    exercise(allreduce_case(n, kompress::reduction_method::recompress));
+    exercise(allreduce_case(n, kompress::reduction_method::homomorphic));
+  }
+}
+
+TEST_CASE("persistent allreduce and alltoall: a failed round throws from wait(); the next round is correct") {
+  exercise(allreduce_case(large, kompress::reduction_method::recompress, form::persistent));
+  exercise(alltoall_init_case(large));
+}
+
+TEST_CASE("allgather and reduce_scatter: a failure mid-flight hangs no rank") {
+  for (const std::size_t n : {large, small}) {
+    exercise(allgather_case(n));
+    exercise(reduce_scatter_case(n));
+  }
+}
+
+TEST_CASE("dlrm exchange: a failure mid-flight hangs no rank; the next iteration is correct") {
+  const int p = size_of();
+  if (p < 2) return;
+  for (const std::size_t batch : {large / 64, std::size_t(16)}) {
+    std::vector<kompress::dlrm::table> tables;
+    for (int t = 0; t < 2 * p; ++t) tables.push_back({t % p, 64});
+    kompress::dlrm::exchange_options options;
+    options.forward.bound = kompress::absolute(1e-3);
+    auto exchange = std::make_shared<kompress::dlrm::embedding_exchange>(MPI_COMM_WORLD, tables, batch, options);
+    matrix in("in", exchange->global_batch(), exchange->local_width());
+    matrix out("out", batch, exchange->total_width());
+    auto values = make_data(in.size(), rank_of());
+    for (std::size_t i = 0; i < in.size(); ++i) in.data()[i] = values(i);
+    // Plain MPI's answer: each owner's rows [r * batch, (r + 1) * batch) go to rank r.
+    view expected("expected", out.size());
+    {
+      const int block = int(batch * exchange->local_width());
+      std::vector<int> widths(p);
+      const int mine = int(exchange->local_width());
+      MPI_Allgather(&mine, 1, MPI_INT, widths.data(), 1, MPI_INT, MPI_COMM_WORLD);
+      std::vector<int> rc(p), rd(p);
+      for (int r = 0; r < p; ++r) rc[r] = int(batch) * widths[r];
+      std::exclusive_scan(rc.begin(), rc.end(), rd.begin(), 0);
+      view gathered("gathered", out.size());
+      std::vector<int> sc(p, block), sd(p);
+      for (int r = 0; r < p; ++r) sd[r] = r * block;
+      MPI_Alltoallv(in.data(), sc.data(), sd.data(), MPI_FLOAT, gathered.data(), rc.data(), rd.data(), MPI_FLOAT,
+                    MPI_COMM_WORLD);
+      // gathered: per owner r, batch x widths[r]; out's columns: tables in order (owner t % p).
+      std::vector<std::size_t> seen(p, 0);
+      std::size_t column = 0;
+      for (const auto& t : tables) {
+        for (std::size_t row = 0; row < batch; ++row)
+          for (std::size_t c = 0; c < t.dim; ++c)
+            expected(row * exchange->total_width() + column + c) =
+                gathered(std::size_t(rd[t.owner]) + row * std::size_t(widths[t.owner]) + seen[t.owner] + c);
+        seen[t.owner] += t.dim;
+        column += t.dim;
+      }
+    }
+    const Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> got(out.data(), out.size());
+    exercise({"dlrm forward of batch " + std::to_string(batch), [=] { exchange->forward(host{}, in, out); },
+              [=] { return violations(got, expected, 1e-3); }});
+  }
+}
