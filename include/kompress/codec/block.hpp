@@ -179,7 +179,8 @@ KOMPRESS_FUNCTION int encode_padded_block(const T* values, const T* in, int m,
   const double step = codec.step, threshold = codec.accept_threshold;
   // Codes are taken relative to the first non-fill value (a block of fills alone is an exact
   // constant block). Known before the loop, so the loop also takes the relative codes and
-  // the steps between neighbours, with no array of codes stored and read back.
+  // the steps between neighbours: later passes reading back what it had just stored stalled
+  // on store forwarding.
   int reference_index = 0;
   if (HasFill)
     while (reference_index < BlockSize && to_bits(values[reference_index]) == fill_bits)
