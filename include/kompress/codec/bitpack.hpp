@@ -23,15 +23,16 @@ template <int BlockSize, int Width>
 KOMPRESS_FUNCTION void pack_fixed(const std::uint32_t* values, std::byte* out) {
   static_assert(BlockSize % 32 == 0, "kompress::detail::pack_fixed: block size must be a multiple of 32");
   if constexpr (Width > 0) {
-    constexpr int words = BlockSize * Width / 32;
-    std::uint32_t packed[words] = {};
+    // 64-bit words: half the values that straddle a word. Little-endian, as unpack_fixed.
+    constexpr int bytes = BlockSize * Width / 8, words = (bytes + 7) / 8;
+    std::uint64_t packed[words] = {};
     KOMPRESS_UNROLL
     for (int i = 0; i < BlockSize; ++i) {
-      const int bit = i * Width, word = bit >> 5, shift = bit & 31;
-      packed[word] |= values[i] << shift;
-      if (shift + Width > 32) packed[word + 1] |= values[i] >> (32 - shift);
+      const int bit = i * Width, word = bit >> 6, shift = bit & 63;
+      packed[word] |= std::uint64_t(values[i]) << shift;
+      if (shift + Width > 64) packed[word + 1] |= std::uint64_t(values[i]) >> (64 - shift);
     }
-    std::memcpy(out, packed, sizeof(packed));
+    std::memcpy(out, packed, bytes);
   }
 }
 

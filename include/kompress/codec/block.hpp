@@ -127,7 +127,7 @@ KOMPRESS_FUNCTION int encode_uniform_block(T value, int m, const value_codec<T>&
 }
 
 template <class T, int BlockSize, bool HasFill, bool UniformFastPath>
-KOMPRESS_FUNCTION int encode_padded_block(const T (&values)[BlockSize], const T* in, int m,
+KOMPRESS_FUNCTION int encode_padded_block(const T* values, const T* in, int m,
                                           const value_codec<T>& codec, std::int64_t& base,
                                           std::uint8_t& descriptor, std::byte* out);
 
@@ -141,12 +141,13 @@ KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& cod
                                         std::int64_t& base, std::uint8_t& descriptor,
                                         std::byte* out) {
   using bits = bits_t<T>;
-  // Pad a short block with its last value: no new range, zero deltas.
-  T values[BlockSize];
-  if (m == BlockSize) {
-    for (int i = 0; i < BlockSize; ++i) values[i] = in[i];
-  } else {
-    for (int i = 0; i < BlockSize; ++i) values[i] = in[i < m ? i : m - 1];
+  // A full block is read where it lies; a short one is padded with its last value (no new
+  // range, zero deltas).
+  T padded[BlockSize];
+  const T* values = in;
+  if (m < BlockSize) {
+    for (int i = 0; i < BlockSize; ++i) padded[i] = in[i < m ? i : m - 1];
+    values = padded;
   }
   if constexpr (UniformFastPath) {
     const bits pattern = to_bits(values[0]);
@@ -164,24 +165,47 @@ KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& cod
                                                                           descriptor, out);
 }
 
-/// encode_block's general path, for the padded `values` of the m values at `in`; HasFill is
-/// codec.has_fill, and with UniformFastPath the values are known not to be all equal.
+/// encode_block's general path, for the BlockSize padded `values` of the m values at `in`;
+/// HasFill is codec.has_fill, and with UniformFastPath the values are known not to be all equal.
 template <class T, int BlockSize, bool HasFill, bool UniformFastPath>
-KOMPRESS_FUNCTION int encode_padded_block(const T (&values)[BlockSize], const T* in, int m,
+KOMPRESS_FUNCTION int encode_padded_block(const T* values, const T* in, int m,
                                           const value_codec<T>& codec, std::int64_t& base,
                                           std::uint8_t& descriptor, std::byte* out) {
   using bits = bits_t<T>;
   using traits = float_traits<T>;
-  // One pass: classify, quantize, and verify each value against exactly what the decoder
-  // will compute. Fixed trip count, no branches, and flags kept in lanes as wide as the
-  // values they come from (bits for the element, 64 for doubles), so it vectorizes well.
   const bits first = to_bits(values[0]);
   const bits fill_bits = codec.fill_bits;
   const bits fill_enabled = HasFill ? ~bits(0) : bits(0);
   const double step = codec.step, threshold = codec.accept_threshold;
+  // Codes are taken relative to the first non-fill value (a block of fills alone is an exact
+  // constant block). Known before the loop, so the loop also takes the relative codes and
+  // the steps between neighbours: later passes reading back what it had just stored stalled
+  // on store forwarding.
+  int reference_index = 0;
+  if (HasFill)
+    while (reference_index < BlockSize && to_bits(values[reference_index]) == fill_bits)
+      ++reference_index;
+  const double first_biased = codec.biased_code(static_cast<double>(values[0]));
+  const double reference =
+      reference_index == 0 ? first_biased
+                           : codec.biased_code(static_cast<double>(
+                                 values[reference_index < BlockSize ? reference_index : 0]));
+  // Codes below 2^51 share the biased doubles' exponent: their difference is exact, and the
+  // low 32 bits of the patterns differ by the code difference modulo 2^32. A code beyond 2^51
+  // makes its difference huge and fails the range check.
+  const std::uint32_t reference_low = static_cast<std::uint32_t>(to_bits(reference));
+  std::uint32_t previous_low = static_cast<std::uint32_t>(to_bits(first_biased));
+
+  // One pass: classify, quantize, and verify each value against exactly what the decoder
+  // will compute, then its code relative to the reference and to its neighbour. Fixed trip
+  // count, no branches, and flags kept in lanes as wide as the values they come from (bits
+  // for the element, 64 for doubles), so it vectorizes well.
   bits differs = 0, fills = 0, specials = 0, magnitudes = 0;
-  std::int64_t rejected = 0;
-  double biased[BlockSize];
+  std::int64_t rejected = 0, out_of_range = 0;
+  std::int32_t relative[BlockSize];
+  std::uint32_t zigzag_steps[BlockSize];
+  std::int32_t low = 0, high = 0;
+  std::uint32_t any_step = 0;
   for (int i = 0; i < BlockSize; ++i) {
     const bits b = to_bits(values[i]);
     const bits fill = -bits(((b ^ fill_bits) | ~fill_enabled) == 0);
@@ -192,11 +216,22 @@ KOMPRESS_FUNCTION int encode_padded_block(const T (&values)[BlockSize], const T*
     specials |= ~fill & -bits(((b & traits::exponent_mask) == traits::exponent_mask) |
                              (b == traits::sign_mask));
     const double x = static_cast<double>(values[i]);
-    biased[i] = codec.biased_code(x);
+    const double biased = codec.biased_code(x);
     const double error = x - static_cast<double>(value_codec<T>::reconstruct(
-                                 biased[i] - rounding_constant, step));
+                                 biased - rounding_constant, step));
     // Fill values may fail this freely; they never reach the decoder's arithmetic.
-    rejected |= -std::int64_t(magnitude(error) > threshold) & std::int64_t(~fill);
+    const std::int64_t keep = std::int64_t(~fill);
+    rejected |= -std::int64_t(magnitude(error) > threshold) & keep;
+    out_of_range |= -std::int64_t(!(magnitude(biased - reference) < 0x1p30)) & keep;
+    const std::uint32_t code_low = static_cast<std::uint32_t>(to_bits(biased));
+    relative[i] = static_cast<std::int32_t>(code_low - reference_low) & std::int32_t(keep);
+    low = relative[i] < low ? relative[i] : low;
+    high = relative[i] > high ? relative[i] : high;
+    // Only read in blocks without fills, where they are the differences of `relative`.
+    const std::int32_t d = static_cast<std::int32_t>(code_low - previous_low);
+    previous_low = code_low;
+    zigzag_steps[i] = (std::uint32_t(d) << 1) ^ std::uint32_t(d >> 31);
+    any_step |= zigzag_steps[i];
   }
   // After the uniform fast path the values differ (and `differs` folds away).
   const int all_same = !UniformFastPath && differs == 0, any_fill = fills != 0;
@@ -216,68 +251,34 @@ KOMPRESS_FUNCTION int encode_padded_block(const T (&values)[BlockSize], const T*
   std::int64_t new_base = 0;
   int width = 0, delta = 0, length_code = 0;
   std::uint32_t codes[BlockSize];
-  // Codes are taken relative to the first non-fill value; a block of fills alone is an exact
-  // constant block, already chosen above.
-  int reference_index = 0;
-  if (any_fill)
-    while (reference_index < BlockSize && to_bits(values[reference_index]) == fill_bits)
-      ++reference_index;
-  if (step > 0.0 && !rejected && !specials && reference_index < BlockSize) {
-    // Codes below 2^51 share the biased doubles' exponent: their difference is exact, and
-    // the low 32 bits of the patterns differ by the code difference modulo 2^32. A code
-    // beyond 2^51 makes its difference huge and fails the range check.
-    const double reference = biased[reference_index];
-    const std::uint32_t reference_low = static_cast<std::uint32_t>(to_bits(reference));
-    std::int32_t relative[BlockSize];
-    std::int32_t low = 0, high = 0;
-    std::int64_t out_of_range =
-        !(magnitude(reference - rounding_constant) <= max_code_magnitude);
-    for (int i = 0; i < BlockSize; ++i) {
-      const double r = biased[i] - reference;
-      const std::int64_t keep =
-          any_fill ? -std::int64_t(to_bits(values[i]) != fill_bits) : std::int64_t(-1);
-      out_of_range |= -std::int64_t(!(magnitude(r) < 0x1p30)) & keep;
-      const auto difference =
-          static_cast<std::int32_t>(static_cast<std::uint32_t>(to_bits(biased[i])) - reference_low);
-      relative[i] = difference & std::int32_t(keep);
-      low = relative[i] < low ? relative[i] : low;
-      high = relative[i] > high ? relative[i] : high;
-    }
-    if (!out_of_range) {
-      const std::uint32_t range = std::uint32_t(high - low);
-      // With a fill value in the stream, code 2^w - 1 must stay free for it.
-      const int plain_width = HasFill && (any_fill || range > 0)
-                                  ? bit_width(std::uint64_t(range) + 1)
-                                  : bit_width(range);
-      std::uint32_t zigzag_steps[BlockSize];
-      std::uint32_t any_step = 0;
-      zigzag_steps[0] = 0;
-      for (int i = 1; i < BlockSize; ++i) {
-        const std::int32_t d = relative[i] - relative[i - 1];
-        zigzag_steps[i] = (std::uint32_t(d) << 1) ^ std::uint32_t(d >> 31);
-        any_step |= zigzag_steps[i];
-      }
-      // OR of the steps has the width of the largest one.
-      const int delta_width = any_fill ? 64 : bit_width(any_step);
-      delta = delta_width < plain_width;
-      width = delta ? delta_width : plain_width;
-      new_base = static_cast<std::int64_t>(reference - rounding_constant) + (delta ? 0 : low);
-      length_code = base_length_code<T>(zigzag(new_base - base));
-      if (width <= max_width && length_code >= 0) {
-        const int bytes = base_length<T>(length_code) + packed_bytes<BlockSize>(width);
-        if (bytes < best_bytes) {
-          best_bytes = bytes;
-          best = make_descriptor(length_code, delta, width);
-          if (delta) {
-            for (int i = 0; i < BlockSize; ++i) codes[i] = zigzag_steps[i];
-          } else if (any_fill) {
-            const std::uint32_t fill_code = (std::uint32_t(1) << width) - 1;
-            for (int i = 0; i < BlockSize; ++i)
-              codes[i] = to_bits(values[i]) == fill_bits ? fill_code
-                                                         : std::uint32_t(relative[i] - low);
-          } else {
-            for (int i = 0; i < BlockSize; ++i) codes[i] = std::uint32_t(relative[i] - low);
-          }
+  const std::uint32_t* packed_codes = codes;
+  out_of_range |= !(magnitude(reference - rounding_constant) <= max_code_magnitude);
+  if (step > 0.0 && !rejected && !specials && reference_index < BlockSize && !out_of_range) {
+    const std::uint32_t range = std::uint32_t(high - low);
+    // With a fill value in the stream, code 2^w - 1 must stay free for it.
+    const int plain_width = HasFill && (any_fill || range > 0)
+                                ? bit_width(std::uint64_t(range) + 1)
+                                : bit_width(range);
+    // OR of the steps has the width of the largest one.
+    const int delta_width = any_fill ? 64 : bit_width(any_step);
+    delta = delta_width < plain_width;
+    width = delta ? delta_width : plain_width;
+    new_base = static_cast<std::int64_t>(reference - rounding_constant) + (delta ? 0 : low);
+    length_code = base_length_code<T>(zigzag(new_base - base));
+    if (width <= max_width && length_code >= 0) {
+      const int bytes = base_length<T>(length_code) + packed_bytes<BlockSize>(width);
+      if (bytes < best_bytes) {
+        best_bytes = bytes;
+        best = make_descriptor(length_code, delta, width);
+        if (delta) {
+          packed_codes = zigzag_steps;
+        } else if (any_fill) {
+          const std::uint32_t fill_code = (std::uint32_t(1) << width) - 1;
+          for (int i = 0; i < BlockSize; ++i)
+            codes[i] = to_bits(values[i]) == fill_bits ? fill_code
+                                                       : std::uint32_t(relative[i] - low);
+        } else {
+          for (int i = 0; i < BlockSize; ++i) codes[i] = std::uint32_t(relative[i] - low);
         }
       }
     }
@@ -295,7 +296,7 @@ KOMPRESS_FUNCTION int encode_padded_block(const T (&values)[BlockSize], const T*
   } else {
     const int length = base_length<T>(length_code);
     store_bytes(out, zigzag(new_base - base), length);
-    pack<BlockSize>(width, codes, out + length);
+    pack<BlockSize>(width, packed_codes, out + length);
     base = new_base;
   }
   return best_bytes;
