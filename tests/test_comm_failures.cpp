@@ -6,6 +6,8 @@
 #include <kompress/comm.hpp>
 #include <kompress/dlrm.hpp>
 
+#include "support/mpi_checks.hpp"
+
 #include <doctest/doctest.h>
 #include <mpi.h>
 
@@ -22,16 +24,8 @@ using host = Kokkos::DefaultHostExecutionSpace;
 using view = Kokkos::View<float*, Kokkos::HostSpace>;
 using matrix = Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace>;
 
-int rank_of() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int size_of() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using kompress::test::rank_of;
+using kompress::test::size_of;
 bool last_rank() { return rank_of() == size_of() - 1; }
 
 view make_data(std::size_t n, int seed) {

@@ -14,6 +14,8 @@
 #include <kompress/comm.hpp>
 #include <kompress/dlrm.hpp>
 
+#include "support/mpi_checks.hpp"
+
 #include <doctest/doctest.h>
 #include <mpi.h>
 
@@ -40,16 +42,8 @@ struct isend_fault {
 };
 isend_fault fault;
 
-int rank_of() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int size_of() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using kompress::test::rank_of;
+using kompress::test::size_of;
 
 void arm(isend_fault::action what, int rank, long target) { fault = {what, rank, target, 0, false}; }
 

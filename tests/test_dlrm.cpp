@@ -3,6 +3,8 @@
 
 #include <kompress/dlrm.hpp>
 
+#include "support/mpi_checks.hpp"
+
 #include <doctest/doctest.h>
 #include <mpi.h>
 
@@ -14,16 +16,8 @@ namespace {
 using host = Kokkos::DefaultHostExecutionSpace;
 using matrix = Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace>;
 
-int rank_of() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int size_of() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using kompress::test::rank_of;
+using kompress::test::size_of;
 
 // Every rank can compute every value, so the exact result needs no communication.
 float pooled(int table, std::size_t row, std::size_t col) {
