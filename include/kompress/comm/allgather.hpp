@@ -24,6 +24,11 @@ inline namespace v0 {
 
 namespace detail {
 
+/// MPI_Allgather itself for raw mode, a per-rank block too small to compress, and one rank.
+inline bool allgather_sends_raw(const agreed_ring& agreed, std::size_t bytes) {
+  return agreed.shape.size == 1 || !agreed.rule.may_compress(bytes);
+}
+
 /// allgather's prologue: fence, check locally, agree.
 template <class Exec, class SendView, class RecvView>
 agreed_ring agree_allgather(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
@@ -43,14 +48,17 @@ agreed_ring agree_allgather(const Exec& exec, const SendView& send, const RecvVi
     require_disjoint(send, recv, who, "the send and receive Views");
     byte_count(recv.size() * sizeof(T), who);  // MPI's int counts
   };
-  workspace_slot* const slot = agree_ring_call<T>(collective_kind::allgather, send.size(), false, options, rule,
-                                                  workspace, comm, nonblocking, who, local_checks, persistent);
-  return {shape, rule, slot};
-}
-
-/// MPI_Allgather itself for raw mode, a per-rank block too small to compress, and one rank.
-inline bool allgather_sends_raw(const agreed_ring& agreed, std::size_t bytes) {
-  return agreed.shape.size == 1 || !agreed.rule.may_compress(bytes);
+  agreed_ring agreed{shape, rule, nullptr, false, nullptr};
+  // On two ranks a raw call of at most max_carried_bytes sends its block with the agreement,
+  // and the peer's lands in place.
+  const std::size_t bytes = send.size() * sizeof(T);
+  carried_payload carry;
+  if (ring_carries(agreed, allgather_sends_raw(agreed, bytes), persistent, bytes) &&
+      recv.size() == 2 * send.size())
+    carry = {true, send.data(), bytes, recv.data() + std::size_t(1 - shape.rank) * send.size(), bytes};
+  agree_ring_call<T>(agreed, collective_kind::allgather, send.size(), false, options, workspace, comm, nonblocking, who,
+                     local_checks, persistent, carry);
+  return agreed;
 }
 
 inline collective_report raw_allgather_report(const agreed_ring& agreed, std::size_t bytes,
@@ -94,6 +102,11 @@ std::unique_ptr<operation> make_allgather(const Exec& exec, const SendView& send
   if (!allgather_sends_raw(agreed, bytes))
     return launch_allgather_ring(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
   auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
+  op->mutable_report() = raw_allgather_report(agreed, bytes, options);
+  if (agreed.carried) {  // the peer's block is in place; this rank's own is a copy
+    if (bytes > 0) std::memcpy(recv.data() + std::size_t(agreed.shape.rank) * send.size(), send.data(), bytes);
+    return op;
+  }
   const int count = int(send.size());
   if (nonblocking)
     check_mpi(MPI_Iallgather(send.data(), count, mpi_type<T>(), recv.data(), count, mpi_type<T>(), comm,
@@ -102,7 +115,6 @@ std::unique_ptr<operation> make_allgather(const Exec& exec, const SendView& send
   else
     check_mpi(MPI_Allgather(send.data(), count, mpi_type<T>(), recv.data(), count, mpi_type<T>(), comm), who,
               "MPI_Allgather");
-  op->mutable_report() = raw_allgather_report(agreed, bytes, options);
   return op;
 }
 

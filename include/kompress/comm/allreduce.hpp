@@ -72,17 +72,29 @@ inline ring_extras ring_extras_for(const collective_options& options, double e, 
   return extras;
 }
 
+/// What a ring collective's agreement settled. `carried`: the call ran on two ranks, raw and
+/// small, and the peer's values moved with the agreement (into the receive View, or for an
+/// in-place allreduce into `arrival`).
+struct agreed_ring {
+  comm_shape shape;
+  wire_rule rule;
+  workspace_slot* slot = nullptr;
+  bool carried = false;
+  std::shared_ptr<std::byte[]> arrival;
+};
+
 /// The prologue the ring collectives share once the execution space is fenced: `local_checks`
 /// (this rank's arguments) and the workspace slot, then the agreement on what every rank must
 /// pass alike (the element count, type, mode, cost model and bound; with `sums`, the
-/// reduction_bound too). Throws on every rank if any rank's checks failed. Returns the slot
-/// (nullptr without a workspace).
+/// reduction_bound too), with `carry` riding it where it can. Throws on every rank if any
+/// rank's checks failed. Fills `agreed`'s slot (nullptr without a workspace) and `carried`.
 template <class T, class LocalChecks>
-workspace_slot* agree_ring_call(collective_kind kind, std::size_t count, bool sums, const collective_options& options,
-                                const wire_rule& rule, comm_workspace* workspace, MPI_Comm comm, bool nonblocking,
-                                const char* who, LocalChecks&& local_checks, bool persistent = false) {
+void agree_ring_call(agreed_ring& agreed, collective_kind kind, std::size_t count, bool sums,
+                     const collective_options& options, comm_workspace* workspace, MPI_Comm comm, bool nonblocking,
+                     const char* who, LocalChecks&& local_checks, bool persistent, const carried_payload& carry) {
   workspace_slot* slot = nullptr;
   agreement a;
+  a.carry = carry;
   a.must_match = sums ? "the element count, element type, transfer mode, cost model, reduction method and bound "
                         "(mode, value and reduction_bound)"
                       : "the element count, element type, transfer mode, cost model and bound (mode and value)";
@@ -94,37 +106,54 @@ workspace_slot* agree_ring_call(collective_kind kind, std::size_t count, bool su
   if (persistent) f.add(persistent_call_mark);
   f.add(std::uint64_t(count)).add(std::uint64_t(options.codec.bound.mode)).add(options.codec.bound.value);
   if (sums) f.add(std::uint64_t(options.reduction_bound)).add(std::uint64_t(options.reduction));
-  rule.add_to(f);
+  agreed.rule.add_to(f);
   a.fingerprint = f.value();
-  agree(a, comm, who);
+  agreed.carried = agree(a, comm, who);
+  agreed.slot = slot;
   if (workspace) workspace->taken(nonblocking);
-  return slot;
-}
-
-/// What a ring collective's agreement settled.
-struct agreed_ring {
-  comm_shape shape;
-  wire_rule rule;
-  workspace_slot* slot = nullptr;
-};
-
-/// allreduce's prologue: fence, check locally, agree.
-template <class Exec, class SendView, class RecvView>
-agreed_ring agree_allreduce(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
-                            const collective_options& options, comm_workspace* workspace, bool nonblocking,
-                            bool persistent, const char* who) {
-  using T = typename SendView::non_const_value_type;
-  const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
-  const wire_rule rule{options.mode, options.cost};
-  workspace_slot* const slot =
-      agree_ring_call<T>(collective_kind::allreduce, send.size(), true, options, rule, workspace, comm, nonblocking,
-                         who, [&] { check_allreduce_views<T>(send, recv, options, who); }, persistent);
-  return {shape, rule, slot};
 }
 
 /// Exactly MPI_Allreduce (with one rank: the input itself) where the ring would compress nothing.
 inline bool allreduce_sends_raw(const agreed_ring& agreed, std::size_t bytes) {
   return agreed.shape.size == 1 || !agreed.rule.may_compress(bytes / std::size_t(agreed.shape.size));
+}
+
+/// Whether a one-shot ring collective on two ranks, raw, of `bytes` per message, offers its
+/// data to the agreement.
+inline bool ring_carries(const agreed_ring& agreed, bool sends_raw, bool persistent, std::size_t bytes) {
+  return agreed.shape.size == 2 && sends_raw && !persistent && bytes <= max_carried_bytes;
+}
+
+/// allreduce's prologue: fence, check locally, agree. On two ranks a raw call of at most
+/// max_carried_bytes sends its whole input with the agreement; the peer's lands in the result
+/// View (in place: in `arrival`), and the sum is one add.
+template <class Exec, class SendView, class RecvView>
+agreed_ring agree_allreduce(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
+                            const collective_options& options, comm_workspace* workspace, bool nonblocking,
+                            bool persistent, const char* who) {
+  using T = typename SendView::non_const_value_type;
+  agreed_ring agreed{enter_collective<SendView, RecvView>(exec, comm, who), wire_rule{options.mode, options.cost}, nullptr,
+                     false, nullptr};
+  const std::size_t bytes = send.size() * sizeof(T);
+  carried_payload carry;
+  if (ring_carries(agreed, allreduce_sends_raw(agreed, bytes), persistent, bytes) && recv.size() == send.size()) {
+    void* arrival = recv.data();
+    if (static_cast<const void*>(send.data()) == static_cast<const void*>(recv.data())) {
+      agreed.arrival = std::make_shared_for_overwrite<std::byte[]>(bytes);
+      arrival = agreed.arrival.get();
+    }
+    carry = {true, send.data(), bytes, arrival, bytes};
+  }
+  agree_ring_call<T>(agreed, collective_kind::allreduce, send.size(), true, options, workspace, comm, nonblocking, who,
+                     [&] { check_allreduce_views<T>(send, recv, options, who); }, persistent, carry);
+  return agreed;
+}
+
+/// `into` += `other`, n values: the sum of a call whose peer's values came with the agreement
+/// (on two ranks the same sum on both, as IEEE addition commutes).
+template <class T>
+void add_arrival(T* into, const T* other, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) into[i] += other[i];
 }
 
 /// The report of a raw allreduce (MPI's own), `bytes` per rank.
@@ -166,15 +195,19 @@ std::unique_ptr<operation> make_allreduce(const Exec& exec, const SendView& send
   if (!allreduce_sends_raw(agreed, bytes))
     return launch_allreduce_ring(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
   const bool in_place = static_cast<const void*>(send.data()) == static_cast<const void*>(recv.data());
-  const void* in = in_place ? MPI_IN_PLACE : static_cast<const void*>(send.data());
   auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
+  op->mutable_report() = raw_allreduce_report(agreed, bytes, options);
+  if (agreed.carried) {
+    add_arrival(recv.data(), in_place ? reinterpret_cast<const T*>(agreed.arrival.get()) : send.data(), send.size());
+    return op;
+  }
+  const void* in = in_place ? MPI_IN_PLACE : static_cast<const void*>(send.data());
   const int count = int(send.size());
   if (nonblocking)
     check_mpi(MPI_Iallreduce(in, recv.data(), count, mpi_type<T>(), MPI_SUM, comm, op->handle()), who,
               "MPI_Iallreduce");
   else
     check_mpi(MPI_Allreduce(in, recv.data(), count, mpi_type<T>(), MPI_SUM, comm), who, "MPI_Allreduce");
-  op->mutable_report() = raw_allreduce_report(agreed, bytes, options);
   return op;
 }
 

@@ -20,6 +20,7 @@
 
 #include <climits>
 #include <concepts>
+#include <cstring>
 #include <memory>
 #include <ranges>
 #include <tuple>
@@ -94,13 +95,37 @@ inline void require_int_displacements(const exchange_layout& layout, const char*
 }
 
 /// What an alltoall(v)'s agreement settled: the communicator's shape, the wire rule, the
-/// layout (checked on every rank) and the workspace slot (nullptr without a workspace).
+/// layout (checked on every rank), the workspace slot (nullptr without a workspace) and whether
+/// the data moved with the agreement (two ranks, raw and small: the peer's block is in place).
 struct agreed_exchange {
   comm_shape shape;
   wire_rule rule;
   exchange_layout layout;
   workspace_slot* slot = nullptr;
+  bool carried = false;
 };
+
+/// Whether no message of the exchange may be compressed: then it is MPI's own collective.
+inline bool exchange_sends_raw(const agreed_exchange& agreed, std::size_t element_bytes) {
+  for (int peer = 0; peer < agreed.shape.size; ++peer)
+    if (agreed.rule.may_compress(agreed.layout.send_counts[std::size_t(peer)] * element_bytes) ||
+        agreed.rule.may_compress(agreed.layout.recv_counts[std::size_t(peer)] * element_bytes))
+      return false;
+  return true;
+}
+
+/// On two ranks, a raw exchange of small blocks rides the agreement: this rank's block to the
+/// peer, and where the peer's block lands.
+template <class T>
+carried_payload exchange_payload(const agreed_exchange& agreed, const T* send, T* recv) {
+  if (agreed.shape.size != 2 || !exchange_sends_raw(agreed, sizeof(T))) return {};
+  const auto peer = std::size_t(1 - agreed.shape.rank);
+  const exchange_layout& layout = agreed.layout;
+  const std::size_t send_bytes = layout.send_counts[peer] * sizeof(T);
+  const std::size_t arrival_bytes = layout.recv_counts[peer] * sizeof(T);
+  if (send_bytes > max_carried_bytes || arrival_bytes > max_carried_bytes) return {};
+  return {true, send + layout.send_displs[peer], send_bytes, recv + layout.recv_displs[peer], arrival_bytes};
+}
 
 /// The prologue of every alltoall(v): fence, check locally, agree. `make_layout(ranks)` builds
 /// the layout (it may throw; that is a local failure like any other). A persistent call agrees
@@ -136,20 +161,12 @@ agreed_exchange agree_exchange(const Exec& exec, const SendView& send, const Rec
                         pair_term(peer, shape.rank, layout.recv_counts[std::size_t(peer)]);
     a.send_counts = &layout.send_counts;
     a.recv_counts = &layout.recv_counts;
+    if (!persistent) a.carry = exchange_payload(agreed, send.data(), recv.data());
   }
   a.fingerprint = f.value();
-  agree(a, comm, who);
+  agreed.carried = agree(a, comm, who);
   if (workspace) workspace->taken(nonblocking);
   return agreed;
-}
-
-/// Whether no message of the exchange may be compressed: then it is MPI's own collective.
-inline bool exchange_sends_raw(const agreed_exchange& agreed, std::size_t element_bytes) {
-  for (int peer = 0; peer < agreed.shape.size; ++peer)
-    if (agreed.rule.may_compress(agreed.layout.send_counts[std::size_t(peer)] * element_bytes) ||
-        agreed.rule.may_compress(agreed.layout.recv_counts[std::size_t(peer)] * element_bytes))
-      return false;
-  return true;
 }
 
 /// The exchange itself, once agreed: kompress's engine (receives posted, messages encoded and
@@ -172,18 +189,6 @@ std::unique_ptr<operation> launch_exchange(const Exec& exec, const SendView& sen
                                                                     comm, nonblocking, who);
 }
 
-/// Every alltoall(v): fence, check locally, agree, then exchange.
-template <class Exec, class SendView, class RecvView, class MakeLayout>
-std::unique_ptr<operation> start_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
-                                          MakeLayout&& make_layout, bool uniform, MPI_Comm comm,
-                                          const collective_options& options, comm_workspace* workspace,
-                                          bool nonblocking, const char* who) {
-  Kokkos::Profiling::ScopedRegion region(who);
-  const agreed_exchange agreed = agree_exchange(exec, send, recv, std::forward<MakeLayout>(make_layout), uniform, comm,
-                                                options, workspace, nonblocking, false, who);
-  return launch_exchange(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
-}
-
 /// The report of an exchange sent raw by MPI's own collective.
 inline collective_report raw_exchange_report(const agreed_exchange& agreed, std::size_t element_bytes,
                                              const collective_options& options) {
@@ -200,6 +205,36 @@ inline collective_report raw_exchange_report(const agreed_exchange& agreed, std:
   return report;
 }
 
+/// An exchange whose peer block moved with the agreement: the block to itself, and done.
+template <class SendView, class RecvView>
+std::unique_ptr<operation> finish_carried_exchange(const SendView& send, const RecvView& recv,
+                                                   const agreed_exchange& agreed, const collective_options& options,
+                                                   const char* who) {
+  using T = typename SendView::non_const_value_type;
+  const auto self = std::size_t(agreed.shape.rank);
+  const exchange_layout& layout = agreed.layout;
+  if (layout.send_counts[self] > 0)
+    std::memcpy(recv.data() + layout.recv_displs[self], send.data() + layout.send_displs[self],
+                layout.send_counts[self] * sizeof(T));
+  auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
+  op->mutable_report() = raw_exchange_report(agreed, sizeof(T), options);
+  return op;
+}
+
+/// Every alltoall(v): fence, check locally, agree, then exchange.
+template <class Exec, class SendView, class RecvView, class MakeLayout>
+std::unique_ptr<operation> start_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
+                                          MakeLayout&& make_layout, bool uniform, MPI_Comm comm,
+                                          const collective_options& options, comm_workspace* workspace,
+                                          bool nonblocking, const char* who) {
+  Kokkos::Profiling::ScopedRegion region(who);
+  const agreed_exchange agreed = agree_exchange(exec, send, recv, std::forward<MakeLayout>(make_layout), uniform, comm,
+                                                options, workspace, nonblocking, false, who);
+  if (agreed.carried) return finish_carried_exchange(send, recv, agreed, options, who);
+  return launch_exchange(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
+}
+
+
 template <class Exec, class SendView, class RecvView>
 std::unique_ptr<operation> start_alltoall(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                                           const collective_options& options, comm_workspace* workspace,
@@ -209,6 +244,7 @@ std::unique_ptr<operation> start_alltoall(const Exec& exec, const SendView& send
   const agreed_exchange agreed = agree_exchange(
       exec, send, recv, [&](int ranks) { return uniform_layout(send.size(), recv.size(), ranks, who); }, true, comm,
       options, workspace, nonblocking, false, who);
+  if (agreed.carried) return finish_carried_exchange(send, recv, agreed, options, who);
   // Nothing to compress: at 2 ranks the engine's pairwise messages measured faster than
   // MPI_Alltoall after the same agreement; at more ranks MPI's own algorithm is far faster
   // (docs/performance.md, "Persistent collectives").

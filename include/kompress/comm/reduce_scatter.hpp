@@ -28,6 +28,11 @@ inline namespace v0 {
 
 namespace detail {
 
+/// MPI_Reduce_scatter_block itself for raw mode, a block too small to compress, and one rank.
+inline bool reduce_scatter_sends_raw(const agreed_ring& agreed, std::size_t block_bytes) {
+  return agreed.shape.size == 1 || !agreed.rule.may_compress(block_bytes);
+}
+
 /// reduce_scatter's prologue: fence, check locally, agree.
 template <class Exec, class SendView, class RecvView>
 agreed_ring agree_reduce_scatter(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
@@ -49,14 +54,17 @@ agreed_ring agree_reduce_scatter(const Exec& exec, const SendView& send, const R
     require_disjoint(send, recv, who, "the send and receive Views");
     byte_count(send.size() * sizeof(T), who);  // MPI's int counts
   };
-  workspace_slot* const slot = agree_ring_call<T>(collective_kind::reduce_scatter, recv.size(), true, options, rule,
-                                                  workspace, comm, nonblocking, who, local_checks, persistent);
-  return {shape, rule, slot};
-}
-
-/// MPI_Reduce_scatter_block itself for raw mode, a block too small to compress, and one rank.
-inline bool reduce_scatter_sends_raw(const agreed_ring& agreed, std::size_t block_bytes) {
-  return agreed.shape.size == 1 || !agreed.rule.may_compress(block_bytes);
+  agreed_ring agreed{shape, rule, nullptr, false, nullptr};
+  // On two ranks a raw call of at most max_carried_bytes per block sends the peer's block with
+  // the agreement; the peer's part of this rank's block lands in recv, and the sum is one add.
+  const std::size_t block_bytes = recv.size() * sizeof(T);
+  carried_payload carry;
+  if (ring_carries(agreed, reduce_scatter_sends_raw(agreed, block_bytes), persistent, block_bytes) &&
+      send.size() == 2 * recv.size())
+    carry = {true, send.data() + std::size_t(1 - shape.rank) * recv.size(), block_bytes, recv.data(), block_bytes};
+  agree_ring_call<T>(agreed, collective_kind::reduce_scatter, recv.size(), true, options, workspace, comm, nonblocking,
+                     who, local_checks, persistent, carry);
+  return agreed;
 }
 
 inline collective_report raw_reduce_scatter_report(const agreed_ring& agreed, std::size_t block_bytes,
@@ -105,6 +113,11 @@ std::unique_ptr<operation> make_reduce_scatter(const Exec& exec, const SendView&
   if (!reduce_scatter_sends_raw(agreed, bytes))
     return launch_reduce_scatter_ring(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
   auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
+  op->mutable_report() = raw_reduce_scatter_report(agreed, bytes, options);
+  if (agreed.carried) {
+    add_arrival(recv.data(), send.data() + std::size_t(agreed.shape.rank) * recv.size(), recv.size());
+    return op;
+  }
   const int count = int(recv.size());
   if (nonblocking)
     check_mpi(MPI_Ireduce_scatter_block(send.data(), recv.data(), count, mpi_type<T>(), MPI_SUM, comm, op->handle()),
@@ -112,7 +125,6 @@ std::unique_ptr<operation> make_reduce_scatter(const Exec& exec, const SendView&
   else
     check_mpi(MPI_Reduce_scatter_block(send.data(), recv.data(), count, mpi_type<T>(), MPI_SUM, comm), who,
               "MPI_Reduce_scatter_block");
-  op->mutable_report() = raw_reduce_scatter_report(agreed, bytes, options);
   return op;
 }
 

@@ -1,11 +1,16 @@
 #pragma once
 // Agreement on a collective's arguments before any data moves: every rank runs its local
-// checks, then one small MPI_Allreduce combines (a) whether any rank's checks failed, (b) a
-// fingerprint of what must be equal on every rank (element type, mode, counts, bound...) and
-// (c) a balance of the per-pair message counts (each sender adds a term per message, each
-// receiver subtracts the same term: the sum is 0 when every pair agrees). Every rank reaches
-// the same verdict from the same reduced numbers, so a bad call throws on every rank and never
-// leaves a peer waiting on a message.
+// checks, then the ranks combine (a) whether any rank's checks failed, (b) a fingerprint of
+// what must be equal on every rank (element type, mode, counts, bound...) and (c) a balance of
+// the per-pair message counts (each sender adds a term per message, each receiver subtracts
+// the same term: the sum is 0 when every pair agrees). Every rank reaches the same verdict from
+// the same combined numbers, so a bad call throws on every rank and never leaves a peer waiting
+// on a message.
+//
+// On more than two ranks the numbers are combined by one small MPI_Allreduce. On two ranks
+// each sends the other one message instead, and a call whose data moves raw and is small rides
+// in it (docs/collectives.md, "Two ranks: the data rides the agreement"): then the agreement is
+// the whole collective, one message each way, as plain MPI's.
 
 #include <kompress/detail/mpi.hpp>
 #include <kompress/error.hpp>
@@ -14,7 +19,9 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,6 +60,27 @@ inline std::uint64_t pair_term(int from, int to, std::uint64_t count) {
   return fingerprint{}.add(std::uint64_t(from)).add(std::uint64_t(to)).add(count).value();
 }
 
+/// Values a call on two ranks sends with its agreement message instead of after it: this
+/// rank's whole outgoing message (raw) and where the peer's lands. Only a call that sends raw
+/// data of at most `max_carried_bytes` per message offers one; it rides only if both ranks
+/// offer theirs and the ranks agree.
+struct carried_payload {
+  bool offered = false;
+  const void* send = nullptr;
+  std::size_t send_bytes = 0;
+  void* arrival = nullptr;  ///< written only when the call is accepted
+  std::size_t arrival_bytes = 0;
+};
+
+/// Up to this many bytes ride inside the agreement message itself; a larger payload follows it
+/// as a second message, received straight into place once the verdict is known.
+inline constexpr std::size_t inline_payload_bytes = 16 * 1024;
+/// Larger messages take the collective's own path after the agreement: the agreement's one
+/// round trip is then a few percent of the call.
+inline constexpr std::size_t max_carried_bytes = std::size_t(1) << 20;
+/// The tag of agreement messages (and of payloads that follow them) on two ranks.
+inline constexpr int agreement_tag = collective_tag + 1;
+
 /// What one rank brings to the agreement.
 struct agreement {
   std::exception_ptr local_failure;  ///< from this rank's checks; null when they passed
@@ -62,6 +90,7 @@ struct agreement {
   /// Element counts per peer, for naming a mismatched pair (optional; alltoallv).
   const std::vector<std::size_t>* send_counts = nullptr;
   const std::vector<std::size_t>* recv_counts = nullptr;
+  carried_payload carry;  ///< two ranks only; ignored after a local failure
 };
 
 /// Runs `check`; an exception it throws becomes the agreement's local failure.
@@ -98,10 +127,91 @@ inline std::string describe_pair_mismatch(const agreement& a, MPI_Comm comm, con
   return " (this rank's receive counts match; another rank's do not)";
 }
 
-/// The agreement itself: one MPI_Allreduce of four integers. Throws the same verdict on every
-/// rank: the local failure where there was one, else an invalid_argument naming what differs.
-inline void agree(const agreement& a, MPI_Comm comm, const char* who) {
+/// Throws the verdict of the combined numbers {failed rank + 1, max fingerprint, max of its
+/// complement, pair balance} (`consistent`: what the two ranks carry matches): the local
+/// failure where there was one, else an invalid_argument naming what differs.
+inline void throw_if_rejected(const agreement& a, const std::uint64_t (&values)[4], bool consistent, MPI_Comm comm,
+                              const char* who) {
+  if (a.local_failure) std::rethrow_exception(a.local_failure);
+  if (values[0] != 0)
+    throw invalid_argument(std::string(who) + ": rank " + std::to_string(values[0] - 1) +
+                           " rejected its arguments (its exception says why); no data moved");
+  const std::string disagree =
+      std::string(who) + ": ranks disagree on " + a.must_match + "; every rank must pass the same; no data moved";
+  if (values[1] != ~values[2]) throw invalid_argument(disagree);
+  if (values[3] != 0)
+    throw invalid_argument(std::string(who) +
+                           ": send and receive counts do not match between ranks (what rank i sends to rank j "
+                           "must be what rank j expects from rank i)" +
+                           describe_pair_mismatch(a, comm, who) + "; no data moved");
+  if (!consistent) throw invalid_argument(disagree);
+}
+
+/// The agreement of two ranks: one message each way, {failed rank + 1, fingerprint, its
+/// complement, pair balance, offers a payload, payload bytes, bytes expected, 0} followed by an
+/// inline payload, or a payload message of its own after it. Every message posted is received,
+/// whatever the verdict (a payload on a rejected call into scratch), so nothing is left for a
+/// later call to match. Returns whether the payloads were exchanged.
+inline bool agree_pair(const agreement& a, comm_shape shape, MPI_Comm comm, const char* who) {
+  constexpr std::size_t header_words = 8;
+  constexpr std::size_t message_words = header_words + inline_payload_bytes / sizeof(std::uint64_t);
+  const int peer = 1 - shape.rank;
+  const carried_payload& carry = a.carry;
+  const bool offers = !a.local_failure && carry.offered;
+  const bool inline_send = offers && carry.send_bytes <= inline_payload_bytes;
+  const auto buffers = std::make_unique_for_overwrite<std::uint64_t[]>(2 * message_words);
+  std::uint64_t* const mine = buffers.get();
+  std::uint64_t* const theirs = mine + message_words;
+  const std::uint64_t header[header_words] = {a.local_failure ? std::uint64_t(shape.rank) + 1 : 0,
+                                              a.fingerprint,
+                                              ~a.fingerprint,
+                                              a.pair_balance,
+                                              offers,
+                                              offers ? carry.send_bytes : 0,
+                                              offers ? carry.arrival_bytes : 0,
+                                              0};
+  std::memcpy(mine, header, sizeof header);
+  if (inline_send && carry.send_bytes > 0) std::memcpy(mine + header_words, carry.send, carry.send_bytes);
+  const int message_bytes = int(sizeof header + (inline_send ? carry.send_bytes : 0));
+
+  MPI_Request requests[3] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  check_mpi(MPI_Irecv(theirs, int(message_words * sizeof(std::uint64_t)), MPI_BYTE, peer, agreement_tag, comm,
+                      &requests[0]),
+            who, "MPI_Irecv");
+  check_mpi(MPI_Isend(mine, message_bytes, MPI_BYTE, peer, agreement_tag, comm, &requests[1]), who, "MPI_Isend");
+  if (offers && !inline_send)
+    check_mpi(MPI_Isend(carry.send, int(carry.send_bytes), MPI_BYTE, peer, agreement_tag, comm, &requests[2]), who,
+              "MPI_Isend");
+  check_mpi(MPI_Wait(&requests[0], MPI_STATUS_IGNORE), who, "MPI_Wait");
+
+  // The same numbers on both ranks, combined as MPI_Allreduce would: the same verdict.
+  std::uint64_t values[4] = {mine[0], mine[1], mine[2], mine[3]};
+  int four = 4;
+  agreement_reduce(theirs, values, &four, nullptr);
+  const bool both_offer = mine[4] != 0 && theirs[4] != 0;
+  const bool consistent = mine[4] == theirs[4] && (!both_offer || (mine[5] == theirs[6] && theirs[5] == mine[6]));
+  const bool accepted = values[0] == 0 && values[1] == ~values[2] && values[3] == 0 && consistent;
+
+  // A payload that follows the peer's message: into place if accepted, else drained.
+  const std::size_t following = theirs[4] != 0 && theirs[5] > inline_payload_bytes ? std::size_t(theirs[5]) : 0;
+  if (following > 0) {
+    std::vector<std::byte> drain(accepted ? 0 : following);
+    void* const into = accepted ? carry.arrival : static_cast<void*>(drain.data());
+    check_mpi(MPI_Recv(into, int(following), MPI_BYTE, peer, agreement_tag, comm, MPI_STATUS_IGNORE), who, "MPI_Recv");
+  }
+  check_mpi(MPI_Waitall(2, requests + 1, MPI_STATUSES_IGNORE), who, "MPI_Waitall");
+  if (!accepted) throw_if_rejected(a, values, consistent, comm, who);
+  if (both_offer && following == 0 && carry.arrival_bytes > 0)
+    std::memcpy(carry.arrival, theirs + header_words, carry.arrival_bytes);
+  return both_offer;
+}
+
+/// The agreement itself. Throws the same verdict on every rank: the local failure where there
+/// was one, else an invalid_argument naming what differs. Returns whether the carried payloads
+/// were exchanged with it (two ranks, both offered one, accepted): then the call's data moved.
+inline bool agree(const agreement& a, MPI_Comm comm, const char* who) {
   const comm_shape shape = shape_of(comm, who);
+  if (shape.size == 2) return agree_pair(a, shape, comm, who);
   std::uint64_t values[4] = {a.local_failure ? std::uint64_t(shape.rank) + 1 : 0, a.fingerprint, ~a.fingerprint,
                              a.pair_balance};
   MPI_Op op = MPI_OP_NULL;
@@ -109,18 +219,9 @@ inline void agree(const agreement& a, MPI_Comm comm, const char* who) {
   const int code = MPI_Allreduce(MPI_IN_PLACE, values, 4, MPI_UINT64_T, op, comm);
   MPI_Op_free(&op);
   check_mpi(code, who, "MPI_Allreduce");
-  if (a.local_failure) std::rethrow_exception(a.local_failure);
-  if (values[0] != 0)
-    throw invalid_argument(std::string(who) + ": rank " + std::to_string(values[0] - 1) +
-                           " rejected its arguments (its exception says why); no data moved");
-  if (values[1] != ~values[2])
-    throw invalid_argument(std::string(who) + ": ranks disagree on " + a.must_match +
-                           "; every rank must pass the same; no data moved");
-  if (values[3] != 0)
-    throw invalid_argument(std::string(who) +
-                           ": send and receive counts do not match between ranks (what rank i sends to rank j "
-                           "must be what rank j expects from rank i)" +
-                           describe_pair_mismatch(a, comm, who) + "; no data moved");
+  if (a.local_failure || values[0] != 0 || values[1] != ~values[2] || values[3] != 0)
+    throw_if_rejected(a, values, true, comm, who);
+  return false;
 }
 
 }  // namespace kompress::inline v0::detail

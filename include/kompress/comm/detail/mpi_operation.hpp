@@ -1,6 +1,7 @@
 #pragma once
 // An MPI collective as a kompress operation: raw mode's one-shot calls are MPI's own
-// collective on the caller's Views, blocking or nonblocking, after the agreement.
+// collective on the caller's Views, blocking or nonblocking, after the agreement -- or, on two
+// ranks, no call at all: the data moved with the agreement and the operation is complete.
 
 #include <kompress/comm/options.hpp>
 #include <kompress/comm/request.hpp>
@@ -12,7 +13,8 @@
 
 namespace kompress::inline v0::detail {
 
-/// A plain MPI nonblocking call, for raw mode: the request keeps the Views alive.
+/// A plain MPI nonblocking call, for raw mode: the request keeps the Views alive. Its handle
+/// stays MPI_REQUEST_NULL (complete) where nothing is left to do.
 template <class SendView, class RecvView>
 class mpi_request_operation final : public operation {
  public:

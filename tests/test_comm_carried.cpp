@@ -1,0 +1,278 @@
+// On two ranks a raw call of at most max_carried_bytes per message sends its data with the
+// agreement (docs/collectives.md, "Two ranks: the data rides the agreement"). These tests check
+// that every collective doing so matches plain MPI bit for bit, inside the agreement message and
+// after it, at the limits and beyond them; that it really is one message each way (MPI calls are
+// counted through MPI's profiling interface); and that a rejected call, whichever rank offered
+// its data, throws on every rank, writes nothing into any receive View and leaves nothing for
+// the next call to match. Run under mpiexec -n 1, 2, 3 and 4 (on other than two ranks the same
+// calls take the agreement's MPI_Allreduce and must give the same results).
+
+#include <kompress/comm.hpp>
+
+#include "support/mpi_checks.hpp"
+
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace {
+
+/// MPI calls kompress made while `counting` (the test's own state: the library holds none).
+struct mpi_calls {
+  bool counting = false;
+  long collectives = 0;         ///< MPI_(I)allreduce, Allgather, Reduce_scatter_block, Alltoall
+  long agreement_messages = 0;  ///< sends on the agreement tag
+  long agreement_bytes = 0;
+  long data_messages = 0;       ///< sends on the collectives' data tag (the engine, the ring)
+};
+mpi_calls calls;
+
+void count_collective() {
+  if (calls.counting) ++calls.collectives;
+}
+
+}  // namespace
+
+extern "C" {
+int MPI_Isend(const void* buffer, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
+              MPI_Request* request) {
+  if (calls.counting && type == MPI_BYTE) {
+    if (tag == kompress::detail::agreement_tag) {
+      ++calls.agreement_messages;
+      calls.agreement_bytes += count;
+    }
+    if (tag == kompress::detail::collective_tag) ++calls.data_messages;
+  }
+  return PMPI_Isend(buffer, count, type, peer, tag, comm, request);
+}
+int MPI_Allreduce(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  count_collective();
+  return PMPI_Allreduce(in, out, count, type, op, comm);
+}
+int MPI_Iallreduce(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                   MPI_Request* request) {
+  count_collective();
+  return PMPI_Iallreduce(in, out, count, type, op, comm, request);
+}
+int MPI_Allgather(const void* in, int in_count, MPI_Datatype in_type, void* out, int out_count, MPI_Datatype out_type,
+                  MPI_Comm comm) {
+  count_collective();
+  return PMPI_Allgather(in, in_count, in_type, out, out_count, out_type, comm);
+}
+int MPI_Reduce_scatter_block(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  count_collective();
+  return PMPI_Reduce_scatter_block(in, out, count, type, op, comm);
+}
+int MPI_Alltoall(const void* in, int in_count, MPI_Datatype in_type, void* out, int out_count, MPI_Datatype out_type,
+                 MPI_Comm comm) {
+  count_collective();
+  return PMPI_Alltoall(in, in_count, in_type, out, out_count, out_type, comm);
+}
+}
+
+namespace {
+
+using kompress::test::host;
+using kompress::test::host_view;
+using kompress::test::make_data;
+using kompress::test::mpi_type;
+using kompress::test::rank_of;
+using kompress::test::size_of;
+
+const kompress::collective_options raw{.mode = kompress::transfer_mode::raw};
+
+/// Element counts per message around the limits: empty, one value, inside the agreement message
+/// (up to and at inline_payload_bytes), just after it, and beyond max_carried_bytes.
+template <class T>
+std::vector<std::size_t> counts_around_limits() {
+  using kompress::detail::inline_payload_bytes;
+  using kompress::detail::max_carried_bytes;
+  return {0, 1, 1000, inline_payload_bytes / sizeof(T), inline_payload_bytes / sizeof(T) + 1, 20000,
+          max_carried_bytes / sizeof(T), max_carried_bytes / sizeof(T) + 1};
+}
+
+template <class T>
+bool same_bytes(const host_view<T>& a, const host_view<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+/// Runs `call` with MPI calls counted; checks, on two ranks, that a payload of `payload_bytes`
+/// per rank rode the agreement (one message each way, or the header and one payload message
+/// after it) and nothing else moved, and beyond the limit that it did not.
+template <class Call>
+void check_carried(std::size_t payload_bytes, Call&& call) {
+  calls = {};
+  calls.counting = true;
+  call();
+  calls.counting = false;
+  if (size_of() != 2) return;
+  constexpr long header_bytes = 64;
+  if (payload_bytes <= kompress::detail::max_carried_bytes) {
+    const bool inline_payload = payload_bytes <= kompress::detail::inline_payload_bytes;
+    CHECK(calls.collectives == 0);
+    CHECK(calls.data_messages == 0);
+    CHECK(calls.agreement_messages == (inline_payload ? 1 : 2));
+    CHECK(calls.agreement_bytes == header_bytes + long(payload_bytes));
+  } else {
+    CHECK(calls.agreement_bytes == header_bytes);  // the agreement alone, then the data
+    CHECK(calls.collectives + calls.data_messages > 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("raw calls match plain MPI bit for bit, inside the agreement, after it and beyond it", T, float,
+                   double) {
+  const int p = size_of(), me = rank_of();
+  for (const std::size_t n : counts_around_limits<T>()) {
+    CAPTURE(n);
+    const auto bytes = n * sizeof(T);
+    {  // allgather: n values from each rank
+      const auto send = make_data<T>(n, me + 1);
+      host_view<T> got("got", n * p), expected("expected", n * p);
+      check_carried(bytes, [&] { kompress::allgather(host{}, send, got, MPI_COMM_WORLD, raw); });
+      PMPI_Allgather(send.data(), int(n), mpi_type<T>(), expected.data(), int(n), mpi_type<T>(), MPI_COMM_WORLD);
+      CHECK(same_bytes(got, expected));
+    }
+    {  // reduce_scatter: n values per rank's block
+      const auto send = make_data<T>(n * p, me + 2);
+      host_view<T> got("got", n), expected("expected", n);
+      check_carried(bytes, [&] { kompress::reduce_scatter(host{}, send, got, MPI_COMM_WORLD, raw); });
+      PMPI_Reduce_scatter_block(send.data(), expected.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
+      CHECK(same_bytes(got, expected));
+    }
+    {  // alltoall: n values per peer
+      const auto send = make_data<T>(n * p, me + 3);
+      host_view<T> got("got", n * p), expected("expected", n * p);
+      check_carried(bytes, [&] { kompress::alltoall(host{}, send, got, MPI_COMM_WORLD, raw); });
+      PMPI_Alltoall(send.data(), int(n), mpi_type<T>(), expected.data(), int(n), mpi_type<T>(), MPI_COMM_WORLD);
+      CHECK(same_bytes(got, expected));
+    }
+    {  // allreduce: n values, out of place, in place, and nonblocking
+      const auto send = make_data<T>(n, me + 4);
+      host_view<T> got("got", n), expected("expected", n), in_place("in place", n);
+      check_carried(bytes, [&] { kompress::allreduce(host{}, send, got, MPI_COMM_WORLD, raw); });
+      PMPI_Allreduce(send.data(), expected.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
+      CHECK(same_bytes(got, expected));
+      Kokkos::deep_copy(in_place, send);
+      check_carried(bytes, [&] { kompress::allreduce(host{}, in_place, MPI_COMM_WORLD, raw); });
+      CHECK(same_bytes(in_place, expected));
+      host_view<T> later("later", n);
+      kompress::request r;
+      check_carried(bytes, [&] { r = kompress::iallreduce(host{}, send, later, MPI_COMM_WORLD, raw); });
+      r.wait();
+      CHECK(same_bytes(later, expected));
+    }
+  }
+}
+
+TEST_CASE("alltoallv on two ranks: a small message one way and a large one the other") {
+  // Rank r sends 100 values to the rank after it and 30000 to the one before (at two ranks: 100
+  // from rank 0 to rank 1 inside the agreement message, 30000 back after it).
+  const int p = size_of(), me = rank_of();
+  std::vector<int> send_counts(p), recv_counts(p), send_displs(p), recv_displs(p);
+  for (int j = 0; j < p; ++j) {
+    send_counts[j] = j == (me + 1) % p ? 100 : 30000 + j;
+    recv_counts[j] = me == (j + 1) % p ? 100 : 30000 + me;
+  }
+  std::exclusive_scan(send_counts.begin(), send_counts.end(), send_displs.begin(), 0);
+  std::exclusive_scan(recv_counts.begin(), recv_counts.end(), recv_displs.begin(), 0);
+  const auto send = make_data<float>(std::size_t(send_displs.back() + send_counts.back()), me + 5);
+  const std::size_t received = std::size_t(recv_displs.back() + recv_counts.back());
+  host_view<float> got("got", received), expected("expected", received);
+  calls = {};
+  calls.counting = true;
+  kompress::alltoallv(host{}, send, send_counts, send_displs, got, recv_counts, recv_displs, MPI_COMM_WORLD, raw);
+  calls.counting = false;
+  if (p == 2) CHECK(calls.collectives + calls.data_messages == 0);
+  PMPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), MPI_FLOAT, expected.data(), recv_counts.data(),
+                 recv_displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+  CHECK(same_bytes(got, expected));
+}
+
+namespace {
+
+/// A View filled with a value no call writes, to see that a rejected call wrote nothing.
+host_view<float> untouched(std::size_t n) {
+  host_view<float> v("untouched", n);
+  Kokkos::deep_copy(v, -12345.0f);
+  return v;
+}
+bool still_untouched(const host_view<float>& v) {
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (v(i) != -12345.0f) return false;
+  return true;
+}
+
+/// A correct raw allgather of `n` values: nothing of a rejected call is left to be matched.
+void allgather_still_works(std::size_t n) {
+  const int p = size_of();
+  const auto send = make_data<float>(n, rank_of() + 9);
+  host_view<float> got("got", n * p), expected("expected", n * p);
+  kompress::allgather(host{}, send, got, MPI_COMM_WORLD, raw);
+  PMPI_Allgather(send.data(), int(n), MPI_FLOAT, expected.data(), int(n), MPI_FLOAT, MPI_COMM_WORLD);
+  CHECK(same_bytes(got, expected));
+}
+
+}  // namespace
+
+TEST_CASE("a rejected call throws on every rank and writes nothing, whichever rank offered its data") {
+  const int p = size_of(), me = rank_of();
+  const bool last = me == p - 1;
+  if (p == 1) return;  // nothing to disagree with
+  // Sizes inside the agreement message and after it.
+  for (const std::size_t n : {std::size_t(1000), std::size_t(20000)}) {
+    CAPTURE(n);
+    {  // allgather: one rank passes more values (both offer, of different sizes)
+      const std::size_t mine = last ? n + 1 : n;
+      const auto send = make_data<float>(mine, me);
+      auto got = untouched(mine * p);
+      CHECK_THROWS_WITH_AS(kompress::allgather(host{}, send, got, MPI_COMM_WORLD, raw),
+                           doctest::Contains("disagree on the element count"), kompress::invalid_argument);
+      CHECK(still_untouched(got));
+      allgather_still_works(n);
+    }
+    {  // allreduce: the last rank compresses (offers nothing), the others send raw (offer)
+      kompress::collective_options options = raw;
+      if (last) options.mode = kompress::transfer_mode::compressed;
+      const auto send = make_data<float>(n, me);
+      auto got = untouched(n);
+      CHECK_THROWS_WITH_AS(kompress::allreduce(host{}, send, got, MPI_COMM_WORLD, options),
+                           doctest::Contains("disagree"), kompress::invalid_argument);
+      CHECK(still_untouched(got));
+      allgather_still_works(n);
+    }
+    {  // reduce_scatter: the last rank's arguments fail its own checks; the others offer
+      kompress::collective_options options = raw;
+      if (last) options.codec.bound = kompress::absolute(-1.0);
+      const auto send = make_data<float>(n * p, me);
+      auto got = untouched(n);
+      if (last)
+        CHECK_THROWS_WITH_AS(kompress::reduce_scatter(host{}, send, got, MPI_COMM_WORLD, options),
+                             doctest::Contains("error bound"), kompress::invalid_argument);
+      else
+        CHECK_THROWS_WITH_AS(kompress::reduce_scatter(host{}, send, got, MPI_COMM_WORLD, options),
+                             doctest::Contains("rejected its arguments"), kompress::invalid_argument);
+      CHECK(still_untouched(got));
+      allgather_still_works(n);
+    }
+    {  // alltoallv: the last rank expects one value more from rank 0 than rank 0 sends
+      std::vector<int> counts(p, int(n)), displs(p), recv_counts(p, int(n));
+      std::exclusive_scan(counts.begin(), counts.end(), displs.begin(), 0);
+      if (last) recv_counts[0] += 1;
+      std::vector<int> recv_displs(p);
+      std::exclusive_scan(recv_counts.begin(), recv_counts.end(), recv_displs.begin(), 0);
+      const auto send = make_data<float>(n * p, me);
+      auto got = untouched(n * p + 1);
+      CHECK_THROWS_WITH_AS(kompress::alltoallv(host{}, send, counts, displs, got, recv_counts, recv_displs,
+                                               MPI_COMM_WORLD, raw),
+                           doctest::Contains("do not match"), kompress::invalid_argument);
+      CHECK(still_untouched(got));
+      allgather_still_works(n);
+    }
+  }
+}
