@@ -55,7 +55,8 @@ agreed_ring agree_allgather(const Exec& exec, const SendView& send, const RecvVi
   carried_payload carry;
   if (ring_carries(agreed, allgather_sends_raw(agreed, bytes), persistent, bytes) &&
       recv.size() == 2 * send.size())
-    carry = {true, send.data(), bytes, recv.data() + std::size_t(1 - shape.rank) * send.size(), bytes};
+    carry = {true, send.data(), bytes, recv.data() + std::size_t(1 - shape.rank) * send.size(), bytes,
+             send.data(), recv.data() + std::size_t(shape.rank) * send.size(), bytes};
   agree_ring_call<T>(agreed, collective_kind::allgather, send.size(), false, options, workspace, comm, nonblocking, who,
                      local_checks, persistent, carry);
   return agreed;
@@ -103,10 +104,7 @@ std::unique_ptr<operation> make_allgather(const Exec& exec, const SendView& send
     return launch_allgather_ring(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
   auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
   op->mutable_report() = raw_allgather_report(agreed, bytes, options);
-  if (agreed.carried) {  // the peer's block is in place; this rank's own is a copy
-    if (bytes > 0) std::memcpy(recv.data() + std::size_t(agreed.shape.rank) * send.size(), send.data(), bytes);
-    return op;
-  }
+  if (agreed.carried) return op;  // both blocks are in place
   const int count = int(send.size());
   if (nonblocking)
     check_mpi(MPI_Iallgather(send.data(), count, mpi_type<T>(), recv.data(), count, mpi_type<T>(), comm,

@@ -142,7 +142,7 @@ agreed_ring agree_allreduce(const Exec& exec, const SendView& send, const RecvVi
       agreed.arrival = std::make_shared_for_overwrite<std::byte[]>(bytes);
       arrival = agreed.arrival.get();
     }
-    carry = {true, send.data(), bytes, arrival, bytes};
+    carry = {true, send.data(), bytes, arrival, bytes, nullptr, nullptr, 0};
   }
   agree_ring_call<T>(agreed, collective_kind::allreduce, send.size(), true, options, workspace, comm, nonblocking, who,
                      [&] { check_allreduce_views<T>(send, recv, options, who); }, persistent, carry);

@@ -124,7 +124,15 @@ carried_payload exchange_payload(const agreed_exchange& agreed, const T* send, T
   const std::size_t send_bytes = layout.send_counts[peer] * sizeof(T);
   const std::size_t arrival_bytes = layout.recv_counts[peer] * sizeof(T);
   if (send_bytes > max_carried_bytes || arrival_bytes > max_carried_bytes) return {};
-  return {true, send + layout.send_displs[peer], send_bytes, recv + layout.recv_displs[peer], arrival_bytes};
+  const auto self = std::size_t(agreed.shape.rank);
+  return {true,
+          send + layout.send_displs[peer],
+          send_bytes,
+          recv + layout.recv_displs[peer],
+          arrival_bytes,
+          send + layout.send_displs[self],
+          recv + layout.recv_displs[self],
+          layout.send_counts[self] * sizeof(T)};
 }
 
 /// The prologue of every alltoall(v): fence, check locally, agree. `make_layout(ranks)` builds
@@ -205,17 +213,13 @@ inline collective_report raw_exchange_report(const agreed_exchange& agreed, std:
   return report;
 }
 
-/// An exchange whose peer block moved with the agreement: the block to itself, and done.
+/// An exchange whose blocks moved with the agreement (the peer's, and this rank's own copied
+/// meanwhile): done.
 template <class SendView, class RecvView>
 std::unique_ptr<operation> finish_carried_exchange(const SendView& send, const RecvView& recv,
                                                    const agreed_exchange& agreed, const collective_options& options,
                                                    const char* who) {
   using T = typename SendView::non_const_value_type;
-  const auto self = std::size_t(agreed.shape.rank);
-  const exchange_layout& layout = agreed.layout;
-  if (layout.send_counts[self] > 0)
-    std::memcpy(recv.data() + layout.recv_displs[self], send.data() + layout.send_displs[self],
-                layout.send_counts[self] * sizeof(T));
   auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
   op->mutable_report() = raw_exchange_report(agreed, sizeof(T), options);
   return op;

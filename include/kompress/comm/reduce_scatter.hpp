@@ -61,7 +61,8 @@ agreed_ring agree_reduce_scatter(const Exec& exec, const SendView& send, const R
   carried_payload carry;
   if (ring_carries(agreed, reduce_scatter_sends_raw(agreed, block_bytes), persistent, block_bytes) &&
       send.size() == 2 * recv.size())
-    carry = {true, send.data() + std::size_t(1 - shape.rank) * recv.size(), block_bytes, recv.data(), block_bytes};
+    carry = {true, send.data() + std::size_t(1 - shape.rank) * recv.size(), block_bytes, recv.data(), block_bytes,
+             nullptr, nullptr, 0};
   agree_ring_call<T>(agreed, collective_kind::reduce_scatter, recv.size(), true, options, workspace, comm, nonblocking,
                      who, local_checks, persistent, carry);
   return agreed;

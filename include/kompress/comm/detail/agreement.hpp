@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -70,6 +69,11 @@ struct carried_payload {
   std::size_t send_bytes = 0;
   void* arrival = nullptr;  ///< written only when the call is accepted
   std::size_t arrival_bytes = 0;
+  /// This rank's block to itself (alltoall(v), allgather), copied while the messages travel,
+  /// as MPI's own collectives do: written before the verdict, its own values in its own place.
+  const void* self_from = nullptr;
+  void* self_to = nullptr;
+  std::size_t self_bytes = 0;
 };
 
 /// Up to this many bytes ride inside the agreement message itself; a larger payload follows it
@@ -159,9 +163,10 @@ inline bool agree_pair(const agreement& a, comm_shape shape, MPI_Comm comm, cons
   const carried_payload& carry = a.carry;
   const bool offers = !a.local_failure && carry.offered;
   const bool inline_send = offers && carry.send_bytes <= inline_payload_bytes;
-  const auto buffers = std::make_unique_for_overwrite<std::uint64_t[]>(2 * message_words);
-  std::uint64_t* const mine = buffers.get();
-  std::uint64_t* const theirs = mine + message_words;
+  // On the stack: heap blocks of this size come back from the allocator untouched (trimmed),
+  // and their page faults cost more than a small exchange itself.
+  std::uint64_t mine[message_words];
+  std::uint64_t theirs[message_words];
   const std::uint64_t header[header_words] = {a.local_failure ? std::uint64_t(shape.rank) + 1 : 0,
                                               a.fingerprint,
                                               ~a.fingerprint,
@@ -182,6 +187,14 @@ inline bool agree_pair(const agreement& a, comm_shape shape, MPI_Comm comm, cons
   if (offers && !inline_send)
     check_mpi(MPI_Isend(carry.send, int(carry.send_bytes), MPI_BYTE, peer, agreement_tag, comm, &requests[2]), who,
               "MPI_Isend");
+  // This rank's own block is copied while a message travels: the peer's agreement message,
+  // or, where a payload follows it, that payload (its receive posted first).
+  bool own_copied = false;
+  const auto copy_own_block = [&] {
+    if (offers && !own_copied && carry.self_bytes > 0) std::memcpy(carry.self_to, carry.self_from, carry.self_bytes);
+    own_copied = true;
+  };
+  if (carry.arrival_bytes <= inline_payload_bytes) copy_own_block();
   check_mpi(MPI_Wait(&requests[0], MPI_STATUS_IGNORE), who, "MPI_Wait");
 
   // The same numbers on both ranks, combined as MPI_Allreduce would: the same verdict.
@@ -194,11 +207,14 @@ inline bool agree_pair(const agreement& a, comm_shape shape, MPI_Comm comm, cons
 
   // A payload that follows the peer's message: into place if accepted, else drained.
   const std::size_t following = theirs[4] != 0 && theirs[5] > inline_payload_bytes ? std::size_t(theirs[5]) : 0;
-  if (following > 0) {
-    std::vector<std::byte> drain(accepted ? 0 : following);
-    void* const into = accepted ? carry.arrival : static_cast<void*>(drain.data());
-    check_mpi(MPI_Recv(into, int(following), MPI_BYTE, peer, agreement_tag, comm, MPI_STATUS_IGNORE), who, "MPI_Recv");
-  }
+  std::vector<std::byte> drain(following > 0 && !accepted ? following : 0);
+  MPI_Request payload = MPI_REQUEST_NULL;
+  if (following > 0)
+    check_mpi(MPI_Irecv(accepted ? carry.arrival : static_cast<void*>(drain.data()), int(following), MPI_BYTE, peer,
+                        agreement_tag, comm, &payload),
+              who, "MPI_Irecv");
+  copy_own_block();
+  check_mpi(MPI_Wait(&payload, MPI_STATUS_IGNORE), who, "MPI_Wait");
   check_mpi(MPI_Waitall(2, requests + 1, MPI_STATUSES_IGNORE), who, "MPI_Waitall");
   if (!accepted) throw_if_rejected(a, values, consistent, comm, who);
   if (both_offer && following == 0 && carry.arrival_bytes > 0)
