@@ -179,7 +179,25 @@ inline bool agree_pair(const agreement& a, comm_shape shape, MPI_Comm comm, cons
   if (inline_send && carry.send_bytes > 0) std::memcpy(mine + header_words, carry.send, carry.send_bytes);
   const int message_bytes = int(sizeof header + (inline_send ? carry.send_bytes : 0));
 
-  MPI_Request requests[3] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  MPI_Request requests[3] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // header in, out, payload out
+  MPI_Request payload = MPI_REQUEST_NULL;                                             // payload in
+  std::vector<std::byte> drain;  // a rejected call's payload; outlives `pending`
+  // Should an MPI call fail midway, no receive may land in this frame once it is gone: the
+  // pending receives are cancelled and completed, the pending sends left to MPI. (On every
+  // other path all requests have completed by then, and this does nothing.)
+  struct pending_requests {
+    MPI_Request* receives[2];
+    MPI_Request* sends[2];
+    ~pending_requests() {
+      for (MPI_Request* r : receives)
+        if (*r != MPI_REQUEST_NULL) {
+          MPI_Cancel(r);
+          MPI_Wait(r, MPI_STATUS_IGNORE);
+        }
+      for (MPI_Request* r : sends)
+        if (*r != MPI_REQUEST_NULL) MPI_Request_free(r);
+    }
+  } pending{{&requests[0], &payload}, {&requests[1], &requests[2]}};
   check_mpi(MPI_Irecv(theirs, int(message_words * sizeof(std::uint64_t)), MPI_BYTE, peer, agreement_tag, comm,
                       &requests[0]),
             who, "MPI_Irecv");
@@ -207,8 +225,7 @@ inline bool agree_pair(const agreement& a, comm_shape shape, MPI_Comm comm, cons
 
   // A payload that follows the peer's message: into place if accepted, else drained.
   const std::size_t following = theirs[4] != 0 && theirs[5] > inline_payload_bytes ? std::size_t(theirs[5]) : 0;
-  std::vector<std::byte> drain(following > 0 && !accepted ? following : 0);
-  MPI_Request payload = MPI_REQUEST_NULL;
+  if (following > 0 && !accepted) drain.resize(following);
   if (following > 0)
     check_mpi(MPI_Irecv(accepted ? carry.arrival : static_cast<void*>(drain.data()), int(following), MPI_BYTE, peer,
                         agreement_tag, comm, &payload),
