@@ -14,8 +14,9 @@
 // Sync points as allreduce: fence `exec`, agree (one small MPI_Allreduce, plus one for a REL
 // bound), then p - 1 ring hops; the nonblocking form sends the first hop before it returns and
 // advances hop by hop in test() and wait(). Raw mode (and a per-rank block too small to
-// compress, and one rank) is MPI_Allgather / MPI_Iallgather itself: with one rank recv is an
-// exact copy of send.
+// compress, and one rank) is MPI_Allgather / MPI_Iallgather itself (on two ranks up to 1 MiB
+// rides the agreement's one message each way instead): with one rank recv is an exact copy
+// of send.
 
 #include <kompress/comm/allreduce.hpp>
 

@@ -17,7 +17,9 @@
 // global value range), both blocking, nonblocking forms too. The blocking form returns with
 // the result in `recv`; the nonblocking form compresses the first hop before it returns and
 // advances hop by hop in test() and wait(); each hop's codec work waits for `exec`. Raw mode
-// is MPI_Allreduce / MPI_Iallreduce itself. With one rank the result is the input.
+// is MPI_Allreduce / MPI_Iallreduce itself, but on two ranks, where up to 1 MiB rides the
+// agreement's one message each way and the sum is one add. With one rank the result is the
+// input.
 
 #include <kompress/comm/detail/mpi_operation.hpp>
 #include <kompress/comm/persistent.hpp>

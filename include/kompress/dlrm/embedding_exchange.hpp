@@ -15,7 +15,7 @@
 // Sync points: construction is collective (one small MPI_Allreduce agreeing on the model, and
 // two MPI_Comm_dup for the workspace it owns). forward/backward and iforward/ibackward fence
 // `exec` on entry (the input may be the output of work on it), agree on the arguments with
-// one small MPI_Allreduce, pack and compress every outgoing message before returning (each
+// one small MPI_Allreduce (on two ranks one message each way), pack and compress every outgoing message before returning (each
 // waits for `exec`); the blocking forms, and wait() of the nonblocking ones, return with the
 // output in place and `exec` fenced. The exchange owns a workspace: after the first call of a
 // shape, no call allocates or duplicates a communicator. The exchange must outlive its requests.
