@@ -3,9 +3,10 @@
 // that every collective doing so matches plain MPI bit for bit, inside the agreement message and
 // after it, at the limits and beyond them; that it really is one message each way (MPI calls are
 // counted through MPI's profiling interface); and that a rejected call, whichever rank offered
-// its data, throws on every rank, writes nothing into any receive View (but a rank's own block,
-// its own values) and leaves nothing for the next call to match. Run under mpiexec -n 1, 2, 3 and 4 (on other than two ranks the same
-// calls take the agreement's MPI_Allreduce and must give the same results).
+// its data, throws on every rank, writes nothing of the peer's into any receive View (a rank's
+// own block may hold its own values) and leaves nothing for the next call to match. Run under
+// mpiexec -n 1, 2, 3 and 4 (on other than two ranks the same calls take the agreement's
+// MPI_Allreduce and must give the same results).
 
 #include <kompress/comm.hpp>
 
@@ -229,7 +230,7 @@ void allgather_still_works(std::size_t n) {
 
 }  // namespace
 
-TEST_CASE("a rejected call throws on every rank and writes nothing, whichever rank offered its data") {
+TEST_CASE("a rejected call throws on every rank and moves nothing, whichever rank offered its data") {
   const int p = size_of(), me = rank_of();
   const bool last = me == p - 1;
   if (p == 1) return;  // nothing to disagree with

@@ -134,8 +134,8 @@ agreed_ring agree_allreduce(const Exec& exec, const SendView& send, const RecvVi
                             const collective_options& options, comm_workspace* workspace, bool nonblocking,
                             bool persistent, const char* who) {
   using T = typename SendView::non_const_value_type;
-  agreed_ring agreed{enter_collective<SendView, RecvView>(exec, comm, who), wire_rule{options.mode, options.cost}, nullptr,
-                     false, nullptr};
+  agreed_ring agreed{enter_collective<SendView, RecvView>(exec, comm, who), wire_rule{options.mode, options.cost},
+                     nullptr, false, nullptr};
   const std::size_t bytes = send.size() * sizeof(T);
   carried_payload carry;
   if (ring_carries(agreed, allreduce_sends_raw(agreed, bytes), persistent, bytes) && recv.size() == send.size()) {
