@@ -18,9 +18,11 @@
 namespace kompress {
 inline namespace v0 {
 
-/// Link: a ping-pong of `probe_bytes` between ranks 0 and 1. Codec: compress and decompress
-/// a smooth field of `probe_bytes` at REL 1e-3 on every rank. Slowest rank wins, for all.
-/// With one rank there is no link: the model keeps its default link rate.
+/// Link: ranks 0 and 1 send each other `probe_bytes` at once, as the collectives do (both
+/// directions busy): a full-duplex link gives each direction's rate, a shared one (a half-duplex
+/// medium, a shaped loopback) each rank's share of it. Codec: compress and decompress a smooth
+/// field of `probe_bytes` at REL 1e-3 on every rank. Slowest rank wins, for all. With one rank
+/// there is no link: the model keeps its default link rate.
 template <execution_space Exec>
 cost_model measure_cost_model(const Exec& exec, MPI_Comm comm, std::size_t probe_bytes = 4u << 20) {
   constexpr const char* who = "kompress::measure_cost_model";
@@ -47,24 +49,20 @@ cost_model measure_cost_model(const Exec& exec, MPI_Comm comm, std::size_t probe
 
   double link_time = 1e30;
   const int bytes = detail::byte_count(count * sizeof(float), who);
+  const bool probes = shape.size > 1 && shape.rank < 2;
   for (int repeat = 0; repeat < 3; ++repeat) {
     detail::check_mpi(MPI_Barrier(comm), who, "MPI_Barrier");
     const auto start = clock::now();
-    if (shape.size < 2) break;
-    if (shape.rank == 0) {
-      detail::check_mpi(MPI_Send(field.data(), bytes, MPI_BYTE, 1, detail::collective_tag, comm), who, "MPI_Send");
-      detail::check_mpi(MPI_Recv(back.data(), bytes, MPI_BYTE, 1, detail::collective_tag, comm, MPI_STATUS_IGNORE),
-                        who, "MPI_Recv");
-    } else if (shape.rank == 1) {
-      detail::check_mpi(MPI_Recv(back.data(), bytes, MPI_BYTE, 0, detail::collective_tag, comm, MPI_STATUS_IGNORE),
-                        who, "MPI_Recv");
-      detail::check_mpi(MPI_Send(field.data(), bytes, MPI_BYTE, 0, detail::collective_tag, comm), who, "MPI_Send");
-    }
-    link_time = std::min(link_time, seconds(start) / 2.0);
+    if (!probes) continue;
+    const int peer = 1 - shape.rank;
+    detail::check_mpi(MPI_Sendrecv(field.data(), bytes, MPI_BYTE, peer, detail::collective_tag, back.data(), bytes,
+                                   MPI_BYTE, peer, detail::collective_tag, comm, MPI_STATUS_IGNORE),
+                      who, "MPI_Sendrecv");
+    link_time = std::min(link_time, seconds(start));
   }
-  // Rates: the slowest rank's codec; the link as rank 0 saw it.
+  // Rates: the slowest rank's codec; the link as the slower of ranks 0 and 1 saw it.
   double rates[3] = {double(count * sizeof(float)) / compress_time, double(count * sizeof(float)) / decompress_time,
-                     shape.rank == 0 && shape.size > 1 ? double(count * sizeof(float)) / link_time : INFINITY};
+                     probes ? double(count * sizeof(float)) / link_time : INFINITY};
   detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, rates, 3, MPI_DOUBLE, MPI_MIN, comm), who, "MPI_Allreduce");
   model.compress_bytes_per_second = rates[0];
   model.decompress_bytes_per_second = rates[1];
