@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -348,4 +349,30 @@ TEST_CASE("ratio codec: golden streams") {
   CHECK(checksum(fills) == 14184677437743771953ull);
   CHECK(grid.stream.size() == 8805u);
   CHECK(checksum(grid.stream) == 11076848817714879973ull);
+}
+
+TEST_CASE("ratio chunk: a map marking a value past the chunk's end is rejected, not written") {
+  // The maps cover 64-value blocks. A chunk encoded for 64 values with -0.0 at value 20, read
+  // back as a chunk of fewer values, marks a value past its end: the decoder must say no
+  // instead of writing it (the fuzzer found the write past the output's end).
+  namespace detail = kompress::detail;
+  std::vector<float> values(64);
+  for (int i = 0; i < 64; ++i) values[std::size_t(i)] = float(std::sin(0.1 * i));
+  values[20] = -0.0f;
+  const auto codec = detail::make_value_codec<float>(1e-3, 1.0);
+  auto scratch = std::make_unique<detail::ratio_scratch>();
+  std::vector<std::byte> chunk(1 + 64 * sizeof(float));
+  // Called through a pointer: inlined here, GCC 16 sees a false maybe-uninitialized in it.
+  std::uint64_t (*volatile encode)(const float*, int, std::uint64_t, const detail::ratio_shape&,
+                                   const detail::value_codec<float>&, detail::ratio_scratch&, std::byte*) =
+      &detail::encode_ratio_chunk<float>;
+  const std::uint64_t bytes = encode(values.data(), 64, 0, detail::ratio_shape{}, codec, *scratch, chunk.data());
+  REQUIRE((std::uint8_t(chunk[0]) & detail::ratio_flag_negative_zeros) != 0);
+  std::vector<float> out(64);
+  CHECK(detail::decode_ratio_chunk(chunk.data(), bytes, 64, 0, codec, *scratch, out.data()));
+  CHECK(std::signbit(out[20]));
+  for (const int n : {1, 10, 20}) {  // value 20 lies past the end: in the same word or the next
+    CAPTURE(n);
+    CHECK_FALSE(detail::decode_ratio_chunk(chunk.data(), bytes, n, 0, codec, *scratch, out.data()));
+  }
 }

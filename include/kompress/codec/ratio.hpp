@@ -672,8 +672,10 @@ KOMPRESS_FUNCTION bool decode_ratio_chunk(const std::byte* in, std::uint64_t byt
       if (used < 0) return false;
       position += std::uint64_t(used);
       from_transitions(scratch.planes, words, map);
-      // Nothing past the chunk's end may be marked.
-      if (n % 32 && (map[words - 1] >> (n % 32)) != 0) return false;
+      // Nothing past the chunk's end may be marked: the maps are padded to 64 values, so the
+      // word holding value n and every word after it are checked.
+      for (int w = n / 32; w < words; ++w)
+        if (map[w] & (w == n / 32 ? ~std::uint32_t(0) << (n % 32) : ~std::uint32_t(0))) return false;
     } else {
       for (int w = 0; w < words; ++w) map[w] = 0;
     }
