@@ -152,7 +152,9 @@ agreed_ring agree_allreduce(const Exec& exec, const SendView& send, const RecvVi
 }
 
 /// `into` += `other`, n values: the sum of a call whose peer's values came with the agreement
-/// (on two ranks the same sum on both, as IEEE addition commutes).
+/// (on two ranks the same sum on both, as IEEE addition commutes). On the calling thread: these
+/// calls are small (at most max_carried_bytes), and a parallel region would cost more than
+/// the add at the sizes they exist for.
 template <class T>
 void add_arrival(T* into, const T* other, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) into[i] += other[i];
