@@ -4,8 +4,8 @@
 // runs it over a rate-limited loopback (tc in a private network namespace) at 1, 2.5, 5 and
 // 10 Gb/s and over shared memory; docs/performance.md shows the results.
 //
-// For each data set (--data), operation (--ops) and message size (4 KiB .. 64 MiB per peer,
-// --min-bytes/--max-bytes), eight variants:
+// For each data set (--data), operation (--ops) and message size (4, 16 and 64 KiB, then 1 .. 64
+// MiB per peer, --min-bytes/--max-bytes), eight variants:
 //   plain       MPI_Alltoall / MPI_Allreduce(MPI_SUM) / MPI_Allgather /
 //               MPI_Reduce_scatter_block(MPI_SUM) on the same buffers: the baseline
 //   raw         kompress with transfer_mode::raw (what kompress costs when it does nothing)
@@ -858,7 +858,7 @@ int run(int argc, char** argv) {
 
   std::vector<row> all_rows;
   bool all_ok = true;
-  const std::size_t sizes[] = {4 * KiB, 64 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB};
+  const std::size_t sizes[] = {4 * KiB, 16 * KiB, 64 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB};
   for (auto& d : sets) {
     ctx.cost = kompress::cost_model{};
     ctx.cost.link_bytes_per_second = ctx.link_gbps_used * 1e9 / 8.0;

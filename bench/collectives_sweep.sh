@@ -216,7 +216,7 @@ set multiplot layout 1,2 title "$op, 2 ranks: speedup over plain MPI vs message 
 set logscale x 2
 set xlabel "bytes per peer"
 set ylabel "speedup over plain MPI (x)"
-set xtics ("4K" 4096, "64K" 65536, "1M" 1048576, "4M" 4194304, "16M" 16777216, "64M" 67108864)
+set xtics ("4K" 4096, "16K" 16384, "64K" 65536, "1M" 1048576, "4M" 4194304, "16M" 16777216, "64M" 67108864)
 set xrange [3000:90000000]
 set grid
 set key below horizontal
