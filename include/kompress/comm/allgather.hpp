@@ -50,14 +50,14 @@ agreed_ring agree_allgather(const Exec& exec, const SendView& send, const RecvVi
     byte_count(recv.size() * sizeof(T), who);  // MPI's int counts
   };
   agreed_ring agreed{shape, rule, nullptr, false, nullptr};
-  // On two ranks a raw call of at most max_carried_bytes sends its block with the agreement,
-  // and the peer's lands in place.
+  // On up to max_pairwise_ranks ranks a small raw call sends its block to every peer with the
+  // agreement, and theirs land in place.
   const std::size_t bytes = send.size() * sizeof(T);
   carried_payload carry;
-  if (ring_carries(agreed, allgather_sends_raw(agreed, bytes), persistent, bytes) &&
-      recv.size() == 2 * send.size())
-    carry = {true, send.data(), bytes, recv.data() + std::size_t(1 - shape.rank) * send.size(), bytes,
-             send.data(), recv.data() + std::size_t(shape.rank) * send.size(), bytes};
+  if (pairwise_carries(agreed, allgather_sends_raw(agreed, bytes), persistent, bytes) &&
+      recv.size() == std::size_t(shape.size) * send.size())
+    carry = {true, send.data(), bytes, recv.data(), bytes, send.data(),
+             recv.data() + std::size_t(shape.rank) * send.size(), bytes, 0, bytes};
   agree_ring_call<T>(agreed, collective_kind::allgather, send.size(), false, options, workspace, comm, nonblocking, who,
                      local_checks, persistent, carry);
   return agreed;

@@ -126,6 +126,12 @@ inline bool ring_carries(const agreed_ring& agreed, bool sends_raw, bool persist
   return agreed.shape.size == 2 && sends_raw && !persistent && bytes <= max_carried_bytes;
 }
 
+/// The same on two to max_pairwise_ranks ranks, for a collective whose every rank sends every
+/// other the same block (allgather): there the agreement between pairs carries it.
+inline bool pairwise_carries(const agreed_ring& agreed, bool sends_raw, bool persistent, std::size_t bytes) {
+  return agreed.shape.size >= 2 && sends_raw && !persistent && bytes <= carried_limit(agreed.shape.size);
+}
+
 /// allreduce's prologue: fence, check locally, agree. On two ranks a raw call of at most
 /// max_carried_bytes sends its whole input with the agreement; the peer's lands in the result
 /// View (in place: in `arrival`), and the sum is one add.

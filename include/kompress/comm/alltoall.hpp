@@ -115,17 +115,27 @@ inline bool exchange_sends_raw(const agreed_exchange& agreed, std::size_t elemen
   return true;
 }
 
-/// On two ranks, a raw exchange of small blocks rides the agreement: this rank's block to the
-/// peer, and where the peer's block lands.
+/// A raw exchange of small blocks rides the agreement: this rank's block to each peer, and
+/// where each peer's block lands. On two ranks any layout; on three to max_pairwise_ranks ranks
+/// alltoall's (one count, blocks in rank order), the same offer on every rank that passes the
+/// same count.
 template <class T>
-carried_payload exchange_payload(const agreed_exchange& agreed, const T* send, T* recv) {
-  if (agreed.shape.size != 2 || !exchange_sends_raw(agreed, sizeof(T))) return {};
-  const auto peer = std::size_t(1 - agreed.shape.rank);
+carried_payload exchange_payload(const agreed_exchange& agreed, const T* send, T* recv, bool uniform) {
+  const int p = agreed.shape.size;
+  const std::size_t limit = carried_limit(p);
+  if (p < 2 || limit == 0 || (p > 2 && !uniform) || !exchange_sends_raw(agreed, sizeof(T))) return {};
   const exchange_layout& layout = agreed.layout;
+  const auto self = std::size_t(agreed.shape.rank);
+  if (p > 2) {
+    const std::size_t bytes = layout.send_counts[0] * sizeof(T);
+    if (bytes > limit) return {};
+    return {true, send, bytes, recv, bytes, send + layout.send_displs[self], recv + layout.recv_displs[self], bytes,
+            bytes, bytes};
+  }
+  const auto peer = std::size_t(1 - agreed.shape.rank);
   const std::size_t send_bytes = layout.send_counts[peer] * sizeof(T);
   const std::size_t arrival_bytes = layout.recv_counts[peer] * sizeof(T);
-  if (send_bytes > max_carried_bytes || arrival_bytes > max_carried_bytes) return {};
-  const auto self = std::size_t(agreed.shape.rank);
+  if (send_bytes > limit || arrival_bytes > limit) return {};
   return {true,
           send + layout.send_displs[peer],
           send_bytes,
@@ -170,7 +180,7 @@ agreed_exchange agree_exchange(const Exec& exec, const SendView& send, const Rec
                         pair_term(peer, shape.rank, layout.recv_counts[std::size_t(peer)]);
     a.send_counts = &layout.send_counts;
     a.recv_counts = &layout.recv_counts;
-    if (!persistent) a.carry = exchange_payload(agreed, send.data(), recv.data());
+    if (!persistent) a.carry = exchange_payload(agreed, send.data(), recv.data(), uniform);
   }
   a.fingerprint = f.value();
   agreed.carried = agree(a, comm, who);

@@ -7,20 +7,24 @@
 // the same combined numbers, so a bad call throws on every rank and never leaves a peer waiting
 // on a message.
 //
-// On more than two ranks the numbers are combined by one small MPI_Allreduce. On two ranks
-// each sends the other one message instead, and a call whose data moves raw and is small rides
-// in it (docs/collectives.md, "Two ranks: the data rides the agreement"): then the agreement is
-// the whole collective, one message each way, as plain MPI's.
+// On two ranks each sends the other one message, and a call whose data moves raw and is small
+// rides in it (docs/collectives.md, "Two ranks: the data rides the agreement"): then the
+// agreement is the whole collective, one message each way, as plain MPI's. On three to
+// max_pairwise_ranks ranks every rank sends its numbers to every other, and a small raw
+// alltoall or allgather sends each peer's block right behind them: one round of messages, as a
+// direct alltoall. On more ranks the numbers are combined by one small MPI_Allreduce.
 
 #include <kompress/detail/mpi.hpp>
 #include <kompress/error.hpp>
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,10 +63,12 @@ inline std::uint64_t pair_term(int from, int to, std::uint64_t count) {
   return fingerprint{}.add(std::uint64_t(from)).add(std::uint64_t(to)).add(count).value();
 }
 
-/// Values a call on two ranks sends with its agreement message instead of after it: this
-/// rank's whole outgoing message (raw) and where the peer's lands. Only a call that sends raw
-/// data of at most `max_carried_bytes` per message offers one; it rides only if both ranks
-/// offer theirs and the ranks agree.
+/// Values a call sends with its agreement messages instead of after them: this rank's raw
+/// block to each peer and where each peer's lands. Only a call that sends raw data of at most
+/// `max_carried_bytes` per message offers one; it rides only if every rank offers its own and
+/// the ranks agree. The block to peer j is `send_bytes` at send + j * send_stride, the one from
+/// peer j lands at arrival + j * arrival_stride (on two ranks the strides are 0 and the
+/// addresses the one peer's).
 struct carried_payload {
   bool offered = false;
   const void* send = nullptr;
@@ -74,16 +80,39 @@ struct carried_payload {
   const void* self_from = nullptr;
   void* self_to = nullptr;
   std::size_t self_bytes = 0;
+  std::size_t send_stride = 0;
+  std::size_t arrival_stride = 0;
+
+  const void* send_to(int peer) const { return static_cast<const std::byte*>(send) + std::size_t(peer) * send_stride; }
+  void* arrival_from(int peer) const { return static_cast<std::byte*>(arrival) + std::size_t(peer) * arrival_stride; }
 };
 
 /// Up to this many bytes ride inside the agreement message itself; a larger payload follows it
-/// as a second message, received straight into place once the verdict is known.
-inline constexpr std::size_t inline_payload_bytes = 16 * 1024;
+/// as a second message, received straight into place once the verdict is known. With the
+/// 64-byte header the message stays within 16 KiB: one byte more crossed MPICH's shared-memory
+/// eager size and cost a 16 KiB alltoall a quarter of its time (docs/performance.md).
+inline constexpr std::size_t inline_payload_bytes = 16 * 1024 - 64;
 /// Larger messages take the collective's own path after the agreement: the agreement's one
 /// round trip is then a few percent of the call.
 inline constexpr std::size_t max_carried_bytes = std::size_t(1) << 20;
-/// The tag of agreement messages (and of payloads that follow them) on two ranks.
+/// The same on three or four ranks, where MPI's own alltoall beat the headers and then the
+/// blocks at 64 KiB per peer (docs/performance.md, "Three and four ranks").
+inline constexpr std::size_t max_pairwise_carried_bytes = 16 * 1024;
+/// Up to this many ranks every rank sends its agreement message to every other; beyond, one
+/// MPI_Allreduce costs less than p - 1 messages each way (on eight ranks the pairs slowed a
+/// 4 KiB allreduce by 12%).
+inline constexpr int max_pairwise_ranks = 4;
+/// The largest message that rides the agreement on `ranks` ranks (0: none rides).
+constexpr std::size_t carried_limit(int ranks) {
+  return ranks == 2 ? max_carried_bytes : ranks <= max_pairwise_ranks ? max_pairwise_carried_bytes : 0;
+}
+/// The tag of agreement messages (and of payloads that follow them) between pairs of ranks.
 inline constexpr int agreement_tag = collective_tag + 1;
+
+/// The words of an agreement message between a pair: {failed rank + 1, fingerprint, its
+/// complement, pair balance, offers a payload, payload bytes to the peer, bytes expected from
+/// it, 0}.
+inline constexpr std::size_t header_words = 8;
 
 /// What one rank brings to the agreement.
 struct agreement {
@@ -152,13 +181,29 @@ inline void throw_if_rejected(const agreement& a, const std::uint64_t (&values)[
   if (!consistent) throw invalid_argument(disagree);
 }
 
+/// Should an MPI call fail midway through an agreement, no receive may land in its frame once
+/// that is gone: the pending receives are cancelled and completed, the pending sends left to
+/// MPI. (On every other path all requests have completed by then, and this does nothing.)
+struct pending_requests {
+  std::span<MPI_Request> receives;
+  std::span<MPI_Request> sends;
+  ~pending_requests() {
+    for (MPI_Request& r : receives)
+      if (r != MPI_REQUEST_NULL) {
+        MPI_Cancel(&r);
+        MPI_Wait(&r, MPI_STATUS_IGNORE);
+      }
+    for (MPI_Request& r : sends)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+  }
+};
+
 /// The agreement of two ranks: one message each way, {failed rank + 1, fingerprint, its
 /// complement, pair balance, offers a payload, payload bytes, bytes expected, 0} followed by an
 /// inline payload, or a payload message of its own after it. Every message posted is received,
 /// whatever the verdict (a payload on a rejected call into scratch), so nothing is left for a
 /// later call to match. Returns whether the payloads were exchanged.
 inline bool agree_pair(const agreement& a, comm_shape shape, MPI_Comm comm, const char* who) {
-  constexpr std::size_t header_words = 8;
   constexpr std::size_t message_words = header_words + inline_payload_bytes / sizeof(std::uint64_t);
   const int peer = 1 - shape.rank;
   const carried_payload& carry = a.carry;
@@ -177,41 +222,26 @@ inline bool agree_pair(const agreement& a, comm_shape shape, MPI_Comm comm, cons
                                               offers ? carry.arrival_bytes : 0,
                                               0};
   std::memcpy(mine, header, sizeof header);
-  if (inline_send && carry.send_bytes > 0) std::memcpy(mine + header_words, carry.send, carry.send_bytes);
+  if (inline_send && carry.send_bytes > 0) std::memcpy(mine + header_words, carry.send_to(peer), carry.send_bytes);
   const int message_bytes = int(sizeof header + (inline_send ? carry.send_bytes : 0));
 
-  MPI_Request requests[3] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // header in, out, payload out
-  MPI_Request payload = MPI_REQUEST_NULL;                                             // payload in
+  MPI_Request receives[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // header, payload
+  MPI_Request sends[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};     // likewise
   std::vector<std::byte> drain;  // a rejected call's payload; outlives `pending`
-  // Should an MPI call fail midway, no receive may land in this frame once it is gone: the
-  // pending receives are cancelled and completed, the pending sends left to MPI. (On every
-  // other path all requests have completed by then, and this does nothing.)
-  struct pending_requests {
-    MPI_Request* receives[2];
-    MPI_Request* sends[2];
-    ~pending_requests() {
-      for (MPI_Request* r : receives)
-        if (*r != MPI_REQUEST_NULL) {
-          MPI_Cancel(r);
-          MPI_Wait(r, MPI_STATUS_IGNORE);
-        }
-      for (MPI_Request* r : sends)
-        if (*r != MPI_REQUEST_NULL) MPI_Request_free(r);
-    }
-  } pending{{&requests[0], &payload}, {&requests[1], &requests[2]}};
+  const pending_requests pending{receives, sends};
   check_mpi(MPI_Irecv(theirs, int(message_words * sizeof(std::uint64_t)), MPI_BYTE, peer, agreement_tag, comm,
-                      &requests[0]),
+                      &receives[0]),
             who, "MPI_Irecv");
-  check_mpi(MPI_Isend(mine, message_bytes, MPI_BYTE, peer, agreement_tag, comm, &requests[1]), who, "MPI_Isend");
+  check_mpi(MPI_Isend(mine, message_bytes, MPI_BYTE, peer, agreement_tag, comm, &sends[0]), who, "MPI_Isend");
   if (offers && !inline_send)
-    check_mpi(MPI_Isend(carry.send, int(carry.send_bytes), MPI_BYTE, peer, agreement_tag, comm, &requests[2]), who,
-              "MPI_Isend");
+    check_mpi(MPI_Isend(carry.send_to(peer), int(carry.send_bytes), MPI_BYTE, peer, agreement_tag, comm, &sends[1]),
+              who, "MPI_Isend");
   // This rank's own block is copied while a message travels: the peer's agreement message,
   // or, where a payload follows it, that payload (its receive posted first).
   const bool copies_own = offers && carry.self_bytes > 0;
   const bool copies_early = carry.arrival_bytes <= inline_payload_bytes;
   if (copies_own && copies_early) std::memcpy(carry.self_to, carry.self_from, carry.self_bytes);
-  check_mpi(MPI_Wait(&requests[0], MPI_STATUS_IGNORE), who, "MPI_Wait");
+  check_mpi(MPI_Wait(&receives[0], MPI_STATUS_IGNORE), who, "MPI_Wait");
 
   // The same numbers on both ranks, combined as MPI_Allreduce would: the same verdict.
   std::uint64_t values[4] = {mine[0], mine[1], mine[2], mine[3]};
@@ -225,16 +255,105 @@ inline bool agree_pair(const agreement& a, comm_shape shape, MPI_Comm comm, cons
   const std::size_t following = theirs[4] != 0 && theirs[5] > inline_payload_bytes ? std::size_t(theirs[5]) : 0;
   if (following > 0 && !accepted) drain.resize(following);
   if (following > 0)
-    check_mpi(MPI_Irecv(accepted ? carry.arrival : static_cast<void*>(drain.data()), int(following), MPI_BYTE, peer,
-                        agreement_tag, comm, &payload),
+    check_mpi(MPI_Irecv(accepted ? carry.arrival_from(peer) : static_cast<void*>(drain.data()), int(following),
+                        MPI_BYTE, peer, agreement_tag, comm, &receives[1]),
               who, "MPI_Irecv");
   if (copies_own && !copies_early) std::memcpy(carry.self_to, carry.self_from, carry.self_bytes);
-  check_mpi(MPI_Wait(&payload, MPI_STATUS_IGNORE), who, "MPI_Wait");
-  check_mpi(MPI_Waitall(2, requests + 1, MPI_STATUSES_IGNORE), who, "MPI_Waitall");
+  check_mpi(MPI_Wait(&receives[1], MPI_STATUS_IGNORE), who, "MPI_Wait");
+  check_mpi(MPI_Waitall(2, sends, MPI_STATUSES_IGNORE), who, "MPI_Waitall");
   if (!accepted) throw_if_rejected(a, values, consistent, comm, who);
   if (both_offer && following == 0 && carry.arrival_bytes > 0)
-    std::memcpy(carry.arrival, theirs + header_words, carry.arrival_bytes);
+    std::memcpy(carry.arrival_from(peer), theirs + header_words, carry.arrival_bytes);
   return both_offer;
+}
+
+/// The agreement of three to max_pairwise_ranks ranks: every rank sends every other its
+/// header (as agree_pair's, with the payload bytes of that pair) and, where it offers a
+/// payload, that peer's block right behind it. Every rank combines the same p headers, so all
+/// reach the same verdict. The blocks land in place when every rank offered and the call is
+/// accepted; otherwise they are drained into scratch, so nothing is left for a later call to
+/// match and nothing of a peer's lands in a receive View. Returns whether the blocks moved.
+inline bool agree_pairwise(const agreement& a, comm_shape shape, MPI_Comm comm, const char* who) {
+  const int p = shape.size;
+  const auto row = [](int rank) { return std::size_t(rank) * header_words; };
+  const carried_payload& carry = a.carry;
+  const bool offers = !a.local_failure && carry.offered;
+  // Row j of `sent` is the header to peer j, row j of `received` the one from peer j. On the
+  // stack, as agree_pair's: allocations cost a measurable share of a small call.
+  std::uint64_t sent[max_pairwise_ranks * header_words];
+  std::uint64_t received[max_pairwise_ranks * header_words];
+  MPI_Request receives[2 * max_pairwise_ranks];  // headers, then payloads
+  MPI_Request sends[2 * max_pairwise_ranks];     // likewise
+  std::fill(std::begin(receives), std::end(receives), MPI_REQUEST_NULL);
+  std::fill(std::begin(sends), std::end(sends), MPI_REQUEST_NULL);
+  std::vector<std::byte> drain;  // payloads of a call that does not carry them; outlives `pending`
+  const pending_requests pending{receives, sends};
+  const auto peers = [&](auto&& each) {
+    for (int peer = 0; peer < p; ++peer)
+      if (peer != shape.rank) each(peer);
+  };
+  peers([&](int peer) {
+    check_mpi(MPI_Irecv(&received[row(peer)], int(header_words * sizeof(std::uint64_t)), MPI_BYTE, peer,
+                        agreement_tag, comm, &receives[std::size_t(peer)]),
+              who, "MPI_Irecv");
+  });
+  peers([&](int peer) {
+    std::uint64_t* header = &sent[row(peer)];
+    const std::uint64_t words[header_words] = {a.local_failure ? std::uint64_t(shape.rank) + 1 : 0,
+                                               a.fingerprint,
+                                               ~a.fingerprint,
+                                               a.pair_balance,
+                                               offers,
+                                               offers ? carry.send_bytes : 0,
+                                               offers ? carry.arrival_bytes : 0,
+                                               0};
+    std::memcpy(header, words, sizeof words);
+    check_mpi(MPI_Isend(header, int(sizeof words), MPI_BYTE, peer, agreement_tag, comm, &sends[std::size_t(peer)]),
+              who, "MPI_Isend");
+    if (offers && carry.send_bytes > 0)
+      check_mpi(MPI_Isend(carry.send_to(peer), int(carry.send_bytes), MPI_BYTE, peer, agreement_tag, comm,
+                          &sends[std::size_t(p + peer)]),
+                who, "MPI_Isend");
+  });
+  if (offers && carry.self_bytes > 0) std::memcpy(carry.self_to, carry.self_from, carry.self_bytes);
+  check_mpi(MPI_Waitall(p, receives, MPI_STATUSES_IGNORE), who, "MPI_Waitall");
+
+  // Every rank combines the same p headers, as MPI_Allreduce would: the same verdict.
+  std::uint64_t values[4] = {a.local_failure ? std::uint64_t(shape.rank) + 1 : 0, a.fingerprint, ~a.fingerprint,
+                             a.pair_balance};
+  bool every_rank_offers = offers;
+  bool sizes_match = true;  // what each peer sends is what this rank expects, and back
+  int four = 4;
+  peers([&](int peer) {
+    const std::uint64_t* theirs = &received[row(peer)];
+    agreement_reduce(&received[row(peer)], values, &four, nullptr);
+    every_rank_offers = every_rank_offers && theirs[4] != 0;
+    sizes_match = sizes_match && theirs[5] == carry.arrival_bytes && theirs[6] == carry.send_bytes;
+  });
+  const bool accepted = values[0] == 0 && values[1] == ~values[2] && values[3] == 0;
+  const bool carried = accepted && every_rank_offers && sizes_match;
+
+  // Every payload posted is received: into place if the blocks ride, else into scratch.
+  std::size_t drained = 0;
+  if (!carried) peers([&](int peer) { drained += received[row(peer) + 4] != 0 ? received[row(peer) + 5] : 0; });
+  drain.resize(drained);
+  std::size_t at = 0;
+  peers([&](int peer) {
+    const std::uint64_t* theirs = &received[row(peer)];
+    if (theirs[4] == 0 || theirs[5] == 0) return;
+    void* into = carried ? carry.arrival_from(peer) : static_cast<void*>(drain.data() + at);
+    if (!carried) at += theirs[5];
+    check_mpi(MPI_Irecv(into, int(theirs[5]), MPI_BYTE, peer, agreement_tag, comm, &receives[std::size_t(p + peer)]),
+              who, "MPI_Irecv");
+  });
+  check_mpi(MPI_Waitall(p, receives + p, MPI_STATUSES_IGNORE), who, "MPI_Waitall");
+  check_mpi(MPI_Waitall(2 * p, sends, MPI_STATUSES_IGNORE), who, "MPI_Waitall");
+  if (!accepted) throw_if_rejected(a, values, true, comm, who);
+  // An accepted call whose payload sizes differ between a pair: the pair balance matched by a
+  // 64-bit coincidence. This rank's blocks were drained, not written.
+  if (every_rank_offers && !sizes_match)
+    throw invalid_argument(std::string(who) + ": send and receive counts do not match between ranks; no data moved");
+  return carried;
 }
 
 /// The agreement itself. Throws the same verdict on every rank: the local failure where there
@@ -243,6 +362,7 @@ inline bool agree_pair(const agreement& a, comm_shape shape, MPI_Comm comm, cons
 inline bool agree(const agreement& a, MPI_Comm comm, const char* who) {
   const comm_shape shape = shape_of(comm, who);
   if (shape.size == 2) return agree_pair(a, shape, comm, who);
+  if (shape.size > 2 && shape.size <= max_pairwise_ranks) return agree_pairwise(a, shape, comm, who);
   std::uint64_t values[4] = {a.local_failure ? std::uint64_t(shape.rank) + 1 : 0, a.fingerprint, ~a.fingerprint,
                              a.pair_balance};
   MPI_Op op = MPI_OP_NULL;
