@@ -11,12 +11,13 @@
 // rank) is an invalid_argument on every rank before any data moves (docs/collectives.md).
 // send and recv must not overlap (there is no in-place form).
 //
-// Sync points as allreduce: fence `exec`, agree (one small MPI_Allreduce, plus one for a REL
-// bound), then p - 1 ring hops; the nonblocking form sends the first hop before it returns and
+// Sync points as allreduce: fence `exec`, agree (one small MPI_Allreduce, on two to four ranks
+// one message between every pair; plus one MPI_Allreduce for a REL bound), then p - 1 ring
+// hops; the nonblocking form sends the first hop before it returns and
 // advances hop by hop in test() and wait(). Raw mode (and a per-rank block too small to
-// compress, and one rank) is MPI_Allgather / MPI_Iallgather itself (on two ranks up to 1 MiB
-// rides the agreement's one message each way instead): with one rank recv is an exact copy
-// of send.
+// compress, and one rank) is MPI_Allgather / MPI_Iallgather itself (on two ranks up to 1 MiB,
+// on three and four up to 16 KiB per rank, rides the agreement's messages instead): with one
+// rank recv is an exact copy of send.
 
 #include <kompress/comm/allreduce.hpp>
 

@@ -13,8 +13,9 @@
 // rank) is an invalid_argument on every rank before any data moves (docs/collectives.md).
 //
 // Sync points: every call first fences `exec` (the input may be the output of work on it),
-// then agrees on the arguments with one small MPI_Allreduce (a REL bound adds one more for the
-// global value range), both blocking, nonblocking forms too. The blocking form returns with
+// then agrees on the arguments with one small MPI_Allreduce (on two to four ranks one message
+// between every pair instead; a REL bound adds one MPI_Allreduce for the global value range),
+// both blocking, nonblocking forms too. The blocking form returns with
 // the result in `recv`; the nonblocking form compresses the first hop before it returns and
 // advances hop by hop in test() and wait(); each hop's codec work waits for `exec`. Raw mode
 // is MPI_Allreduce / MPI_Iallreduce itself, but on two ranks, where up to 1 MiB rides the

@@ -6,8 +6,8 @@
 //
 // Sync points: every call first fences `exec` (the send View may be the output of work on
 // it), then agrees on the arguments with one small MPI_Allreduce (blocking, nonblocking forms
-// too; on two ranks one message each way, which carries a small raw call's blocks and then is
-// the whole call), then compresses every outgoing block before it returns (each compression
+// too; on two to four ranks one message between every pair, which carries a small raw call's
+// blocks and then is the whole call), then compresses every outgoing block before it returns (each compression
 // waits for `exec`). The blocking forms also wait for every message, decompress and fence `exec` before
 // returning. The nonblocking forms return a kompress::request whose wait() receives,
 // decompresses and fences `exec`. Views must be in host-accessible memory and stay alive until
@@ -97,7 +97,8 @@ inline void require_int_displacements(const exchange_layout& layout, const char*
 
 /// What an alltoall(v)'s agreement settled: the communicator's shape, the wire rule, the
 /// layout (checked on every rank), the workspace slot (nullptr without a workspace) and whether
-/// the data moved with the agreement (two ranks, raw and small: the peer's block is in place).
+/// the data moved with the agreement (two to four ranks, raw and small: the peers' blocks are in
+/// place).
 struct agreed_exchange {
   comm_shape shape;
   wire_rule rule;

@@ -15,9 +15,10 @@
 // rank) is an invalid_argument on every rank before any data moves (docs/collectives.md).
 // send and recv must not overlap (there is no in-place form).
 //
-// Sync points as allreduce: fence `exec`, agree (one small MPI_Allreduce, plus one for a REL
-// bound), then p - 1 ring hops; the nonblocking form sends the first hop before it returns and
-// advances hop by hop in test() and wait(). Raw mode (and a block too small to compress, and
+// Sync points as allreduce: fence `exec`, agree (one small MPI_Allreduce or, on two to four
+// ranks, one message between every pair; plus one MPI_Allreduce for a REL bound), then p - 1
+// ring hops; the nonblocking form sends the first hop before it returns and advances hop by hop
+// in test() and wait(). Raw mode (and a block too small to compress, and
 // one rank) is MPI_Reduce_scatter_block / MPI_Ireduce_scatter_block itself (on two ranks up
 // to 1 MiB rides the agreement's one message each way instead): with one rank recv is an exact
 // copy of send.
