@@ -266,7 +266,7 @@ TEST_CASE("a rejected call throws on every rank and moves nothing, whichever ran
   const int p = size_of(), me = rank_of();
   const bool last = me == p - 1;
   if (p == 1) return;  // nothing to disagree with
-  // Sizes inside the agreement message and after it.
+  // Sizes inside the agreement message and after it (on three and four ranks, 1000 rides).
   for (const std::size_t n : {std::size_t(1000), std::size_t(20000)}) {
     CAPTURE(n);
     {  // allgather: one rank passes more values (both offer, of different sizes)
@@ -276,6 +276,17 @@ TEST_CASE("a rejected call throws on every rank and moves nothing, whichever ran
       CHECK_THROWS_WITH_AS(kompress::allgather(host{}, send, got, MPI_COMM_WORLD, raw),
                            doctest::Contains("disagree on the element count"), kompress::invalid_argument);
       CHECK(untouched_but_own_block(got, mine * me, mine, send.data()));
+      allgather_still_works(n);
+    }
+    {  // allgather: the last rank's arguments fail its own checks (it offers nothing); the others offer
+      kompress::collective_options options = raw;
+      if (last) options.codec.bound = kompress::absolute(-1.0);
+      const auto send = make_data<float>(n, me);
+      auto got = untouched(n * p);
+      CHECK_THROWS_WITH_AS(kompress::allgather(host{}, send, got, MPI_COMM_WORLD, options),
+                           doctest::Contains(last ? "error bound" : "rejected its arguments"),
+                           kompress::invalid_argument);
+      CHECK(untouched_but_own_block(got, n * me, n, send.data()));
       allgather_still_works(n);
     }
     {  // allreduce: the last rank compresses (offers nothing), the others send raw (offer)
