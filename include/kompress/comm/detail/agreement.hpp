@@ -181,6 +181,19 @@ inline void throw_if_rejected(const agreement& a, const std::uint64_t (&values)[
   if (!consistent) throw invalid_argument(disagree);
 }
 
+/// Writes this rank's agreement message header (header_words words) to `out`.
+inline void write_header(const agreement& a, comm_shape shape, bool offers, std::uint64_t* out) {
+  const std::uint64_t words[header_words] = {a.local_failure ? std::uint64_t(shape.rank) + 1 : 0,
+                                             a.fingerprint,
+                                             ~a.fingerprint,
+                                             a.pair_balance,
+                                             offers,
+                                             offers ? a.carry.send_bytes : 0,
+                                             offers ? a.carry.arrival_bytes : 0,
+                                             0};
+  std::memcpy(out, words, sizeof words);
+}
+
 /// Should an MPI call fail midway through an agreement, no receive may land in its frame once
 /// that is gone: the pending receives are cancelled and completed, the pending sends left to
 /// MPI. (On every other path all requests have completed by then, and this does nothing.)
@@ -213,17 +226,9 @@ inline bool agree_pair(const agreement& a, comm_shape shape, MPI_Comm comm, cons
   // and their page faults cost more than a small exchange itself.
   std::uint64_t mine[message_words];
   std::uint64_t theirs[message_words];
-  const std::uint64_t header[header_words] = {a.local_failure ? std::uint64_t(shape.rank) + 1 : 0,
-                                              a.fingerprint,
-                                              ~a.fingerprint,
-                                              a.pair_balance,
-                                              offers,
-                                              offers ? carry.send_bytes : 0,
-                                              offers ? carry.arrival_bytes : 0,
-                                              0};
-  std::memcpy(mine, header, sizeof header);
+  write_header(a, shape, offers, mine);
   if (inline_send && carry.send_bytes > 0) std::memcpy(mine + header_words, carry.send_to(peer), carry.send_bytes);
-  const int message_bytes = int(sizeof header + (inline_send ? carry.send_bytes : 0));
+  const int message_bytes = int(header_words * sizeof(std::uint64_t) + (inline_send ? carry.send_bytes : 0));
 
   MPI_Request receives[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // header, payload
   MPI_Request sends[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};     // likewise
@@ -268,7 +273,7 @@ inline bool agree_pair(const agreement& a, comm_shape shape, MPI_Comm comm, cons
 }
 
 /// The agreement of three to max_pairwise_ranks ranks: every rank sends every other its
-/// header (as agree_pair's, with the payload bytes of that pair) and, where it offers a
+/// header (as agree_pair's; every pair's blocks are one size) and, where it offers a
 /// payload, that peer's block right behind it. Every rank combines the same p headers, so all
 /// reach the same verdict. The blocks land in place when every rank offered and the call is
 /// accepted; otherwise they are drained into scratch, so nothing is left for a later call to
@@ -278,10 +283,12 @@ inline bool agree_pairwise(const agreement& a, comm_shape shape, MPI_Comm comm, 
   const auto row = [](int rank) { return std::size_t(rank) * header_words; };
   const carried_payload& carry = a.carry;
   const bool offers = !a.local_failure && carry.offered;
-  // Row j of `sent` is the header to peer j, row j of `received` the one from peer j. On the
-  // stack, as agree_pair's: allocations cost a measurable share of a small call.
-  std::uint64_t sent[max_pairwise_ranks * header_words];
+  // The same header goes to every peer (the blocks are one size); row j of `received` is the
+  // one from peer j. On the stack, as agree_pair's: allocations cost a measurable share of a
+  // small call.
+  std::uint64_t header[header_words];
   std::uint64_t received[max_pairwise_ranks * header_words];
+  write_header(a, shape, offers, header);
   MPI_Request receives[2 * max_pairwise_ranks];  // headers, then payloads
   MPI_Request sends[2 * max_pairwise_ranks];     // likewise
   std::fill(std::begin(receives), std::end(receives), MPI_REQUEST_NULL);
@@ -298,17 +305,7 @@ inline bool agree_pairwise(const agreement& a, comm_shape shape, MPI_Comm comm, 
               who, "MPI_Irecv");
   });
   peers([&](int peer) {
-    std::uint64_t* header = &sent[row(peer)];
-    const std::uint64_t words[header_words] = {a.local_failure ? std::uint64_t(shape.rank) + 1 : 0,
-                                               a.fingerprint,
-                                               ~a.fingerprint,
-                                               a.pair_balance,
-                                               offers,
-                                               offers ? carry.send_bytes : 0,
-                                               offers ? carry.arrival_bytes : 0,
-                                               0};
-    std::memcpy(header, words, sizeof words);
-    check_mpi(MPI_Isend(header, int(sizeof words), MPI_BYTE, peer, agreement_tag, comm, &sends[std::size_t(peer)]),
+    check_mpi(MPI_Isend(header, int(sizeof header), MPI_BYTE, peer, agreement_tag, comm, &sends[std::size_t(peer)]),
               who, "MPI_Isend");
     if (offers && carry.send_bytes > 0)
       check_mpi(MPI_Isend(carry.send_to(peer), int(carry.send_bytes), MPI_BYTE, peer, agreement_tag, comm,
@@ -319,8 +316,7 @@ inline bool agree_pairwise(const agreement& a, comm_shape shape, MPI_Comm comm, 
   check_mpi(MPI_Waitall(p, receives, MPI_STATUSES_IGNORE), who, "MPI_Waitall");
 
   // Every rank combines the same p headers, as MPI_Allreduce would: the same verdict.
-  std::uint64_t values[4] = {a.local_failure ? std::uint64_t(shape.rank) + 1 : 0, a.fingerprint, ~a.fingerprint,
-                             a.pair_balance};
+  std::uint64_t values[4] = {header[0], header[1], header[2], header[3]};
   bool every_rank_offers = offers;
   bool sizes_match = true;  // what each peer sends is what this rank expects, and back
   int four = 4;
@@ -358,7 +354,8 @@ inline bool agree_pairwise(const agreement& a, comm_shape shape, MPI_Comm comm, 
 
 /// The agreement itself. Throws the same verdict on every rank: the local failure where there
 /// was one, else an invalid_argument naming what differs. Returns whether the carried payloads
-/// were exchanged with it (two ranks, both offered one, accepted): then the call's data moved.
+/// were exchanged with it (two to four ranks, every rank offered one, accepted): then the
+/// call's data moved.
 inline bool agree(const agreement& a, MPI_Comm comm, const char* who) {
   const comm_shape shape = shape_of(comm, who);
   if (shape.size == 2) return agree_pair(a, shape, comm, who);
