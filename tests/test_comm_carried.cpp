@@ -88,16 +88,20 @@ using kompress::test::size_of;
 const kompress::collective_options raw{.mode = kompress::transfer_mode::raw};
 
 /// Element counts per message around the limits: empty, one value, inside the agreement message
-/// (up to and at inline_payload_bytes), just after it, at and after the limit of three and four
-/// ranks, and at and beyond max_carried_bytes.
+/// (on three and four ranks up to and at pairwise_inline_bytes, on two inline_payload_bytes),
+/// just after it, at and after the limit of three and four ranks, and at and beyond
+/// max_carried_bytes.
 template <class T>
 std::vector<std::size_t> counts_around_limits() {
   using kompress::detail::inline_payload_bytes;
   using kompress::detail::max_carried_bytes;
   using kompress::detail::max_pairwise_carried_bytes;
+  using kompress::detail::pairwise_inline_bytes;
   return {0,
           1,
           1000,
+          pairwise_inline_bytes / sizeof(T),
+          pairwise_inline_bytes / sizeof(T) + 1,
           inline_payload_bytes / sizeof(T),
           inline_payload_bytes / sizeof(T) + 1,
           max_pairwise_carried_bytes / sizeof(T),
@@ -134,7 +138,7 @@ void check_carried(std::size_t payload_bytes, carried_on where, Call&& call) {
   constexpr long header_bytes = 64;
   const bool rides = payload_bytes <= carried_up_to(p) && (p == 2 || where == carried_on::up_to_pairwise_ranks);
   if (rides) {
-    const bool one_message = payload_bytes == 0 || (p == 2 && payload_bytes <= kompress::detail::inline_payload_bytes);
+    const bool one_message = payload_bytes <= (p == 2 ? kompress::detail::inline_payload_bytes : 4096);
     CHECK(calls.collectives == 0);
     CHECK(calls.data_messages == 0);
     CHECK(calls.agreement_messages == peers * (one_message ? 1 : 2));
@@ -266,8 +270,9 @@ TEST_CASE("a rejected call throws on every rank and moves nothing, whichever ran
   const int p = size_of(), me = rank_of();
   const bool last = me == p - 1;
   if (p == 1) return;  // nothing to disagree with
-  // Sizes inside the agreement message and after it (on three and four ranks, 1000 rides).
-  for (const std::size_t n : {std::size_t(1000), std::size_t(20000)}) {
+  // Sizes inside the agreement message and after it: on two ranks 1000 values inside, 2000 and
+  // 20000 after; on three and four 1000 inside, 2000 after, 20000 not riding.
+  for (const std::size_t n : {std::size_t(1000), std::size_t(2000), std::size_t(20000)}) {
     CAPTURE(n);
     {  // allgather: one rank passes more values (both offer, of different sizes)
       const std::size_t mine = last ? n + 1 : n;

@@ -98,6 +98,9 @@ inline constexpr std::size_t max_carried_bytes = std::size_t(1) << 20;
 /// The same on three or four ranks, where MPI's own alltoall beat the headers and then the
 /// blocks at 64 KiB per peer (docs/performance.md, "Three and four ranks").
 inline constexpr std::size_t max_pairwise_carried_bytes = 16 * 1024;
+/// On three or four ranks up to this many bytes ride inside each header's message (a larger
+/// block follows it as a message of its own).
+inline constexpr std::size_t pairwise_inline_bytes = 4 * 1024;
 /// Up to this many ranks every rank sends its agreement message to every other; beyond, one
 /// MPI_Allreduce costs less than p - 1 messages each way (on eight ranks the pairs slowed a
 /// 4 KiB allreduce by 12%).
@@ -273,82 +276,95 @@ inline bool agree_pair(const agreement& a, comm_shape shape, MPI_Comm comm, cons
 }
 
 /// The agreement of three to max_pairwise_ranks ranks: every rank sends every other its
-/// header (as agree_pair's; every pair's blocks are one size) and, where it offers a
-/// payload, that peer's block right behind it. Every rank combines the same p headers, so all
-/// reach the same verdict. The blocks land in place when every rank offered and the call is
-/// accepted; otherwise they are drained into scratch, so nothing is left for a later call to
-/// match and nothing of a peer's lands in a receive View. Returns whether the blocks moved.
+/// header (as agree_pair's; every pair's blocks are one size) with, where it offers a payload,
+/// that peer's block inside the same message up to pairwise_inline_bytes, else right behind it.
+/// Every rank combines the same p headers, so all reach the same verdict. The blocks land in
+/// place when every rank offered and the call is accepted; otherwise they are drained, so
+/// nothing is left for a later call to match and nothing of a peer's lands in a receive View.
+/// Returns whether the blocks moved.
 inline bool agree_pairwise(const agreement& a, comm_shape shape, MPI_Comm comm, const char* who) {
+  constexpr std::size_t message_words = header_words + pairwise_inline_bytes / sizeof(std::uint64_t);
+  constexpr int message_capacity = int(message_words * sizeof(std::uint64_t));
   const int p = shape.size;
-  const auto row = [](int rank) { return std::size_t(rank) * header_words; };
   const carried_payload& carry = a.carry;
   const bool offers = !a.local_failure && carry.offered;
-  // The same header goes to every peer (the blocks are one size); row j of `received` is the
-  // one from peer j. On the stack, as agree_pair's: allocations cost a measurable share of a
-  // small call.
-  std::uint64_t header[header_words];
-  std::uint64_t received[max_pairwise_ranks * header_words];
-  write_header(a, shape, offers, header);
-  MPI_Request receives[2 * max_pairwise_ranks];  // headers, then payloads
+  const bool inline_send = offers && carry.send_bytes <= pairwise_inline_bytes;
+  const int message_bytes = int(header_words * sizeof(std::uint64_t) + (inline_send ? carry.send_bytes : 0));
+  // Slot k - 1 holds the messages to and from the peer k ranks on (k = 1 .. p - 1). Every
+  // receive has room for a header and an inline block, whatever the peer offers. On the stack,
+  // as agree_pair's: allocations cost a measurable share of a small call.
+  const auto peer_at = [&](int slot) { return (shape.rank + slot + 1) % p; };
+  std::uint64_t outgoing[max_pairwise_ranks - 1][message_words];
+  std::uint64_t incoming[max_pairwise_ranks - 1][message_words];
+  // allgather sends every peer the same block: one message serves them all.
+  const bool one_message = carry.send_stride == 0;
+  MPI_Request receives[2 * max_pairwise_ranks];  // messages, then payloads that follow them
   MPI_Request sends[2 * max_pairwise_ranks];     // likewise
   std::fill(std::begin(receives), std::end(receives), MPI_REQUEST_NULL);
   std::fill(std::begin(sends), std::end(sends), MPI_REQUEST_NULL);
   std::vector<std::byte> drain;  // payloads of a call that does not carry them; outlives `pending`
   const pending_requests pending{receives, sends};
-  const auto peers = [&](auto&& each) {
-    for (int peer = 0; peer < p; ++peer)
-      if (peer != shape.rank) each(peer);
-  };
-  peers([&](int peer) {
-    check_mpi(MPI_Irecv(&received[row(peer)], int(header_words * sizeof(std::uint64_t)), MPI_BYTE, peer,
-                        agreement_tag, comm, &receives[std::size_t(peer)]),
+  for (int slot = 0; slot < p - 1; ++slot)
+    check_mpi(MPI_Irecv(incoming[slot], message_capacity, MPI_BYTE, peer_at(slot), agreement_tag, comm,
+                        &receives[slot]),
               who, "MPI_Irecv");
-  });
-  peers([&](int peer) {
-    check_mpi(MPI_Isend(header, int(sizeof header), MPI_BYTE, peer, agreement_tag, comm, &sends[std::size_t(peer)]),
-              who, "MPI_Isend");
-    if (offers && carry.send_bytes > 0)
+  for (int slot = 0; slot < p - 1; ++slot) {
+    const int peer = peer_at(slot);
+    std::uint64_t* message = outgoing[one_message ? 0 : slot];
+    if (slot == 0 || !one_message) {
+      write_header(a, shape, offers, message);
+      if (inline_send && carry.send_bytes > 0)
+        std::memcpy(message + header_words, carry.send_to(peer), carry.send_bytes);
+    }
+    check_mpi(MPI_Isend(message, message_bytes, MPI_BYTE, peer, agreement_tag, comm, &sends[slot]), who, "MPI_Isend");
+    if (offers && !inline_send)
       check_mpi(MPI_Isend(carry.send_to(peer), int(carry.send_bytes), MPI_BYTE, peer, agreement_tag, comm,
-                          &sends[std::size_t(p + peer)]),
+                          &sends[p + slot]),
                 who, "MPI_Isend");
-  });
+  }
   if (offers && carry.self_bytes > 0) std::memcpy(carry.self_to, carry.self_from, carry.self_bytes);
-  check_mpi(MPI_Waitall(p, receives, MPI_STATUSES_IGNORE), who, "MPI_Waitall");
+  check_mpi(MPI_Waitall(p - 1, receives, MPI_STATUSES_IGNORE), who, "MPI_Waitall");
 
   // Every rank combines the same p headers, as MPI_Allreduce would: the same verdict.
-  std::uint64_t values[4] = {header[0], header[1], header[2], header[3]};
+  std::uint64_t values[4] = {outgoing[0][0], outgoing[0][1], outgoing[0][2], outgoing[0][3]};
   bool every_rank_offers = offers;
   bool sizes_match = true;  // what each peer sends is what this rank expects, and back
   int four = 4;
-  peers([&](int peer) {
-    const std::uint64_t* theirs = &received[row(peer)];
-    agreement_reduce(&received[row(peer)], values, &four, nullptr);
+  for (int slot = 0; slot < p - 1; ++slot) {
+    const std::uint64_t* theirs = incoming[slot];
+    agreement_reduce(incoming[slot], values, &four, nullptr);
     every_rank_offers = every_rank_offers && theirs[4] != 0;
     sizes_match = sizes_match && theirs[5] == carry.arrival_bytes && theirs[6] == carry.send_bytes;
-  });
+  }
   const bool accepted = values[0] == 0 && values[1] == ~values[2] && values[3] == 0;
   const bool carried = accepted && every_rank_offers && sizes_match;
 
-  // Every payload posted is received: into place if the blocks ride, else into scratch.
+  // Every payload that follows a message is received: into place if the blocks ride, else
+  // into scratch. Inline ones are copied into place below.
+  const auto follows = [&](int slot) { return incoming[slot][4] != 0 && incoming[slot][5] > pairwise_inline_bytes; };
   std::size_t drained = 0;
-  if (!carried) peers([&](int peer) { drained += received[row(peer) + 4] != 0 ? received[row(peer) + 5] : 0; });
+  for (int slot = 0; slot < p - 1; ++slot)
+    if (!carried && follows(slot)) drained += incoming[slot][5];
   drain.resize(drained);
   std::size_t at = 0;
-  peers([&](int peer) {
-    const std::uint64_t* theirs = &received[row(peer)];
-    if (theirs[4] == 0 || theirs[5] == 0) return;
+  for (int slot = 0; slot < p - 1; ++slot) {
+    if (!follows(slot)) continue;
+    const int peer = peer_at(slot);
     void* into = carried ? carry.arrival_from(peer) : static_cast<void*>(drain.data() + at);
-    if (!carried) at += theirs[5];
-    check_mpi(MPI_Irecv(into, int(theirs[5]), MPI_BYTE, peer, agreement_tag, comm, &receives[std::size_t(p + peer)]),
-              who, "MPI_Irecv");
-  });
-  check_mpi(MPI_Waitall(p, receives + p, MPI_STATUSES_IGNORE), who, "MPI_Waitall");
+    if (!carried) at += incoming[slot][5];
+    check_mpi(MPI_Irecv(into, int(incoming[slot][5]), MPI_BYTE, peer, agreement_tag, comm, &receives[p + slot]), who,
+              "MPI_Irecv");
+  }
+  check_mpi(MPI_Waitall(p - 1, receives + p, MPI_STATUSES_IGNORE), who, "MPI_Waitall");
   check_mpi(MPI_Waitall(2 * p, sends, MPI_STATUSES_IGNORE), who, "MPI_Waitall");
   if (!accepted) throw_if_rejected(a, values, true, comm, who);
   // An accepted call whose payload sizes differ between a pair: the pair balance matched by a
   // 64-bit coincidence. This rank's blocks were drained, not written.
   if (every_rank_offers && !sizes_match)
     throw invalid_argument(std::string(who) + ": send and receive counts do not match between ranks; no data moved");
+  if (carried && carry.arrival_bytes > 0 && carry.arrival_bytes <= pairwise_inline_bytes)
+    for (int slot = 0; slot < p - 1; ++slot)
+      std::memcpy(carry.arrival_from(peer_at(slot)), incoming[slot] + header_words, carry.arrival_bytes);
   return carried;
 }
 
