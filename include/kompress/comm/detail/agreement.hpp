@@ -11,8 +11,8 @@
 // rides in it (docs/collectives.md, "Two ranks: the data rides the agreement"): then the
 // agreement is the whole collective, one message each way, as plain MPI's. On three to
 // max_pairwise_ranks ranks every rank sends its numbers to every other, and a small raw
-// alltoall or allgather sends each peer's block right behind them: one round of messages, as a
-// direct alltoall. On more ranks the numbers are combined by one small MPI_Allreduce.
+// alltoall or allgather sends each peer's block with them: one round of messages, as a direct
+// alltoall. On more ranks the numbers are combined by one small MPI_Allreduce.
 
 #include <kompress/detail/mpi.hpp>
 #include <kompress/error.hpp>
