@@ -9,10 +9,11 @@
 // too; on two to four ranks one message between every pair, which carries a small raw call's
 // blocks and then is the whole call), then compresses every outgoing block before it returns
 // (each compression waits for `exec`). The blocking forms also wait for every message,
-// decompress and fence `exec` before returning. The nonblocking forms return a kompress::request whose wait() receives,
-// decompresses and fences `exec`. Views must be in host-accessible memory and stay alive until
-// the request completes (the request holds references to them). Bad arguments on any rank
-// throw invalid_argument on every rank before any data moves.
+// decompress and fence `exec` before returning. The nonblocking forms return a
+// kompress::request whose wait() receives, decompresses and fences `exec`. Views must be in
+// host-accessible memory and stay alive until the request completes (the request holds
+// references to them). Bad arguments on any rank throw invalid_argument on every rank before
+// any data moves.
 
 #include <kompress/comm/detail/engine.hpp>
 #include <kompress/comm/detail/mpi_operation.hpp>
