@@ -121,16 +121,14 @@ inline bool allreduce_sends_raw(const agreed_ring& agreed, std::size_t bytes) {
   return agreed.shape.size == 1 || !agreed.rule.may_compress(bytes / std::size_t(agreed.shape.size));
 }
 
-/// Whether a one-shot ring collective on two ranks, raw, of `bytes` per message, offers its
-/// data to the agreement.
-inline bool ring_carries(const agreed_ring& agreed, bool sends_raw, bool persistent, std::size_t bytes) {
-  return agreed.shape.size == 2 && sends_raw && !persistent && bytes <= max_carried_bytes;
-}
-
-/// The same on two to max_pairwise_ranks ranks, for a collective whose every rank sends every
-/// other the same block (allgather): there the agreement between pairs carries it.
+/// Whether a one-shot ring collective, raw, of `bytes` per message, offers its data to the
+/// agreement between pairs (on two to max_pairwise_ranks ranks, up to carried_limit). allgather
+/// offers wherever the pairs agree; the sums only on two ranks (ring_carries).
 inline bool pairwise_carries(const agreed_ring& agreed, bool sends_raw, bool persistent, std::size_t bytes) {
   return agreed.shape.size >= 2 && sends_raw && !persistent && bytes <= carried_limit(agreed.shape.size);
+}
+inline bool ring_carries(const agreed_ring& agreed, bool sends_raw, bool persistent, std::size_t bytes) {
+  return agreed.shape.size == 2 && pairwise_carries(agreed, sends_raw, persistent, bytes);
 }
 
 /// allreduce's prologue: fence, check locally, agree. On two ranks a raw call of at most

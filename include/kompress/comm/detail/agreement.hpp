@@ -65,7 +65,7 @@ inline std::uint64_t pair_term(int from, int to, std::uint64_t count) {
 
 /// Values a call sends with its agreement messages instead of after them: this rank's raw
 /// block to each peer and where each peer's lands. Only a call that sends raw data of at most
-/// `max_carried_bytes` per message offers one; it rides only if every rank offers its own and
+/// carried_limit(ranks) per message offers one; it rides only if every rank offers its own and
 /// the ranks agree. The block to peer j is `send_bytes` at send + j * send_stride, the one from
 /// peer j lands at arrival + j * arrival_stride (on two ranks the strides are 0 and the
 /// addresses the one peer's).
