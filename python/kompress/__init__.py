@@ -38,14 +38,15 @@ __all__ = [
     "compress", "compress_into", "decompress", "inspect", "max_compressed_size",
     "alltoall", "ialltoall", "alltoallv", "ialltoallv", "allreduce", "iallreduce",
     "allgather", "iallgather", "reduce_scatter", "ireduce_scatter",
+    "alltoall_init", "alltoallv_init", "allreduce_init", "allgather_init", "reduce_scatter_init", "PersistentRequest",
     "measure_cost_model", "Stash", "EmbeddingExchange",
     "Error", "InvalidArgument", "FormatError", "BudgetExceeded", "InvalidHandle",
     "Report", "Request", "StreamInfo", "CostModel", "StashStats", "StashEntryInfo", "StashHandle",
 ]
 
 # --- Kokkos: initialised here unless the host program did, finalised at exit ----------------
-# Objects that hold Kokkos memory (stashes, exchanges) are closed first, whatever Python
-# still references at exit: a View must never outlive Kokkos.
+# Objects that hold Kokkos memory (stashes, exchanges, persistent requests) are closed first,
+# whatever Python still references at exit: a View must never outlive Kokkos.
 _closables: "_weakref.WeakSet" = _weakref.WeakSet()
 
 
@@ -56,9 +57,10 @@ def _kokkos_threads() -> int:
 
 
 def _finalize() -> None:
-    # Whatever still holds Kokkos memory: stashes and exchanges are closed; a nonblocking
-    # request Python still references keeps Kokkos from being finalised (the process is ending:
-    # leaving Kokkos up is harmless, freeing a View after finalize would abort).
+    # Whatever still holds Kokkos memory: stashes, exchanges and persistent requests are
+    # closed; a nonblocking request Python still references keeps Kokkos from being finalised
+    # (the process is ending: leaving Kokkos up is harmless, freeing a View after finalize would
+    # abort).
     import gc
     gc.collect()
     for obj in list(_closables):
@@ -305,6 +307,118 @@ def ireduce_scatter(send, recv, comm=None, *, abs=None, rel=None, mode="compress
 
 for _f in (alltoall, ialltoall, alltoallv, ialltoallv, allreduce, iallreduce, allgather, iallgather, reduce_scatter,
            ireduce_scatter):
+    _f.__doc__ = (_f.__doc__ or "") + _collective_doc
+
+
+# --- persistent collectives ------------------------------------------------------------------
+
+class PersistentRequest:
+    """A collective set up once and run many times: C++'s kompress::persistent_request, MPI-4's
+    ``MPI_Allreduce_init`` + ``MPI_Start`` + ``MPI_Wait`` for kompress. Made by the ``*_init``
+    functions, which check the arguments and agree on them across the ranks once; each round
+    then runs only the data collective, on the values ``send`` holds when it starts. That is
+    what takes the per-call agreement off small calls (docs/collectives.md, "Persistent
+    collectives"). Keeps both arrays alive until closed; a context manager closes it.
+    """
+
+    def __init__(self, impl):
+        self._impl = impl
+        _closables.add(self)
+
+    def start(self) -> None:
+        """Begins a round (collective: every rank starts its request). InvalidArgument if the
+        previous round was not completed by wait() or test()."""
+        self._impl.start()
+
+    def wait(self) -> Report:
+        """Completes the round (blocks, GIL released): ``recv`` holds the result."""
+        return self._impl.wait()
+
+    def test(self) -> bool:
+        """Advances the round without blocking; True once ``recv`` holds the result."""
+        return self._impl.test()
+
+    def run(self) -> Report:
+        """A whole round in one blocking call: start() and wait(), but a raw transfer is MPI's
+        blocking collective itself (faster than its persistent form at small sizes)."""
+        return self._impl.run()
+
+    @property
+    def report(self) -> Report:
+        """The last round's Report."""
+        return self._impl.report()
+
+    @property
+    def active(self) -> bool:
+        """Started and not yet completed."""
+        return self._impl.active
+
+    @property
+    def closed(self) -> bool:
+        return self._impl.closed
+
+    def close(self) -> None:
+        """Frees the request (an active round is completed first; collective then, as wait())."""
+        self._impl.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def alltoall_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
+                  measure_error=False, cost=None) -> PersistentRequest:
+    """Persistent alltoall: checks and agrees once (collective); each round as ``alltoall``."""
+    who = "kompress.alltoall_init"
+    send, recv = _host(send, who), _host(recv, who)
+    return PersistentRequest(_ext._alltoall_init(
+        send, recv, _comm_handle(comm, who), _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost),
+        send, recv))
+
+
+def alltoallv_init(send, send_counts, send_displs, recv, recv_counts, recv_displs, comm=None, *, abs=None, rel=None,
+                   mode="compressed", block_size=32, measure_error=False, cost=None) -> PersistentRequest:
+    """Persistent alltoallv: counts and displacements fixed at init; each round as ``alltoallv``."""
+    who = "kompress.alltoallv_init"
+    send, recv = _host(send, who), _host(recv, who)
+    return PersistentRequest(_ext._alltoallv_init(
+        send, _counts(send_counts), _counts(send_displs), recv, _counts(recv_counts), _counts(recv_displs),
+        _comm_handle(comm, who), _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost), send, recv))
+
+
+def allreduce_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
+                   reduction="recompress", block_size=32, measure_error=False, cost=None) -> PersistentRequest:
+    """Persistent allreduce (one array twice for in place); each round as ``allreduce``."""
+    who = "kompress.allreduce_init"
+    send, recv = _host(send, who), _host(recv, who)
+    return PersistentRequest(_ext._allreduce_init(
+        send, recv, _comm_handle(comm, who),
+        _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction), send, recv))
+
+
+def allgather_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
+                   measure_error=False, cost=None) -> PersistentRequest:
+    """Persistent allgather; each round as ``allgather``."""
+    who = "kompress.allgather_init"
+    send, recv = _host(send, who), _host(recv, who)
+    return PersistentRequest(_ext._allgather_init(
+        send, recv, _comm_handle(comm, who), _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost),
+        send, recv))
+
+
+def reduce_scatter_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
+                        reduction="recompress", block_size=32, measure_error=False, cost=None) -> PersistentRequest:
+    """Persistent reduce_scatter; each round as ``reduce_scatter``."""
+    who = "kompress.reduce_scatter_init"
+    send, recv = _host(send, who), _host(recv, who)
+    return PersistentRequest(_ext._reduce_scatter_init(
+        send, recv, _comm_handle(comm, who),
+        _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction), send, recv))
+
+
+for _f in (alltoall_init, alltoallv_init, allreduce_init, allgather_init, reduce_scatter_init):
     _f.__doc__ = (_f.__doc__ or "") + _collective_doc
 
 

@@ -411,24 +411,32 @@ struct alltoall_calls {
   static constexpr const char* nonblocking_name = "kompress.ialltoall";
   static auto blocking(const auto&... args) { return kompress::alltoall(args...); }
   static auto nonblocking(const auto&... args) { return kompress::ialltoall(args...); }
+  static constexpr const char* init_name = "kompress.alltoall_init";
+  static auto init(const auto&... args) { return kompress::alltoall_init(args...); }
 };
 struct allreduce_calls {
   static constexpr const char* blocking_name = "kompress.allreduce";
   static constexpr const char* nonblocking_name = "kompress.iallreduce";
   static auto blocking(const auto&... args) { return kompress::allreduce(args...); }
   static auto nonblocking(const auto&... args) { return kompress::iallreduce(args...); }
+  static constexpr const char* init_name = "kompress.allreduce_init";
+  static auto init(const auto&... args) { return kompress::allreduce_init(args...); }
 };
 struct allgather_calls {
   static constexpr const char* blocking_name = "kompress.allgather";
   static constexpr const char* nonblocking_name = "kompress.iallgather";
   static auto blocking(const auto&... args) { return kompress::allgather(args...); }
   static auto nonblocking(const auto&... args) { return kompress::iallgather(args...); }
+  static constexpr const char* init_name = "kompress.allgather_init";
+  static auto init(const auto&... args) { return kompress::allgather_init(args...); }
 };
 struct reduce_scatter_calls {
   static constexpr const char* blocking_name = "kompress.reduce_scatter";
   static constexpr const char* nonblocking_name = "kompress.ireduce_scatter";
   static auto blocking(const auto&... args) { return kompress::reduce_scatter(args...); }
   static auto nonblocking(const auto&... args) { return kompress::ireduce_scatter(args...); }
+  static constexpr const char* init_name = "kompress.reduce_scatter_init";
+  static auto init(const auto&... args) { return kompress::reduce_scatter_init(args...); }
 };
 
 nb::object alltoallv(const in_array& send, const std::vector<std::int64_t>& send_counts,
@@ -451,6 +459,99 @@ nb::object alltoallv(const in_array& send, const std::vector<std::int64_t>& send
         return kompress::ialltoallv(exec_space{}, view_of<T>(send), send_counts, send_displs, view_of<T>(recv),
                                   recv_counts, recv_displs, comm_of(comm), options);
       });
+}
+
+/// A persistent collective (kompress::*_init): the request and the arrays every round reads
+/// and writes, kept alive as long as it is. Closable: the package closes every one before it
+/// finalises Kokkos (the request may own Views and a duplicated communicator).
+class py_persistent_request {
+ public:
+  py_persistent_request(kompress::persistent_request request, std::vector<nb::object> keep_alive)
+      : request_(std::in_place, std::move(request)), keep_alive_(std::move(keep_alive)) {}
+  py_persistent_request(const py_persistent_request&) = delete;
+  py_persistent_request& operator=(const py_persistent_request&) = delete;
+  ~py_persistent_request() { close(); }
+
+  void start() {
+    auto& r = get("start");
+    nb::gil_scoped_release release;
+    r.start();
+  }
+  kompress::collective_report wait() {
+    auto& r = get("wait");
+    nb::gil_scoped_release release;
+    return r.wait();
+  }
+  bool test() {
+    auto& r = get("test");
+    nb::gil_scoped_release release;
+    return r.test();
+  }
+  kompress::collective_report run() {
+    auto& r = get("run");
+    nb::gil_scoped_release release;
+    return r.run();
+  }
+  kompress::collective_report report() { return get("report").report(); }
+  bool active() const { return request_ && request_->active(); }
+  bool closed() const { return !request_; }
+  /// Frees the request; an active round is completed first (GIL released: the other ranks
+  /// may need this process's Python threads meanwhile).
+  void close() {
+    if (request_) {
+      nb::gil_scoped_release release;
+      request_.reset();
+    }
+    keep_alive_.clear();
+  }
+
+ private:
+  kompress::persistent_request& get(const char* what) {
+    if (!request_)
+      throw kompress::invalid_argument(std::string("kompress.PersistentRequest.") + what + ": the request is closed");
+    return *request_;
+  }
+  kokkos_holder holder_;
+  std::optional<kompress::persistent_request> request_;
+  std::vector<nb::object> keep_alive_;
+};
+
+/// Sets up a persistent collective with the GIL released (the init agrees across ranks).
+template <class Init>
+py_persistent_request* init_collective(dtype_code code, nb::handle send_obj, nb::handle recv_obj, Init&& init) {
+  kompress::persistent_request request;
+  {
+    nb::gil_scoped_release release;
+    request = dispatch(code, init);
+  }
+  return new py_persistent_request(std::move(request), {nb::borrow(send_obj), nb::borrow(recv_obj)});
+}
+
+template <class Calls>
+py_persistent_request* buffer_collective_init(const in_array& send, const array& recv, std::uintptr_t comm,
+                                              const collective_settings& s, nb::handle send_obj,
+                                              nb::handle recv_obj) {
+  const dtype_code code = pair_dtype(send, recv, Calls::init_name);
+  const auto options = make_collective_options(s, Calls::init_name);
+  return init_collective(code, send_obj, recv_obj, [&](auto t) {
+    using T = decltype(t);
+    return Calls::init(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+  });
+}
+
+py_persistent_request* alltoallv_init(const in_array& send, const std::vector<std::int64_t>& send_counts,
+                                      const std::vector<std::int64_t>& send_displs, const array& recv,
+                                      const std::vector<std::int64_t>& recv_counts,
+                                      const std::vector<std::int64_t>& recv_displs, std::uintptr_t comm,
+                                      const collective_settings& s, nb::handle send_obj, nb::handle recv_obj) {
+  constexpr const char* who = "kompress.alltoallv_init";
+  const dtype_code code = pair_dtype(send, recv, who);
+  const auto options = make_collective_options(s, who);
+  return init_collective(code, send_obj, recv_obj, [&](auto t) {
+    using T = decltype(t);
+    return kompress::alltoallv_init(exec_space{}, view_of<T>(send), send_counts, send_displs, view_of<T>(recv),
+                                    recv_counts, recv_displs, comm_of(comm), options);
+  });
 }
 
 kompress::cost_model measure_cost_model(std::uintptr_t comm, std::size_t probe_bytes) {
@@ -756,6 +857,22 @@ NB_MODULE(_kompress, m) {
   m.def("_allgather", &buffer_collective<allgather_calls>);
   m.def("_reduce_scatter", &buffer_collective<reduce_scatter_calls>);
   m.def("_measure_cost_model", &measure_cost_model);
+
+  nb::class_<py_persistent_request>(m, "_PersistentRequest")
+      .def("start", &py_persistent_request::start)
+      .def("wait", &py_persistent_request::wait)
+      .def("test", &py_persistent_request::test)
+      .def("run", &py_persistent_request::run)
+      .def("report", &py_persistent_request::report)
+      .def_prop_ro("active", &py_persistent_request::active)
+      .def_prop_ro("closed", &py_persistent_request::closed)
+      .def("close", &py_persistent_request::close);
+  const auto owned = nb::rv_policy::take_ownership;
+  m.def("_alltoall_init", &buffer_collective_init<alltoall_calls>, owned);
+  m.def("_alltoallv_init", &alltoallv_init, owned);
+  m.def("_allreduce_init", &buffer_collective_init<allreduce_calls>, owned);
+  m.def("_allgather_init", &buffer_collective_init<allgather_calls>, owned);
+  m.def("_reduce_scatter_init", &buffer_collective_init<reduce_scatter_calls>, owned);
 
   // Stash.
   nb::class_<kompress::stash_handle>(m, "StashHandle", "Names one entry of one stash.")
