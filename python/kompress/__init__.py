@@ -81,6 +81,8 @@ def _is_torch(x) -> bool:
 def _host(x, who: str):
     """x as something the extension takes: torch tensors detached (DLPack refuses tensors that
     require grad; the memory is the same), bytes as a read-only uint8 array."""
+    if type(x) is _np.ndarray:  # the common case first: small calls feel every check
+        return x
     if isinstance(x, (bytes, bytearray, memoryview)):
         return _np.frombuffer(x, dtype=_np.uint8)
     if _is_torch(x):
@@ -173,15 +175,8 @@ def _comm_handle(comm, who):
 
 
 def _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction="recompress"):
-    s = _ext._CollectiveSettings()
-    s.abs, s.rel = _bound_args(abs, rel)
-    s.mode = str(mode)
-    s.reduction_bound = str(reduction_bound)
-    s.reduction = str(reduction)
-    s.block_size = int(block_size)
-    s.measure_error = bool(measure_error)
-    s.cost = cost
-    return s
+    return _ext._CollectiveSettings(*_bound_args(abs, rel), str(mode), str(reduction_bound), str(reduction),
+                                    int(block_size), bool(measure_error), cost)
 
 
 _collective_doc = """

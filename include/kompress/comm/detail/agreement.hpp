@@ -12,7 +12,8 @@
 // agreement is the whole collective, one message each way, as plain MPI's. On three to
 // max_pairwise_ranks ranks every rank sends its numbers to every other, and a small raw
 // alltoall or allgather sends each peer's block with them: one round of messages, as a direct
-// alltoall. On more ranks the numbers are combined by one small MPI_Allreduce.
+// alltoall. On more ranks the numbers are combined by one small MPI_Allreduce; one rank has only
+// its own.
 
 #include <kompress/detail/mpi.hpp>
 #include <kompress/error.hpp>
@@ -378,6 +379,10 @@ inline bool agree(const agreement& a, MPI_Comm comm, const char* who) {
   if (shape.size > 2 && shape.size <= max_pairwise_ranks) return agree_pairwise(a, shape, comm, who);
   std::uint64_t values[4] = {a.local_failure ? std::uint64_t(shape.rank) + 1 : 0, a.fingerprint, ~a.fingerprint,
                              a.pair_balance};
+  if (shape.size == 1) {  // nobody to disagree with: this rank's own numbers are the combined ones
+    throw_if_rejected(a, values, true, comm, who);
+    return false;
+  }
   MPI_Op op = MPI_OP_NULL;
   check_mpi(MPI_Op_create(&agreement_reduce, 1, &op), who, "MPI_Op_create");
   const int code = MPI_Allreduce(MPI_IN_PLACE, values, 4, MPI_UINT64_T, op, comm);
