@@ -26,6 +26,8 @@ from ._kompress import (  # noqa: F401  (re-exported)
     FormatError,
     InvalidArgument,
     InvalidHandle,
+    MPIError,
+    PeerError,
     Report,
     Request,
     StashEntryInfo,
@@ -40,7 +42,7 @@ __all__ = [
     "allgather", "iallgather", "reduce_scatter", "ireduce_scatter",
     "alltoall_init", "alltoallv_init", "allreduce_init", "allgather_init", "reduce_scatter_init", "PersistentRequest",
     "measure_cost_model", "Stash", "EmbeddingExchange",
-    "Error", "InvalidArgument", "FormatError", "BudgetExceeded", "InvalidHandle",
+    "Error", "InvalidArgument", "FormatError", "BudgetExceeded", "InvalidHandle", "MPIError", "PeerError",
     "Report", "Request", "StreamInfo", "CostModel", "StashStats", "StashEntryInfo", "StashHandle",
 ]
 

@@ -732,11 +732,15 @@ NB_MODULE(_kompress, m) {
       nb::steal(PyErr_NewException("kompress.BudgetExceeded", error_type.ptr(), nullptr));
   static nb::object invalid_handle_type =
       nb::steal(PyErr_NewException("kompress.InvalidHandle", invalid_argument_type.ptr(), nullptr));
+  static nb::object mpi_error_type = nb::steal(PyErr_NewException("kompress.MPIError", error_type.ptr(), nullptr));
+  static nb::object peer_error_type = nb::steal(PyErr_NewException("kompress.PeerError", error_type.ptr(), nullptr));
   m.attr("Error") = error_type;
   m.attr("InvalidArgument") = invalid_argument_type;
   m.attr("FormatError") = format_error_type;
   m.attr("BudgetExceeded") = budget_exceeded_type;
   m.attr("InvalidHandle") = invalid_handle_type;
+  m.attr("MPIError") = mpi_error_type;
+  m.attr("PeerError") = peer_error_type;
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
@@ -753,6 +757,14 @@ NB_MODULE(_kompress, m) {
       PyErr_SetString(invalid_argument_type.ptr(), e.what());
     } catch (const kompress::format_error& e) {
       PyErr_SetString(format_error_type.ptr(), e.what());
+    } catch (const kompress::mpi_error& e) {
+      nb::object exc = mpi_error_type(e.what());
+      exc.attr("code") = e.code();
+      PyErr_SetObject(mpi_error_type.ptr(), exc.ptr());
+    } catch (const kompress::peer_error& e) {
+      nb::object exc = peer_error_type(e.what());
+      exc.attr("failed_rank") = e.failed_rank();
+      PyErr_SetObject(peer_error_type.ptr(), exc.ptr());
     } catch (const kompress::error& e) {
       PyErr_SetString(error_type.ptr(), e.what());
     }

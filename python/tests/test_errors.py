@@ -21,6 +21,7 @@ def test_the_exception_hierarchy_mirrors_cpp():
     assert issubclass(kompress.FormatError, kompress.Error)
     assert issubclass(kompress.BudgetExceeded, kompress.Error)
     assert issubclass(kompress.InvalidHandle, kompress.InvalidArgument)
+    assert issubclass(kompress.MPIError, kompress.Error) and issubclass(kompress.PeerError, kompress.Error)
 
 
 @pytest.mark.parametrize("x", [np.arange(10), np.zeros(10, np.float16), np.zeros(10, np.complex64),
@@ -146,3 +147,14 @@ def test_collective_argument_errors_on_one_rank():
         kompress.alltoallv(a, [9], [0], a.copy(), [8], [0], comm)
     with pytest.raises(kompress.InvalidArgument, match="owned by rank"):
         kompress.EmbeddingExchange([(1, 4)], 2, comm)   # rank 1 of a one-rank communicator
+
+
+def test_a_failed_mpi_call_is_an_mpi_error_with_its_code():
+    from mpi4py import MPI
+    a = np.zeros(8, np.float32)
+    # mpi4py makes MPI return errors; a null communicator is one every MPI reports.
+    for call in (lambda: kompress.allreduce(a, a.copy(), MPI.COMM_NULL),
+                 lambda: kompress.allgather_init(a, a.copy(), MPI.COMM_NULL)):
+        with pytest.raises(kompress.MPIError, match="MPI_Comm") as caught:
+            call()
+        assert MPI.Get_error_class(caught.value.code) == MPI.ERR_COMM
