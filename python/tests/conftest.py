@@ -39,3 +39,9 @@ def assert_within(x, y, bound: float) -> None:
     err = np.abs(x[finite] - y[finite])
     worst = float(err.max()) if err.size else 0.0
     assert worst <= bound, f"bound violated: max error {worst!r} > {bound!r}"
+
+
+def assert_same_on_every_rank(comm, x) -> None:
+    """x holds the same bytes on every rank of comm (rank 0's, broadcast, compared bit by bit)."""
+    root = comm.bcast(x, root=0)
+    assert np.array_equal(root.view(np.uint8), x.view(np.uint8)), "results differ between ranks"

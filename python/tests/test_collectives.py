@@ -6,7 +6,7 @@ import torch
 from mpi4py import MPI
 
 import kompress
-from conftest import assert_within, load
+from conftest import assert_same_on_every_rank, assert_within, load
 
 comm = MPI.COMM_WORLD
 p, me = comm.Get_size(), comm.Get_rank()
@@ -117,8 +117,7 @@ def test_allreduce_matches_mpi4py(dtype, n, options):
         eps = np.finfo(dtype).eps
         err = np.abs(recv.astype(np.float64) - expected.astype(np.float64))
         assert np.all(err <= report.absolute_bound + 2.0 * p * eps * magnitude.astype(np.float64)), variant
-        root = comm.bcast(recv, root=0)
-        assert np.array_equal(root.view(np.uint8), recv.view(np.uint8)), "results differ between ranks"
+        assert_same_on_every_rank(comm, recv)
 
 
 @several
@@ -140,8 +139,7 @@ def test_allgather_matches_mpi4py(dtype, n, options):
         else:
             assert_within(expected, recv, report.absolute_bound)
         assert 0 <= report.max_error <= report.absolute_bound
-        root = comm.bcast(recv, root=0)
-        assert np.array_equal(root.view(np.uint8), recv.view(np.uint8)), "results differ between ranks"
+        assert_same_on_every_rank(comm, recv)
 
 
 @several
@@ -188,8 +186,7 @@ def test_homomorphic_allreduce_matches_mpi4py(dtype):
     eps = np.finfo(dtype).eps
     err = np.abs(recv.astype(np.float64) - expected.astype(np.float64))
     assert np.all(err <= report.absolute_bound + 2.0 * p * eps * (magnitude.astype(np.float64) + report.absolute_bound))
-    root = comm.bcast(recv, root=0)
-    assert np.array_equal(root.view(np.uint8), recv.view(np.uint8)), "results differ between ranks"
+    assert_same_on_every_rank(comm, recv)
     with pytest.raises(kompress.InvalidArgument, match="reduction must be"):
         kompress.allreduce(send, recv, comm, reduction="exact")
 

@@ -9,7 +9,7 @@ import torch
 from mpi4py import MPI
 
 import kompress
-from conftest import assert_within, load
+from conftest import assert_same_on_every_rank, assert_within, load
 
 comm = MPI.COMM_WORLD
 p, me = comm.Get_size(), comm.Get_rank()
@@ -46,8 +46,7 @@ def check_sum(recv, expected, magnitude, bound, dtype):
     eps = np.finfo(dtype).eps
     err = np.abs(recv.astype(np.float64) - expected.astype(np.float64))
     assert np.all(err <= bound + 2.0 * p * eps * (magnitude.astype(np.float64) + bound))
-    root = comm.bcast(recv, root=0)
-    assert np.array_equal(root.view(np.uint8), recv.view(np.uint8)), "results differ between ranks"
+    assert_same_on_every_rank(comm, recv)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -132,8 +131,7 @@ def test_allgather_init_matches_mpi4py(dtype, n, options):
             else:
                 assert_within(expected, recv, report.absolute_bound)
             assert 0 <= report.max_error <= report.absolute_bound
-            root = comm.bcast(recv, root=0)
-            assert np.array_equal(root.view(np.uint8), recv.view(np.uint8)), "results differ between ranks"
+            assert_same_on_every_rank(comm, recv)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
