@@ -839,8 +839,8 @@ NB_MODULE(_kompress, m) {
           [](collective_settings* s, std::optional<double> abs, std::optional<double> rel, std::string mode,
              std::string reduction_bound, std::string reduction, int block_size, bool measure_error,
              std::optional<kompress::cost_model> cost) {
-            new (s) collective_settings{abs,        rel,           std::move(mode), std::move(reduction_bound),
-                                        std::move(reduction), block_size, measure_error, cost};
+            new (s) collective_settings{abs, rel, std::move(mode), std::move(reduction_bound), std::move(reduction),
+                                        block_size, measure_error, cost};
           },
           "abs"_a.none(), "rel"_a.none(), "mode"_a, "reduction_bound"_a, "reduction"_a, "block_size"_a,
           "measure_error"_a, "cost"_a.none())
