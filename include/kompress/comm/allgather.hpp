@@ -118,8 +118,8 @@ std::unique_ptr<operation> make_allgather(const Exec& exec, const SendView& send
   return op;
 }
 
-/// allgather_init: agreed once; raw rounds are MPI's persistent allgather, compressed ones the
-/// ring on the request's own scratch and communicator.
+/// allgather_init: agreed once; raw rounds are MPI's persistent allgather (on two ranks one
+/// exchange), compressed ones the ring on the request's own scratch and communicator.
 template <class Exec, class SendView, class RecvView>
 std::unique_ptr<persistent_operation> init_allgather(const Exec& exec, const SendView& send, const RecvView& recv,
                                                      MPI_Comm comm, const collective_options& options,
@@ -135,6 +135,14 @@ std::unique_ptr<persistent_operation> init_allgather(const Exec& exec, const Sen
           return launch_allgather_ring(exec, send, recv, agreed, &slot, options, slot.comm, true, who);
         },
         who);
+  if (pair_rounds(agreed, bytes)) {
+    using pair = persistent_pair_exchange<Exec, SendView, RecvView>;
+    const int me = agreed.shape.rank;
+    const typename pair::plan how{send.data(), recv.data() + std::size_t(1 - me) * send.size(), send.data(),
+                                  recv.data() + std::size_t(me) * send.size(), send.size(), false};
+    return std::make_unique<pair>(exec, send, recv, comm, how, nullptr, raw_allgather_report(agreed, bytes, options),
+                                  who);
+  }
   const T* const in = send.data();
   T* const out = recv.data();
   const int count = int(send.size());

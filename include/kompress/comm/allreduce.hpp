@@ -130,6 +130,12 @@ inline bool pairwise_carries(const agreed_ring& agreed, bool sends_raw, bool per
 inline bool ring_carries(const agreed_ring& agreed, bool sends_raw, bool persistent, std::size_t bytes) {
   return agreed.shape.size == 2 && pairwise_carries(agreed, sends_raw, persistent, bytes);
 }
+/// Whether a persistent collective's raw rounds are one exchange with the peer
+/// (persistent_pair_exchange): on two ranks, up to the size a one-shot call carries with its
+/// agreement (above it, MPI's own persistent collective, as measured there).
+inline bool pair_rounds(const agreed_ring& agreed, std::size_t bytes) {
+  return agreed.shape.size == 2 && bytes <= carried_limit(2);
+}
 
 /// allreduce's prologue: fence, check locally, agree. On two ranks a raw call of at most
 /// max_carried_bytes sends its whole input with the agreement; the peer's lands in the result
@@ -220,8 +226,8 @@ std::unique_ptr<operation> make_allreduce(const Exec& exec, const SendView& send
   return op;
 }
 
-/// allreduce_init: agreed once; raw rounds are MPI's persistent allreduce, compressed ones the
-/// ring on the request's own scratch and communicator.
+/// allreduce_init: agreed once; raw rounds are MPI's persistent allreduce (on two ranks one
+/// exchange and an add), compressed ones the ring on the request's own scratch and communicator.
 template <class Exec, class SendView, class RecvView>
 std::unique_ptr<persistent_operation> init_allreduce(const Exec& exec, const SendView& send, const RecvView& recv,
                                                      MPI_Comm comm, const collective_options& options,
@@ -237,6 +243,13 @@ std::unique_ptr<persistent_operation> init_allreduce(const Exec& exec, const Sen
           return launch_allreduce_ring(exec, send, recv, agreed, &slot, options, slot.comm, true, who);
         },
         who);
+  if (pair_rounds(agreed, bytes)) {
+    using pair = persistent_pair_exchange<Exec, SendView, RecvView>;
+    auto scratch = std::make_shared_for_overwrite<T[]>(send.size());
+    const typename pair::plan how{send.data(), scratch.get(), send.data(), recv.data(), send.size(), true};
+    return std::make_unique<pair>(exec, send, recv, comm, how, std::move(scratch),
+                                  raw_allreduce_report(agreed, bytes, options), who);
+  }
   const bool in_place = static_cast<const void*>(send.data()) == static_cast<const void*>(recv.data());
   const void* in = in_place ? MPI_IN_PLACE : static_cast<const void*>(send.data());
   T* const out = recv.data();

@@ -21,6 +21,7 @@
 
 #include <mpi.h>
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -117,6 +118,86 @@ class persistent_mpi_collective final : public persistent_operation {
   collective_report report_;
   const char* who_;
   MPI_Request handle_ = MPI_REQUEST_NULL;
+  bool active_ = false;
+};
+
+/// A raw round on two ranks as one exchange with the peer, what the one-shot calls do inside
+/// the agreement's message (docs/collectives.md, "Two ranks"): each rank sends `count` values
+/// to the peer and receives the peer's `count` into `arrival`; then, for the sums, `out` =
+/// `own` + arrival (the same bits on both ranks: IEEE addition commutes, and it is MPI's own
+/// result on two ranks), or for allgather `own` is copied to `out` while the messages travel.
+/// MPI's persistent requests (MPI_Send_init, MPI_Recv_init) on a duplicated communicator of the
+/// request's own, so the caller's messages never meet them. MPI's own two-rank sums took 1.3-2.3x
+/// longer (docs/performance.md).
+template <class Exec, class SendView, class RecvView>
+class persistent_pair_exchange final : public persistent_operation {
+ public:
+  using T = typename SendView::non_const_value_type;
+  struct plan {
+    const T* to_peer = nullptr;  ///< `count` values sent to the peer
+    T* arrival = nullptr;        ///< where the peer's `count` values land
+    const T* own = nullptr;      ///< this rank's part of the result's inputs
+    T* out = nullptr;            ///< out = own + arrival (sums), out = own (allgather)
+    std::size_t count = 0;
+    bool sums = false;
+  };
+
+  persistent_pair_exchange(const Exec& exec, SendView send, RecvView recv, MPI_Comm comm, const plan& how,
+                           std::shared_ptr<T[]> scratch, const collective_report& report, const char* who)
+      : exec_(exec), send_(std::move(send)), recv_(std::move(recv)), comm_(comm, who), plan_(how),
+        scratch_(std::move(scratch)), report_(report), who_(who) {
+    if (plan_.count == 0) return;
+    const int peer = 1 - shape_of(comm_.get(), who).rank;
+    const int bytes = int(plan_.count * sizeof(T));  // checked to fit at init
+    check_mpi(MPI_Recv_init(plan_.arrival, bytes, MPI_BYTE, peer, collective_tag, comm_.get(), &requests_[0]), who,
+              "MPI_Recv_init");
+    check_mpi(MPI_Send_init(plan_.to_peer, bytes, MPI_BYTE, peer, collective_tag, comm_.get(), &requests_[1]), who,
+              "MPI_Send_init");
+  }
+  persistent_pair_exchange(const persistent_pair_exchange&) = delete;
+  persistent_pair_exchange& operator=(const persistent_pair_exchange&) = delete;
+  ~persistent_pair_exchange() override {
+    // A round is still active here only after a failed MPI call (persistent_request completes
+    // it first): its receive is cancelled and completed, so nothing lands in freed scratch.
+    if (active_ && requests_[0] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&requests_[0]);
+      MPI_Wait(&requests_[0], MPI_STATUS_IGNORE);
+    }
+    for (MPI_Request& r : requests_)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+  }
+
+  void start() override {
+    exec_.fence("kompress: before MPI or the host reads a user View");
+    if (plan_.count > 0) check_mpi(MPI_Startall(2, requests_), who_, "MPI_Startall");
+    active_ = true;
+    if (!plan_.sums && plan_.count > 0) std::memcpy(plan_.out, plan_.own, plan_.count * sizeof(T));
+  }
+  bool progress(bool block) override {
+    if (!active_) return true;
+    if (plan_.count > 0) {
+      int done = 1;
+      if (block) check_mpi(MPI_Waitall(2, requests_, MPI_STATUSES_IGNORE), who_, "MPI_Waitall");
+      else check_mpi(MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE), who_, "MPI_Testall");
+      if (!done) return false;
+      if (plan_.sums)
+        for (std::size_t i = 0; i < plan_.count; ++i) plan_.out[i] = plan_.own[i] + plan_.arrival[i];
+    }
+    active_ = false;
+    return true;
+  }
+  const collective_report& report() const override { return report_; }
+
+ private:
+  Exec exec_;
+  SendView send_;  // held: every round reads and writes them
+  RecvView recv_;
+  owned_comm comm_;
+  plan plan_;
+  std::shared_ptr<T[]> scratch_;  // the peer's values for the sums
+  collective_report report_;
+  const char* who_;
+  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // receive, send
   bool active_ = false;
 };
 

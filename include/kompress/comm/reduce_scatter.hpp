@@ -131,8 +131,9 @@ std::unique_ptr<operation> make_reduce_scatter(const Exec& exec, const SendView&
   return op;
 }
 
-/// reduce_scatter_init: agreed once; raw rounds are MPI's persistent reduce-scatter,
-/// compressed ones the ring on the request's own scratch and communicator.
+/// reduce_scatter_init: agreed once; raw rounds are MPI's persistent reduce-scatter (on two
+/// ranks one exchange and an add), compressed ones the ring on the request's own scratch and
+/// communicator.
 template <class Exec, class SendView, class RecvView>
 std::unique_ptr<persistent_operation> init_reduce_scatter(const Exec& exec, const SendView& send,
                                                           const RecvView& recv, MPI_Comm comm,
@@ -148,6 +149,16 @@ std::unique_ptr<persistent_operation> init_reduce_scatter(const Exec& exec, cons
           return launch_reduce_scatter_ring(exec, send, recv, agreed, &slot, options, slot.comm, true, who);
         },
         who);
+  if (pair_rounds(agreed, bytes)) {
+    using pair = persistent_pair_exchange<Exec, SendView, RecvView>;
+    const std::size_t n = recv.size();
+    const int me = agreed.shape.rank;
+    auto scratch = std::make_shared_for_overwrite<T[]>(n);
+    const typename pair::plan how{send.data() + std::size_t(1 - me) * n, scratch.get(),
+                                  send.data() + std::size_t(me) * n, recv.data(), n, true};
+    return std::make_unique<pair>(exec, send, recv, comm, how, std::move(scratch),
+                                  raw_reduce_scatter_report(agreed, bytes, options), who);
+  }
   const T* const in = send.data();
   T* const out = recv.data();
   const int count = int(recv.size());
