@@ -135,17 +135,21 @@ std::unique_ptr<persistent_operation> init_allgather(const Exec& exec, const Sen
           return launch_allgather_ring(exec, send, recv, agreed, &slot, options, slot.comm, true, who);
         },
         who);
+  const T* const in = send.data();
+  T* const out = recv.data();
+  const int count = int(send.size());
   if (pair_rounds(agreed, bytes)) {
     using pair = persistent_pair_exchange<Exec, SendView, RecvView>;
     const int me = agreed.shape.rank;
     const typename pair::plan how{send.data(), recv.data() + std::size_t(1 - me) * send.size(), send.data(),
                                   recv.data() + std::size_t(me) * send.size(), send.size(), false};
-    return std::make_unique<pair>(exec, send, recv, comm, how, nullptr, raw_allgather_report(agreed, bytes, options),
-                                  who);
+    std::vector<T> a(send.size(), T(1)), b(recv.size());
+    return std::make_unique<pair>(
+        exec, send, recv, comm, how, nullptr,
+        [=] { return MPI_Allgather(in, count, mpi_type<T>(), out, count, mpi_type<T>(), comm); }, "MPI_Allgather",
+        [&] { return MPI_Allgather(a.data(), count, mpi_type<T>(), b.data(), count, mpi_type<T>(), comm); },
+        raw_allgather_report(agreed, bytes, options), who);
   }
-  const T* const in = send.data();
-  T* const out = recv.data();
-  const int count = int(send.size());
   return std::make_unique<persistent_mpi_collective<Exec, SendView, RecvView>>(
       exec, send, recv,
       [=](MPI_Request* r) {

@@ -243,17 +243,21 @@ std::unique_ptr<persistent_operation> init_allreduce(const Exec& exec, const Sen
           return launch_allreduce_ring(exec, send, recv, agreed, &slot, options, slot.comm, true, who);
         },
         who);
-  if (pair_rounds(agreed, bytes)) {
-    using pair = persistent_pair_exchange<Exec, SendView, RecvView>;
-    auto scratch = std::make_shared_for_overwrite<T[]>(send.size());
-    const typename pair::plan how{send.data(), scratch.get(), send.data(), recv.data(), send.size(), true};
-    return std::make_unique<pair>(exec, send, recv, comm, how, std::move(scratch),
-                                  raw_allreduce_report(agreed, bytes, options), who);
-  }
   const bool in_place = static_cast<const void*>(send.data()) == static_cast<const void*>(recv.data());
   const void* in = in_place ? MPI_IN_PLACE : static_cast<const void*>(send.data());
   T* const out = recv.data();
   const int count = int(send.size());
+  if (pair_rounds(agreed, bytes)) {
+    using pair = persistent_pair_exchange<Exec, SendView, RecvView>;
+    auto scratch = std::make_shared_for_overwrite<T[]>(send.size());
+    const typename pair::plan how{send.data(), scratch.get(), send.data(), recv.data(), send.size(), true};
+    std::vector<T> a(send.size(), T(1)), b(send.size());
+    return std::make_unique<pair>(
+        exec, send, recv, comm, how, std::move(scratch),
+        [=] { return MPI_Allreduce(in, out, count, mpi_type<T>(), MPI_SUM, comm); }, "MPI_Allreduce",
+        [&] { return MPI_Allreduce(a.data(), b.data(), count, mpi_type<T>(), MPI_SUM, comm); },
+        raw_allreduce_report(agreed, bytes, options), who);
+  }
   return std::make_unique<persistent_mpi_collective<Exec, SendView, RecvView>>(
       exec, send, recv,
       [=](MPI_Request* r) {

@@ -10,8 +10,9 @@
 // Raw transfers (raw mode, automatic mode where the cost model says raw, one rank) run MPI's
 // own collective on the caller's Views: the persistent form (MPI_Allreduce_init and its
 // siblings) where the MPI library is MPI-4, else the nonblocking one (MPI_Iallreduce...) per
-// start. Compressed transfers run kompress's engine on scratch and a duplicated communicator
-// the request owns.
+// start; on two ranks, up to 1 MiB, one exchange with the peer instead (persistent_pair_exchange;
+// alltoall(v): the engine). Compressed transfers run kompress's engine on scratch and a
+// duplicated communicator the request owns.
 
 #include <kompress/comm/options.hpp>
 #include <kompress/comm/request.hpp>
@@ -21,11 +22,14 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 /// Whether MPI has the persistent collectives of MPI-4 (MPI_Allreduce_init, ...). Defining
 /// KOMPRESS_NO_MPI_PERSISTENT_COLLECTIVES uses the nonblocking ones instead (as with MPI-3).
@@ -127,8 +131,9 @@ class persistent_mpi_collective final : public persistent_operation {
 /// `own` + arrival (the same bits on both ranks: IEEE addition commutes, and it is MPI's own
 /// result on two ranks), or for allgather `own` is copied to `out` while the messages travel.
 /// MPI's persistent requests (MPI_Send_init, MPI_Recv_init) on a duplicated communicator of the
-/// request's own, so the caller's messages never meet them. MPI's own two-rank sums took 1.3-2.3x
-/// longer (docs/performance.md).
+/// request's own, so the caller's messages never meet them. MPICH's two-rank collectives took
+/// 1.0-4.4x longer at every size measured; Open MPI's blocking allreduce beat the exchange at
+/// 4-8 KiB (docs/performance.md), so run() times both once, at init, and keeps the faster.
 template <class Exec, class SendView, class RecvView>
 class persistent_pair_exchange final : public persistent_operation {
  public:
@@ -142,10 +147,15 @@ class persistent_pair_exchange final : public persistent_operation {
     bool sums = false;
   };
 
+  using call = std::function<int()>;
+  /// `blocking`: MPI's blocking collective on the request's Views, for run() where it is the
+  /// faster; `blocking_on_scratch`: the same call on scratch of the same sizes, timed at init.
   persistent_pair_exchange(const Exec& exec, SendView send, RecvView recv, MPI_Comm comm, const plan& how,
-                           std::shared_ptr<T[]> scratch, const collective_report& report, const char* who)
+                           std::shared_ptr<T[]> scratch, call blocking, const char* blocking_name,
+                           const call& blocking_on_scratch, const collective_report& report, const char* who)
       : exec_(exec), send_(std::move(send)), recv_(std::move(recv)), comm_(comm, who), plan_(how),
-        scratch_(std::move(scratch)), report_(report), who_(who) {
+        scratch_(std::move(scratch)), blocking_(std::move(blocking)), blocking_name_(blocking_name), report_(report),
+        who_(who) {
     if (plan_.count == 0) return;
     const int peer = 1 - shape_of(comm_.get(), who).rank;
     const int bytes = int(plan_.count * sizeof(T));  // checked to fit at init
@@ -153,6 +163,7 @@ class persistent_pair_exchange final : public persistent_operation {
               "MPI_Recv_init");
     check_mpi(MPI_Send_init(plan_.to_peer, bytes, MPI_BYTE, peer, collective_tag, comm_.get(), &requests_[1]), who,
               "MPI_Send_init");
+    run_blocking_ = blocking_wins(peer, blocking_on_scratch);
   }
   persistent_pair_exchange(const persistent_pair_exchange&) = delete;
   persistent_pair_exchange& operator=(const persistent_pair_exchange&) = delete;
@@ -186,19 +197,68 @@ class persistent_pair_exchange final : public persistent_operation {
     active_ = false;
     return true;
   }
+  void run() override {
+    if (!run_blocking_) {
+      start();
+      progress(true);
+      return;
+    }
+    exec_.fence("kompress: before MPI reads a user View");
+    check_mpi(blocking_(), who_, blocking_name_);
+  }
   const collective_report& report() const override { return report_; }
 
  private:
+  /// Whether MPI's blocking collective beats the exchange: both timed on scratch in batches of
+  /// back-to-back calls (a single call of a few microseconds would time the other rank's
+  /// arrival), alternating, after untimed batches (a process's first exchanges ran 2-5x slower,
+  /// for longer than its first collectives), the best batch of each; the slower rank's times decide, so both
+  /// ranks choose alike (MPI_Allreduce of the two times). A cold start errs towards MPI's
+  /// collective: run() then costs what plain MPI's call does.
+  bool blocking_wins(int peer, const call& blocking_on_scratch) {
+    constexpr int untimed = 3, batches = 5;
+    const std::size_t bytes = plan_.count * sizeof(T);
+    const int calls = int(std::clamp<std::size_t>((std::size_t(256) << 10) / std::max<std::size_t>(bytes, 1), 2, 32));
+    std::vector<T> out(plan_.count), in(plan_.count, T(1)), arrival(plan_.count);
+    const auto exchange = [&] {
+      MPI_Request r[2];
+      check_mpi(MPI_Irecv(arrival.data(), int(bytes), MPI_BYTE, peer, collective_tag, comm_.get(), &r[0]), who_,
+                "MPI_Irecv");
+      check_mpi(MPI_Isend(in.data(), int(bytes), MPI_BYTE, peer, collective_tag, comm_.get(), &r[1]), who_,
+                "MPI_Isend");
+      check_mpi(MPI_Waitall(2, r, MPI_STATUSES_IGNORE), who_, "MPI_Waitall");
+      for (std::size_t i = 0; i < plan_.count; ++i) out[i] = in[i] + arrival[i];  // the sums' add, or the copy's
+    };
+    const auto mpi_round = [&] { check_mpi(blocking_on_scratch(), who_, blocking_name_); };
+    const auto batch = [&](const auto& round) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < calls; ++i) round();
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    double best[2] = {1e30, 1e30};  // exchange, MPI's collective
+    for (int b = 0; b < untimed + batches; ++b) {
+      const double t[2] = {batch(exchange), batch(mpi_round)};
+      if (b < untimed) continue;
+      best[0] = std::min(best[0], t[0]);
+      best[1] = std::min(best[1], t[1]);
+    }
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, best, 2, MPI_DOUBLE, MPI_MAX, comm_.get()), who_, "MPI_Allreduce");
+    return best[1] < best[0];
+  }
+
   Exec exec_;
   SendView send_;  // held: every round reads and writes them
   RecvView recv_;
   owned_comm comm_;
   plan plan_;
   std::shared_ptr<T[]> scratch_;  // the peer's values for the sums
+  call blocking_;
+  const char* blocking_name_;
   collective_report report_;
   const char* who_;
   MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // receive, send
   bool active_ = false;
+  bool run_blocking_ = false;  ///< run() calls MPI's blocking collective (timed faster at init)
 };
 
 /// kompress's engine, one operation per round on scratch and a duplicated communicator of the

@@ -149,6 +149,9 @@ std::unique_ptr<persistent_operation> init_reduce_scatter(const Exec& exec, cons
           return launch_reduce_scatter_ring(exec, send, recv, agreed, &slot, options, slot.comm, true, who);
         },
         who);
+  const T* const in = send.data();
+  T* const out = recv.data();
+  const int count = int(recv.size());
   if (pair_rounds(agreed, bytes)) {
     using pair = persistent_pair_exchange<Exec, SendView, RecvView>;
     const std::size_t n = recv.size();
@@ -156,12 +159,14 @@ std::unique_ptr<persistent_operation> init_reduce_scatter(const Exec& exec, cons
     auto scratch = std::make_shared_for_overwrite<T[]>(n);
     const typename pair::plan how{send.data() + std::size_t(1 - me) * n, scratch.get(),
                                   send.data() + std::size_t(me) * n, recv.data(), n, true};
-    return std::make_unique<pair>(exec, send, recv, comm, how, std::move(scratch),
-                                  raw_reduce_scatter_report(agreed, bytes, options), who);
+    std::vector<T> a(send.size(), T(1)), b(n);
+    return std::make_unique<pair>(
+        exec, send, recv, comm, how, std::move(scratch),
+        [=] { return MPI_Reduce_scatter_block(in, out, count, mpi_type<T>(), MPI_SUM, comm); },
+        "MPI_Reduce_scatter_block",
+        [&] { return MPI_Reduce_scatter_block(a.data(), b.data(), count, mpi_type<T>(), MPI_SUM, comm); },
+        raw_reduce_scatter_report(agreed, bytes, options), who);
   }
-  const T* const in = send.data();
-  T* const out = recv.data();
-  const int count = int(recv.size());
   return std::make_unique<persistent_mpi_collective<Exec, SendView, RecvView>>(
       exec, send, recv,
       [=](MPI_Request* r) {
