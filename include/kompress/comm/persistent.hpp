@@ -158,12 +158,12 @@ class persistent_pair_exchange final : public persistent_operation {
         who_(who) {
     if (plan_.count == 0) return;
     const int peer = 1 - shape_of(comm_.get(), who).rank;
+    run_blocking_ = blocking_wins(peer, blocking_on_scratch);  // first: nothing of ours to free if it throws
     const int bytes = int(plan_.count * sizeof(T));  // checked to fit at init
     check_mpi(MPI_Recv_init(plan_.arrival, bytes, MPI_BYTE, peer, collective_tag, comm_.get(), &requests_[0]), who,
               "MPI_Recv_init");
     check_mpi(MPI_Send_init(plan_.to_peer, bytes, MPI_BYTE, peer, collective_tag, comm_.get(), &requests_[1]), who,
               "MPI_Send_init");
-    run_blocking_ = blocking_wins(peer, blocking_on_scratch);
   }
   persistent_pair_exchange(const persistent_pair_exchange&) = delete;
   persistent_pair_exchange& operator=(const persistent_pair_exchange&) = delete;
@@ -212,9 +212,9 @@ class persistent_pair_exchange final : public persistent_operation {
   /// Whether MPI's blocking collective beats the exchange: both timed on scratch in batches of
   /// back-to-back calls (a single call of a few microseconds would time the other rank's
   /// arrival), alternating, after untimed batches (a process's first exchanges ran 2-5x slower,
-  /// for longer than its first collectives), the best batch of each; the slower rank's times decide, so both
-  /// ranks choose alike (MPI_Allreduce of the two times). A cold start errs towards MPI's
-  /// collective: run() then costs what plain MPI's call does.
+  /// for longer than its first collectives), the best batch of each. The slower rank's times
+  /// decide, so both ranks choose alike (MPI_Allreduce of the two times). A cold start errs
+  /// towards MPI's collective: run() then costs what plain MPI's call does.
   bool blocking_wins(int peer, const call& blocking_on_scratch) {
     constexpr int untimed = 3, batches = 5;
     const std::size_t bytes = plan_.count * sizeof(T);
