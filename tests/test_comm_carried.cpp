@@ -11,6 +11,7 @@
 
 #include <kompress/comm.hpp>
 
+#include "support/counted_collectives.hpp"
 #include "support/mpi_checks.hpp"
 
 #include <doctest/doctest.h>
@@ -23,19 +24,15 @@
 
 namespace {
 
-/// MPI calls kompress made while `counting` (the test's own state: the library holds none).
+/// Point-to-point calls kompress made while `counting` (the test's own state: the library holds
+/// none); its collectives are counted by support/counted_collectives.hpp.
 struct mpi_calls {
   bool counting = false;
-  long collectives = 0;         ///< MPI_(I)allreduce, Allgather, Reduce_scatter_block, Alltoall
   long agreement_messages = 0;  ///< sends on the agreement tag
   long agreement_bytes = 0;
   long data_messages = 0;       ///< sends on the collectives' data tag (the engine, the ring)
 };
 mpi_calls calls;
-
-void count_collective() {
-  if (calls.counting) ++calls.collectives;
-}
 
 }  // namespace
 
@@ -51,33 +48,11 @@ int MPI_Isend(const void* buffer, int count, MPI_Datatype type, int peer, int ta
   }
   return PMPI_Isend(buffer, count, type, peer, tag, comm, request);
 }
-int MPI_Allreduce(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  count_collective();
-  return PMPI_Allreduce(in, out, count, type, op, comm);
-}
-int MPI_Iallreduce(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
-                   MPI_Request* request) {
-  count_collective();
-  return PMPI_Iallreduce(in, out, count, type, op, comm, request);
-}
-int MPI_Allgather(const void* in, int in_count, MPI_Datatype in_type, void* out, int out_count, MPI_Datatype out_type,
-                  MPI_Comm comm) {
-  count_collective();
-  return PMPI_Allgather(in, in_count, in_type, out, out_count, out_type, comm);
-}
-int MPI_Reduce_scatter_block(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  count_collective();
-  return PMPI_Reduce_scatter_block(in, out, count, type, op, comm);
-}
-int MPI_Alltoall(const void* in, int in_count, MPI_Datatype in_type, void* out, int out_count, MPI_Datatype out_type,
-                 MPI_Comm comm) {
-  count_collective();
-  return PMPI_Alltoall(in, in_count, in_type, out, out_count, out_type, comm);
-}
 }
 
 namespace {
 
+using kompress::test::collective_calls;  // support/counted_collectives.hpp
 using kompress::test::host;
 using kompress::test::host_view;
 using kompress::test::make_data;
@@ -129,9 +104,10 @@ constexpr std::size_t carried_up_to(int ranks) { return ranks == 2 ? std::size_t
 template <class Call>
 void check_carried(std::size_t payload_bytes, carried_on where, Call&& call) {
   calls = {};
-  calls.counting = true;
+  collective_calls = {};
+  calls.counting = collective_calls.counting = true;
   call();
-  calls.counting = false;
+  calls.counting = collective_calls.counting = false;
   const int p = size_of();
   if (p == 1 || p > pairwise_ranks) return;
   const long peers = p - 1;
@@ -139,13 +115,13 @@ void check_carried(std::size_t payload_bytes, carried_on where, Call&& call) {
   const bool rides = payload_bytes <= carried_up_to(p) && (p == 2 || where == carried_on::up_to_pairwise_ranks);
   if (rides) {
     const bool one_message = payload_bytes <= (p == 2 ? kompress::detail::inline_payload_bytes : 4096);
-    CHECK(calls.collectives == 0);
+    CHECK(collective_calls.count == 0);
     CHECK(calls.data_messages == 0);
     CHECK(calls.agreement_messages == peers * (one_message ? 1 : 2));
     CHECK(calls.agreement_bytes == peers * (header_bytes + long(payload_bytes)));
   } else {
     CHECK(calls.agreement_bytes == peers * header_bytes);  // the agreement alone, then the data
-    if (payload_bytes > 0) CHECK(calls.collectives + calls.data_messages > 0);
+    if (payload_bytes > 0) CHECK(collective_calls.count + calls.data_messages > 0);
   }
 }
 
@@ -219,10 +195,11 @@ TEST_CASE("alltoallv: a small message one way and a large one the other") {
   const std::size_t received = std::size_t(recv_displs.back() + recv_counts.back());
   host_view<float> got("got", received), expected("expected", received);
   calls = {};
-  calls.counting = true;
+  collective_calls = {};
+  calls.counting = collective_calls.counting = true;
   kompress::alltoallv(host{}, send, send_counts, send_displs, got, recv_counts, recv_displs, MPI_COMM_WORLD, raw);
-  calls.counting = false;
-  if (p == 2) CHECK(calls.collectives + calls.data_messages == 0);
+  calls.counting = collective_calls.counting = false;
+  if (p == 2) CHECK(collective_calls.count + calls.data_messages == 0);
   // On more ranks alltoallv's data does not ride (blocks of any size in any order): the
   // agreement between pairs is headers alone.
   if (p > 2 && p <= pairwise_ranks) CHECK(calls.agreement_bytes == (p - 1) * 64);

@@ -10,6 +10,7 @@
 
 #include <kompress/comm.hpp>
 
+#include "support/counted_collectives.hpp"
 #include "support/mpi_checks.hpp"
 
 #include <doctest/doctest.h>
@@ -20,18 +21,14 @@
 
 namespace {
 
-/// MPI calls kompress made while `counting` (the test's own state: the library holds none).
+/// Point-to-point calls kompress made while `counting` (the test's own state: the library holds
+/// none); its collectives are counted by support/counted_collectives.hpp.
 struct mpi_calls {
   bool counting = false;
-  long send_inits = 0;   ///< MPI_Send_init on the collectives' tag
+  long send_inits = 0;  ///< MPI_Send_init on the collectives' tag
   long startalls = 0;
-  long collectives = 0;  ///< MPI's allreduce, allgather or reduce-scatter, in any form
 };
 mpi_calls calls;
-
-void count_collective() {
-  if (calls.counting) ++calls.collectives;
-}
 
 }  // namespace
 
@@ -45,56 +42,11 @@ int MPI_Startall(int count, MPI_Request requests[]) {
   if (calls.counting) ++calls.startalls;
   return PMPI_Startall(count, requests);
 }
-int MPI_Allreduce(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  count_collective();
-  return PMPI_Allreduce(in, out, count, type, op, comm);
-}
-int MPI_Iallreduce(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
-                   MPI_Request* request) {
-  count_collective();
-  return PMPI_Iallreduce(in, out, count, type, op, comm, request);
-}
-int MPI_Allgather(const void* in, int in_count, MPI_Datatype in_type, void* out, int out_count, MPI_Datatype out_type,
-                  MPI_Comm comm) {
-  count_collective();
-  return PMPI_Allgather(in, in_count, in_type, out, out_count, out_type, comm);
-}
-int MPI_Iallgather(const void* in, int in_count, MPI_Datatype in_type, void* out, int out_count,
-                   MPI_Datatype out_type, MPI_Comm comm, MPI_Request* request) {
-  count_collective();
-  return PMPI_Iallgather(in, in_count, in_type, out, out_count, out_type, comm, request);
-}
-int MPI_Reduce_scatter_block(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  count_collective();
-  return PMPI_Reduce_scatter_block(in, out, count, type, op, comm);
-}
-int MPI_Ireduce_scatter_block(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
-                              MPI_Request* request) {
-  count_collective();
-  return PMPI_Ireduce_scatter_block(in, out, count, type, op, comm, request);
-}
-#if KOMPRESS_MPI_PERSISTENT_COLLECTIVES
-int MPI_Allreduce_init(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
-                       MPI_Info info, MPI_Request* request) {
-  count_collective();
-  return PMPI_Allreduce_init(in, out, count, type, op, comm, info, request);
-}
-int MPI_Allgather_init(const void* in, int in_count, MPI_Datatype in_type, void* out, int out_count,
-                       MPI_Datatype out_type, MPI_Comm comm, MPI_Info info, MPI_Request* request) {
-  count_collective();
-  return PMPI_Allgather_init(in, in_count, in_type, out, out_count, out_type, comm, info, request);
-}
-int MPI_Reduce_scatter_block_init(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
-                                  MPI_Info info, MPI_Request* request) {
-  count_collective();
-  return PMPI_Reduce_scatter_block_init(in, out, count, type, op, comm, info, request);
-}
-#endif
 }
 
 namespace {
 
-using namespace kompress::test;  // support/mpi_checks.hpp
+using namespace kompress::test;  // support/mpi_checks.hpp, support/counted_collectives.hpp
 
 constexpr int rounds = 4;
 const kompress::collective_options raw{.mode = kompress::transfer_mode::raw};
@@ -107,6 +59,9 @@ template <class T>
 void refill(const host_view<T>& view, int round) {
   Kokkos::deep_copy(view, make_data<T>(view.size(), 17 * rank_of() + 1000 * round, 10.0 + round));
 }
+
+/// Counts (or stops counting) both kinds of MPI calls.
+void counting(bool on) { calls.counting = collective_calls.counting = on; }
 
 /// Rounds completed by run() (the others by wait() or test()).
 constexpr int run_rounds = rounds / 3;  // round % 3 == 2
@@ -134,13 +89,15 @@ bool same_bits(const void* a, const void* b, std::size_t bytes) { return bytes =
 template <class Init, class Rounds>
 void check_path(std::size_t message_bytes, Init&& init, Rounds&& rounds_of) {
   calls = {};
-  calls.counting = true;
+  collective_calls = {};
+  counting(true);
   auto request = init();
   const mpi_calls at_init = calls;
+  const long collectives_at_init = collective_calls.count;
   rounds_of(request);
-  calls.counting = false;
+  counting(false);
   const long startalls = calls.startalls - at_init.startalls;
-  const long collectives = calls.collectives - at_init.collectives;
+  const long collectives = collective_calls.count - collectives_at_init;
   const bool pair = size_of() == 2 && message_bytes <= pair_limit_bytes;
   CAPTURE(message_bytes);
   CAPTURE(startalls);
@@ -172,9 +129,9 @@ TEST_CASE_TEMPLATE("allreduce_init on two ranks: one exchange per round, MPI's s
           [&](kompress::persistent_request& request) {
             for (int round = 0; round < rounds; ++round) {
               refill(send, round);
-              calls.counting = false;
+              counting(false);
               MPI_Allreduce(send.data(), expected.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
-              calls.counting = true;
+              counting(true);
               run_round(request, round);
               CHECK(same_bits(out.data(), expected.data(), n * sizeof(T)));
             }
@@ -192,9 +149,9 @@ TEST_CASE_TEMPLATE("allgather_init on two ranks: one exchange per round, MPI's r
         [&](kompress::persistent_request& request) {
           for (int round = 0; round < rounds; ++round) {
             refill(send, round);
-            calls.counting = false;
+            counting(false);
             MPI_Allgather(send.data(), int(n), mpi_type<T>(), expected.data(), int(n), mpi_type<T>(), MPI_COMM_WORLD);
-            calls.counting = true;
+            counting(true);
             run_round(request, round);
             CHECK(same_bits(got.data(), expected.data(), n * p * sizeof(T)));
           }
@@ -212,9 +169,9 @@ TEST_CASE_TEMPLATE("reduce_scatter_init on two ranks: one exchange per round, MP
         [&](kompress::persistent_request& request) {
           for (int round = 0; round < rounds; ++round) {
             refill(send, round);
-            calls.counting = false;
+            counting(false);
             MPI_Reduce_scatter_block(send.data(), expected.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
-            calls.counting = true;
+            counting(true);
             run_round(request, round);
             CHECK(same_bits(got.data(), expected.data(), n * sizeof(T)));
           }
