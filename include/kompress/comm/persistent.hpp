@@ -356,7 +356,8 @@ class persistent_request {
 
   /// A whole round in one blocking call: start() and wait(), except that a raw transfer is
   /// MPI's blocking collective (MPI_Allreduce, ...), exactly what plain MPI calls, where
-  /// start() and wait() use MPI's persistent form (slower at small sizes on MPICH). Blocking
+  /// start() and wait() use MPI's persistent form (slower at small sizes on MPICH); on two
+  /// ranks the faster of that and the exchange with the peer, as timed at init. Blocking
   /// collective semantics: every rank must reach it, as for MPI_Allreduce.
   const collective_report& run() {
     require("run");
