@@ -162,15 +162,6 @@ agreed_ring agree_allreduce(const Exec& exec, const SendView& send, const RecvVi
   return agreed;
 }
 
-/// `into` += `other`, n values: the sum of a call whose peer's values came with the agreement
-/// (on two ranks the same sum on both, as IEEE addition commutes). On the calling thread: these
-/// calls are small (at most max_carried_bytes), and a parallel region would cost more than
-/// the add at the sizes they exist for.
-template <class T>
-void add_arrival(T* into, const T* other, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) into[i] += other[i];
-}
-
 /// The report of a raw allreduce (MPI's own), `bytes` per rank.
 inline collective_report raw_allreduce_report(const agreed_ring& agreed, std::size_t bytes,
                                               const collective_options& options) {
@@ -213,7 +204,8 @@ std::unique_ptr<operation> make_allreduce(const Exec& exec, const SendView& send
   auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
   op->mutable_report() = raw_allreduce_report(agreed, bytes, options);
   if (agreed.carried) {
-    add_arrival(recv.data(), in_place ? reinterpret_cast<const T*>(agreed.arrival.get()) : send.data(), send.size());
+    add_pair(recv.data(), recv.data(), in_place ? reinterpret_cast<const T*>(agreed.arrival.get()) : send.data(),
+             send.size());
     return op;
   }
   const void* in = in_place ? MPI_IN_PLACE : static_cast<const void*>(send.data());

@@ -125,6 +125,15 @@ class persistent_mpi_collective final : public persistent_operation {
   bool active_ = false;
 };
 
+/// out = own + other, n values: a sum on two ranks from the peer's values (the same bits on both
+/// ranks: IEEE addition commutes, and it is MPI's own result there). `out` may be `own`. On the
+/// calling thread: these messages are small (at most max_carried_bytes), and a parallel region
+/// would cost more than the add at the sizes they exist for.
+template <class T>
+void add_pair(T* out, const T* own, const T* other, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = own[i] + other[i];
+}
+
 /// A raw round on two ranks as one exchange with the peer, what the one-shot calls do inside
 /// the agreement's message (docs/collectives.md, "Two ranks"): each rank sends `count` values
 /// to the peer and receives the peer's `count` into `arrival`; then, for the sums, `out` =
@@ -191,8 +200,7 @@ class persistent_pair_exchange final : public persistent_operation {
       if (block) check_mpi(MPI_Waitall(2, requests_, MPI_STATUSES_IGNORE), who_, "MPI_Waitall");
       else check_mpi(MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE), who_, "MPI_Testall");
       if (!done) return false;
-      if (plan_.sums)
-        for (std::size_t i = 0; i < plan_.count; ++i) plan_.out[i] = plan_.own[i] + plan_.arrival[i];
+      if (plan_.sums) add_pair(plan_.out, plan_.own, plan_.arrival, plan_.count);
     }
     active_ = false;
     return true;
@@ -227,7 +235,7 @@ class persistent_pair_exchange final : public persistent_operation {
       check_mpi(MPI_Isend(in.data(), int(bytes), MPI_BYTE, peer, collective_tag, comm_.get(), &r[1]), who_,
                 "MPI_Isend");
       check_mpi(MPI_Waitall(2, r, MPI_STATUSES_IGNORE), who_, "MPI_Waitall");
-      for (std::size_t i = 0; i < plan_.count; ++i) out[i] = in[i] + arrival[i];  // the sums' add, or the copy's
+      add_pair(out.data(), in.data(), arrival.data(), plan_.count);  // the sums' add, or the copy's
     };
     const auto mpi_round = [&] { check_mpi(blocking_on_scratch(), who_, blocking_name_); };
     const auto batch = [&](const auto& round) {

@@ -118,7 +118,7 @@ std::unique_ptr<operation> make_reduce_scatter(const Exec& exec, const SendView&
   auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
   op->mutable_report() = raw_reduce_scatter_report(agreed, bytes, options);
   if (agreed.carried) {
-    add_arrival(recv.data(), send.data() + std::size_t(agreed.shape.rank) * recv.size(), recv.size());
+    add_pair(recv.data(), recv.data(), send.data() + std::size_t(agreed.shape.rank) * recv.size(), recv.size());
     return op;
   }
   const int count = int(recv.size());
