@@ -17,7 +17,6 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
-#include <cstring>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -58,6 +57,7 @@ using kompress::test::host_view;
 using kompress::test::make_data;
 using kompress::test::mpi_type;
 using kompress::test::rank_of;
+using kompress::test::same_bytes;
 using kompress::test::size_of;
 
 const kompress::collective_options raw{.mode = kompress::transfer_mode::raw};
@@ -84,11 +84,6 @@ std::vector<std::size_t> counts_around_limits() {
           20000,
           max_carried_bytes / sizeof(T),
           max_carried_bytes / sizeof(T) + 1};
-}
-
-template <class T>
-bool same_bytes(const host_view<T>& a, const host_view<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 /// Which calls carry their data: every raw call of up to 1 MiB per message on two ranks, and

@@ -16,7 +16,6 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
-#include <cstring>
 #include <vector>
 
 namespace {
@@ -80,8 +79,6 @@ void run_round(kompress::persistent_request& request, int round) {
   }
 }
 
-bool same_bits(const void* a, const void* b, std::size_t bytes) { return bytes == 0 || std::memcmp(a, b, bytes) == 0; }
-
 /// Counts the MPI calls of `init` and of the rounds `rounds_of(request)` runs, and checks that
 /// on two ranks up to the limit every round was the exchange (one MPI_Startall), but for run(),
 /// which may be MPI's blocking collective instead (timed faster at init): one or the other, never
@@ -133,7 +130,7 @@ TEST_CASE_TEMPLATE("allreduce_init on two ranks: one exchange per round, MPI's s
               MPI_Allreduce(send.data(), expected.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
               counting(true);
               run_round(request, round);
-              CHECK(same_bits(out.data(), expected.data(), n * sizeof(T)));
+              CHECK(same_bytes(out, expected));
             }
           });
     }
@@ -153,7 +150,7 @@ TEST_CASE_TEMPLATE("allgather_init on two ranks: one exchange per round, MPI's r
             MPI_Allgather(send.data(), int(n), mpi_type<T>(), expected.data(), int(n), mpi_type<T>(), MPI_COMM_WORLD);
             counting(true);
             run_round(request, round);
-            CHECK(same_bits(got.data(), expected.data(), n * p * sizeof(T)));
+            CHECK(same_bytes(got, expected));
           }
         });
   }
@@ -173,7 +170,7 @@ TEST_CASE_TEMPLATE("reduce_scatter_init on two ranks: one exchange per round, MP
             MPI_Reduce_scatter_block(send.data(), expected.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
             counting(true);
             run_round(request, round);
-            CHECK(same_bits(got.data(), expected.data(), n * sizeof(T)));
+            CHECK(same_bytes(got, expected));
           }
         });
   }
@@ -193,11 +190,11 @@ TEST_CASE("persistent pair rounds: a request destroyed mid-round completes it; s
   host_view<float> expected("expected", 5000), gathered("gathered", 5000 * p);
   MPI_Allreduce(a.data(), expected.data(), 5000, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   MPI_Allgather(b.data(), 5000, MPI_FLOAT, gathered.data(), 5000, MPI_FLOAT, MPI_COMM_WORLD);
-  CHECK(same_bits(sum.data(), expected.data(), 5000 * sizeof(float)));
-  CHECK(same_bits(c.data(), gathered.data(), 5000 * p * sizeof(float)));
+  CHECK(same_bytes(sum, expected));
+  CHECK(same_bytes(c, gathered));
   {
     auto abandoned = kompress::allreduce_init(host{}, a, sum, MPI_COMM_WORLD, raw);
     abandoned.start();
   }  // the destructor completes the round
-  CHECK(same_bits(sum.data(), expected.data(), 5000 * sizeof(float)));
+  CHECK(same_bytes(sum, expected));
 }

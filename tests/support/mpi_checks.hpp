@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <type_traits>
 
@@ -57,6 +58,12 @@ inline bool identical_on_every_rank(const void* data, std::size_t bytes) {
 template <class T>
 bool identical_on_every_rank(const host_view<T>& values) {
   return identical_on_every_rank(values.data(), values.size() * sizeof(T));
+}
+
+/// Whether two Views hold the same values bit for bit (raw transfers against plain MPI).
+template <class T>
+bool same_bytes(const host_view<T>& a, const host_view<T>& b) {
+  return a.size() == b.size() && (a.size() == 0 || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 }  // namespace kompress::test
