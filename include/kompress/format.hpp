@@ -46,7 +46,8 @@ struct stream_info {
 
 namespace detail {
 
-inline constexpr std::uint8_t stream_magic[4] = {'K', 'M', 'P', 'Z'};
+/// The four bytes every stream starts with, "KMPZ" (a function: device code reads no host arrays).
+KOMPRESS_FUNCTION constexpr std::byte stream_magic(int i) { return std::byte("KMPZ"[i]); }
 inline constexpr int format_major = 1;
 /// The newest minor version this library reads and writes: 1.1 adds the ratio codec (flag
 /// bit 1). Fast-mode streams are still written as 1.0, byte for byte.
@@ -145,7 +146,7 @@ struct stream_header {
 
 /// Writes the header's 80 field bytes (the checksum at offset 80 is written separately).
 KOMPRESS_FUNCTION void write_header_fields(std::byte* p, const stream_header& h) {
-  for (int i = 0; i < 4; ++i) p[i] = std::byte(stream_magic[i]);
+  for (int i = 0; i < 4; ++i) p[i] = stream_magic(i);
   p[4] = std::byte(format_major);
   p[5] = std::byte(h.ratio() ? 1 : 0);  // fast-mode streams stay 1.0
   p[6] = std::byte(static_cast<std::uint8_t>(h.type));
@@ -185,7 +186,7 @@ inline stream_header parse_header(const std::byte* prefix, std::size_t prefix_by
     throw_format(who, "stream truncated (got " + std::to_string(available) +
                           " bytes, a header alone needs " + std::to_string(header_bytes) + ")");
   for (int i = 0; i < 4; ++i)
-    if (prefix[i] != std::byte(stream_magic[i]))
+    if (prefix[i] != stream_magic(i))
       throw_format(who, "not a kompress stream (wrong magic bytes)");
   const int major = int(prefix[4]), minor = int(prefix[5]);
   if (major != format_major)

@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <limits>
 
 namespace kompress::inline v0::detail {
 
@@ -22,7 +21,7 @@ namespace kompress::inline v0::detail {
 template <class Exec, class T>
 packed_range<T> range_keys(const Exec& exec, const T* data, std::size_t count, bool has_fill, bits_t<T> fill_bits) {
   packed_range<T> keys;
-  keys.set(std::numeric_limits<order_key_t<T>>::max(), std::numeric_limits<order_key_t<T>>::min());
+  keys.set(order_key_max<T>(), order_key_min<T>());
   if (count == 0) return keys;
   const kernel_tuning tuning = backend<Exec>::tuning();
   backend<Exec>::enqueue_value_range(

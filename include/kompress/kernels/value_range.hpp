@@ -9,7 +9,6 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <type_traits>
 
 namespace kompress::inline v0::detail {
@@ -26,6 +25,17 @@ struct value_range {
 /// NaN, do not.
 template <class T>
 using order_key_t = std::make_signed_t<bits_t<T>>;
+
+/// The largest and smallest order key, callable from device code (std::numeric_limits is host
+/// only under nvcc).
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr order_key_t<T> order_key_max() {
+  return static_cast<order_key_t<T>>(static_cast<bits_t<T>>(~bits_t<T>(0)) >> 1);
+}
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr order_key_t<T> order_key_min() {
+  return static_cast<order_key_t<T>>(-order_key_max<T>() - 1);
+}
 
 template <class T>
 KOKKOS_INLINE_FUNCTION order_key_t<T> order_key(bits_t<T> bits) {
@@ -51,8 +61,8 @@ KOKKOS_INLINE_FUNCTION void segment_range(const T* data, std::uint64_t begin, st
   using bits = bits_t<T>;
   constexpr bits exponent_mask = std::is_same_v<T, float> ? bits(0x7F800000u)
                                                           : bits(0x7FF0000000000000ull);
-  key lo = std::numeric_limits<key>::max(), hi = std::numeric_limits<key>::min();
-  constexpr key key_max = std::numeric_limits<key>::max(), key_min = std::numeric_limits<key>::min();
+  constexpr key key_max = order_key_max<T>(), key_min = order_key_min<T>();
+  key lo = key_max, hi = key_min;
   for (std::uint64_t i = begin; i < end; ++i) {
     const bits b = to_bits(data[i]);
     const key counted = -key(((b & exponent_mask) != exponent_mask) &
@@ -98,7 +108,7 @@ struct range_reducer {
     into.set(lo, hi);
   }
   KOKKOS_INLINE_FUNCTION void init(value_type& value) const {
-    value.set(std::numeric_limits<key>::max(), std::numeric_limits<key>::min());
+    value.set(order_key_max<T>(), order_key_min<T>());
   }
   KOKKOS_INLINE_FUNCTION value_type& reference() const { return *result.data(); }
   KOKKOS_INLINE_FUNCTION result_view_type view() const { return result; }
