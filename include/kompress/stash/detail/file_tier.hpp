@@ -25,7 +25,8 @@ template <class ExecutionSpace>
 class file_tier final : public storage_tier<ExecutionSpace> {
  public:
   using memory_space = typename ExecutionSpace::memory_space;
-  using host_bytes = Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+  using staging_space = spill_host_space<ExecutionSpace>;
+  using host_bytes = Kokkos::View<std::byte*, staging_space, Kokkos::MemoryUnmanaged>;
   using unmanaged_bytes = Kokkos::View<std::byte*, memory_space, Kokkos::MemoryUnmanaged>;
   using const_unmanaged_bytes =
       Kokkos::View<const std::byte*, memory_space, Kokkos::MemoryUnmanaged>;
@@ -34,7 +35,7 @@ class file_tier final : public storage_tier<ExecutionSpace> {
       Kokkos::SpaceAccessibility<Kokkos::DefaultHostExecutionSpace, memory_space>::accessible;
 
   /// `staging_bytes`: the largest stream (one segment's worst case), for a device pool's
-  /// host staging buffer, allocated on the first spill.
+  /// host staging buffer (pinned: spill_host_space), allocated on the first spill.
   file_tier(std::filesystem::path directory, std::uint64_t stash_id, std::size_t staging_bytes)
       : directory_(std::move(directory)), stash_id_(stash_id), staging_bytes_(staging_bytes) {
     std::error_code ec;
@@ -111,7 +112,7 @@ class file_tier final : public storage_tier<ExecutionSpace> {
  private:
   void stage(std::size_t length) {  // staging_mutex_ held
     if (staging_.size() < length)
-      staging_ = Kokkos::View<std::byte*, Kokkos::HostSpace>(
+      staging_ = Kokkos::View<std::byte*, staging_space>(
           Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::stash::host_staging"),
           std::max(length, staging_bytes_));
   }
@@ -124,7 +125,7 @@ class file_tier final : public storage_tier<ExecutionSpace> {
   first_fit_allocator allocator_;
   std::size_t spilled_bytes_ = 0;
   std::mutex staging_mutex_;
-  Kokkos::View<std::byte*, Kokkos::HostSpace> staging_;
+  Kokkos::View<std::byte*, staging_space> staging_;
 };
 
 }  // namespace kompress::inline v0::detail

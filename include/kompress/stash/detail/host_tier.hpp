@@ -1,7 +1,8 @@
 #pragma once
 // A spill tier in host memory (budget_policy::spill_to_host): arenas added as needed and never
-// moved (16 MiB, a quarter of the budget, or twice the last, whichever is largest). Outside the
-// budget: it never runs out of room short of a failed allocation.
+// moved (16 MiB, a quarter of the budget, or twice the last, whichever is largest), pinned
+// where the stash's pool is device memory (spill_host_space). Outside the budget: it never
+// runs out of room short of a failed allocation.
 
 #include <kompress/stash/detail/tier.hpp>
 #include <kompress/stash/pool.hpp>
@@ -20,8 +21,9 @@ template <class ExecutionSpace>
 class host_tier final : public storage_tier<ExecutionSpace> {
  public:
   using memory_space = typename ExecutionSpace::memory_space;
-  using host_bytes = Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-  using const_host_bytes = Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+  using arena_space = spill_host_space<ExecutionSpace>;
+  using host_bytes = Kokkos::View<std::byte*, arena_space, Kokkos::MemoryUnmanaged>;
+  using const_host_bytes = Kokkos::View<const std::byte*, arena_space, Kokkos::MemoryUnmanaged>;
   using unmanaged_bytes = Kokkos::View<std::byte*, memory_space, Kokkos::MemoryUnmanaged>;
   using const_unmanaged_bytes =
       Kokkos::View<const std::byte*, memory_space, Kokkos::MemoryUnmanaged>;
@@ -81,7 +83,7 @@ class host_tier final : public storage_tier<ExecutionSpace> {
  private:
   struct arena {
     std::size_t base;  ///< offsets [base, base + capacity) are this arena's
-    Kokkos::View<std::byte*, Kokkos::HostSpace> bytes;
+    Kokkos::View<std::byte*, arena_space> bytes;
     first_fit_allocator allocator;
   };
 
@@ -93,7 +95,7 @@ class host_tier final : public storage_tier<ExecutionSpace> {
         std::max({length, 2 * previous, std::size_t(16) << 20, budget_bytes_ / 4}));
     const std::size_t base = arenas_.empty() ? 0 : arenas_.back().base + previous;
     arenas_.push_back({base,
-                       Kokkos::View<std::byte*, Kokkos::HostSpace>(
+                       Kokkos::View<std::byte*, arena_space>(
                            Kokkos::view_alloc(Kokkos::WithoutInitializing,
                                               "kompress::stash::host_spill"),
                            capacity),

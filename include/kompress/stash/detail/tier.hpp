@@ -11,10 +11,23 @@
 #include <kompress/stash/handle.hpp>
 #include <kompress/stash/stats.hpp>
 
+#include <Kokkos_Core.hpp>
+
 #include <cstddef>
 #include <optional>
+#include <type_traits>
 
 namespace kompress::inline v0::detail {
+
+/// Host memory for spilled streams and the spill file's staging: where the stash's memory is
+/// not host memory (a GPU's), the backend's pinned host memory, which the device copies to
+/// and from by DMA at full bandwidth instead of through the driver's bounce buffer; plain host
+/// memory otherwise.
+template <class ExecutionSpace>
+using spill_host_space = std::conditional_t<
+    Kokkos::SpaceAccessibility<Kokkos::DefaultHostExecutionSpace,
+                               typename ExecutionSpace::memory_space>::accessible,
+    Kokkos::HostSpace, Kokkos::SharedHostPinnedSpace>;
 
 /// Where a stored stream can be read: `data` in the stash's memory space, or (host == true) in
 /// host memory that the execution space can read.
