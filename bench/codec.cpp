@@ -272,8 +272,16 @@ constexpr bool have_zfp =
 // (what the default target compiles to: a libgcc call per value). Both round to nearest even.
 // GCC does not vectorize _Float16 conversions without AVX512-FP16, hence the intrinsics.
 // A double converts in one rounding through _Float16 (no F16C instruction takes doubles).
+// nvcc's front end has no _Float16: compiled by nvcc, the cast goes through Kokkos's half_t
+// (CUDA's __half) one value at a time; bench_codec_device measures the GPU's own cast.
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__CUDACC__)
+using half_value = Kokkos::Experimental::half_t;
+#else
+using half_value = _Float16;
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
 #define KOMPRESS_BENCH_F16C 1
 __attribute__((target("avx,f16c"))) void to_half_f16c(const float* in, _Float16* out,
                                                       std::size_t n) {
@@ -296,16 +304,16 @@ __attribute__((target("avx,f16c"))) void from_half_f16c(const _Float16* in, floa
 #endif
 
 template <class T>
-void to_half(const T* in, _Float16* out, std::size_t n) {
+void to_half(const T* in, half_value* out, std::size_t n) {
 #ifdef KOMPRESS_BENCH_F16C
   if constexpr (std::is_same_v<T, float>)
     if (have_f16c()) return to_half_f16c(in, out, n);
 #endif
-  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<_Float16>(in[i]);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<half_value>(in[i]);
 }
 
 template <class T>
-void from_half(const _Float16* in, T* out, std::size_t n) {
+void from_half(const half_value* in, T* out, std::size_t n) {
 #ifdef KOMPRESS_BENCH_F16C
   if constexpr (std::is_same_v<T, float>)
     if (have_f16c()) return from_half_f16c(in, out, n);
@@ -400,7 +408,7 @@ baseline_result run_baselines(const std::vector<T>& values, std::optional<double
 
   // float16: IEEE binary16, round to nearest even (a double converts directly, one rounding).
   {
-    std::vector<_Float16> half(values.size());
+    std::vector<half_value> half(values.size());
     std::vector<T> back(values.size());
     r.fp16_c = gbs(bytes, best_seconds([&] {
                      to_half(values.data(), half.data(), values.size());
@@ -412,7 +420,7 @@ baseline_result run_baselines(const std::vector<T>& values, std::optional<double
                      keep(back.data());
                    },
                    opts.reps, opts.min_rep_seconds));
-    r.fp16_ratio = double(sizeof(T)) / double(sizeof(_Float16));
+    r.fp16_ratio = double(sizeof(T)) / double(sizeof(half_value));
     const error_stats e = errors_of(values, back.data(), fill, range);
     r.fp16_max_abs = e.max_abs;
     r.fp16_max_rel = range > 0.0 ? e.max_abs / range : nan;
