@@ -12,9 +12,13 @@
 #define KOMPRESS_FUNCTION inline
 #endif
 
-// Full unrolling of the bit-packing loops, whose trip count and shifts are constants.
-#if defined(__CUDACC__)
+// Full unrolling of the bit-packing loops, whose trip count and shifts are constants. Under
+// nvcc, its pragma in the device pass and none in the host pass: nvcc's front end rejects
+// GCC's, and hands its own on to the host compiler, which does not know it.
+#if defined(__CUDA_ARCH__)
 #define KOMPRESS_UNROLL _Pragma("unroll")
+#elif defined(__CUDACC__)
+#define KOMPRESS_UNROLL
 #elif defined(__clang__)
 #define KOMPRESS_UNROLL _Pragma("clang loop unroll(full)")
 #elif defined(__GNUC__)
