@@ -13,6 +13,14 @@ function(kompress_target_warnings target)
     "$<${gnu_like}:-Wall;-Wextra;-Wpedantic>"
     "$<$<AND:${gnu_like},$<BOOL:${KOMPRESS_WARNINGS_AS_ERRORS}>>:-Werror>"
     "$<$<CXX_COMPILER_ID:MSVC>:/W4;$<$<BOOL:${KOMPRESS_WARNINGS_AS_ERRORS}>:/WX>>")
+  # Through Kokkos's nvcc_wrapper (which reports the host compiler's id and drops -Wpedantic,
+  # whose line-directive warnings nvcc's generated code cannot avoid), -Werror reaches only the
+  # host compiler: nvcc's own diagnostics (a host function called from device code, say) become
+  # errors with its all-warnings kind.
+  if(Kokkos_ENABLE_CUDA AND KOMPRESS_WARNINGS_AS_ERRORS AND
+     CMAKE_CXX_COMPILER MATCHES "nvcc_wrapper$")
+    target_compile_options(${target} PRIVATE "-Werror=all-warnings")
+  endif()
 endfunction()
 
 function(kompress_target_sanitizers target)
