@@ -14,7 +14,12 @@
 #include <thread>
 #include <vector>
 
+using kompress::test::default_exec;
+using kompress::test::default_memory;
 using kompress::test::require_round_trip;
+using kompress::test::stream_bytes;
+using kompress::test::to_default_space;
+using kompress::test::to_host;
 
 namespace {
 
@@ -171,9 +176,8 @@ TEST_CASE_TEMPLATE("codec: fill values come back bit-exact and stay out of the R
 }
 
 TEST_CASE_TEMPLATE("codec: invalid bounds are rejected with a clear error", T, float, double) {
-  const auto values = smooth<T>(100);
-  Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
-  Kokkos::View<std::byte*, Kokkos::HostSpace> out("out", kompress::max_compressed_size(in));
+  const auto in = to_default_space(smooth<T>(100));
+  Kokkos::View<std::byte*, default_memory> out("out", kompress::max_compressed_size(in));
   for (const double bad : {-1e-3, std::numeric_limits<double>::quiet_NaN(),
                            std::numeric_limits<double>::infinity()}) {
     CHECK_THROWS_AS(kompress::compress(in, out, kompress::absolute(bad)), kompress::invalid_argument);
@@ -181,43 +185,51 @@ TEST_CASE_TEMPLATE("codec: invalid bounds are rejected with a clear error", T, f
   }
   CHECK_THROWS_WITH_AS(kompress::compress(in, out, kompress::compress_options{.bound = kompress::absolute(1e-3), .block_size = 48}),
                        doctest::Contains("block size"), kompress::invalid_argument);
-  Kokkos::View<std::byte*, Kokkos::HostSpace> small("small", 64);
+  Kokkos::View<std::byte*, default_memory> small("small", 64);
   CHECK_THROWS_WITH_AS(kompress::compress(in, small, kompress::absolute(1e-3)),
                        doctest::Contains("output too small"), kompress::invalid_argument);
 }
 
 TEST_CASE("codec: Views of any rank and both contiguous layouts; strided Views are rejected") {
-  using host = Kokkos::DefaultHostExecutionSpace;
-  Kokkos::View<double**, Kokkos::LayoutLeft, Kokkos::HostSpace> left("left", 33, 70);
-  Kokkos::View<float***, Kokkos::LayoutRight, Kokkos::HostSpace> right("right", 5, 7, 61);
+  const default_exec exec;
+  Kokkos::View<double**, Kokkos::LayoutLeft, default_memory> left("left", 33, 70);
+  Kokkos::View<float***, Kokkos::LayoutRight, default_memory> right("right", 5, 7, 61);
+  const auto left_values = Kokkos::create_mirror_view(left);
+  const auto right_values = Kokkos::create_mirror_view(right);
   for (std::size_t i = 0; i < left.extent(0); ++i)
-    for (std::size_t j = 0; j < left.extent(1); ++j) left(i, j) = std::sin(0.1 * double(i)) * double(j);
-  for (std::size_t i = 0; i < right.size(); ++i) right.data()[i] = float(std::cos(0.01 * double(i)));
+    for (std::size_t j = 0; j < left.extent(1); ++j) left_values(i, j) = std::sin(0.1 * double(i)) * double(j);
+  for (std::size_t i = 0; i < right.size(); ++i) right_values.data()[i] = float(std::cos(0.01 * double(i)));
+  Kokkos::deep_copy(left, left_values);
+  Kokkos::deep_copy(right, right_values);
 
-  auto stream = kompress::compress(host{}, left, kompress::absolute(1e-4));
-  Kokkos::View<double**, Kokkos::LayoutLeft, Kokkos::HostSpace> left_back("left_back", 33, 70);
-  kompress::decompress(host{}, stream, left_back);
+  auto stream = kompress::compress(exec, left, kompress::absolute(1e-4));
+  Kokkos::View<double**, Kokkos::LayoutLeft, default_memory> left_back("left_back", 33, 70);
+  kompress::decompress(exec, stream, left_back);
+  const auto left_decoded = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, left_back);
   for (std::size_t i = 0; i < left.extent(0); ++i)
-    for (std::size_t j = 0; j < left.extent(1); ++j) REQUIRE(std::fabs(left(i, j) - left_back(i, j)) <= 1e-4);
+    for (std::size_t j = 0; j < left.extent(1); ++j)
+      REQUIRE(std::fabs(left_values(i, j) - left_decoded(i, j)) <= 1e-4);
 
-  auto right_stream = kompress::compress(host{}, right, kompress::absolute(1e-3));
-  auto flat = kompress::decompress<float>(host{}, right_stream);
+  auto right_stream = kompress::compress(exec, right, kompress::absolute(1e-3));
+  const auto flat = to_host(kompress::decompress<float>(exec, right_stream));
   REQUIRE(flat.size() == right.size());
-  for (std::size_t i = 0; i < right.size(); ++i) REQUIRE(std::fabs(double(right.data()[i]) - double(flat(i))) <= 1e-3);
+  for (std::size_t i = 0; i < right.size(); ++i)
+    REQUIRE(std::fabs(double(right_values.data()[i]) - double(flat[i])) <= 1e-3);
 
   auto strided = Kokkos::subview(left, 3, Kokkos::ALL);  // a row of a LayoutLeft matrix
-  Kokkos::View<std::byte*, Kokkos::HostSpace> out("out", kompress::max_compressed_size(strided));
-  CHECK_THROWS_WITH_AS(kompress::compress(host{}, strided, out, kompress::absolute(1e-3)),
+  Kokkos::View<std::byte*, default_memory> out("out", kompress::max_compressed_size(strided));
+  CHECK_THROWS_WITH_AS(kompress::compress(exec, strided, out, kompress::absolute(1e-3)),
                        doctest::Contains("contiguous"), kompress::invalid_argument);
 
-  Kokkos::View<float*, Kokkos::HostSpace> wrong_type("wrong", left.size());
-  CHECK_THROWS_WITH_AS(kompress::decompress(host{}, stream, wrong_type), doctest::Contains("double"),
+  Kokkos::View<float*, default_memory> wrong_type("wrong", left.size());
+  CHECK_THROWS_WITH_AS(kompress::decompress(exec, stream, wrong_type), doctest::Contains("double"),
                        kompress::invalid_argument);
-  Kokkos::View<double*, Kokkos::HostSpace> wrong_count("wrong", left.size() + 1);
-  CHECK_THROWS_WITH_AS(kompress::decompress(host{}, stream, wrong_count), doctest::Contains("values"),
+  Kokkos::View<double*, default_memory> wrong_count("wrong", left.size() + 1);
+  CHECK_THROWS_WITH_AS(kompress::decompress(exec, stream, wrong_count), doctest::Contains("values"),
                        kompress::invalid_argument);
 }
 
+// On the host on purpose: the host backend splits the work by thread count.
 TEST_CASE("codec: the stream does not depend on the thread count") {
   const auto values = smooth<float>(300000, 50.0);
   Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
@@ -238,13 +250,13 @@ TEST_CASE("codec: the stream does not depend on the thread count") {
 TEST_CASE_TEMPLATE("codec: a value range read beforehand (the collectives' REL pass) gives the same stream", T,
                    float, double) {
   namespace detail = kompress::detail;
-  using host = Kokkos::DefaultHostExecutionSpace;
   using limits = std::numeric_limits<T>;
+  const default_exec exec;
   auto values = smooth<T>(70000, 20.0);
   values[5] = limits::quiet_NaN();
   values[6] = limits::infinity();
   for (std::size_t i = 100; i < 300; ++i) values[i] = T(-999);
-  const Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
+  const auto in = to_default_space(values);
   for (const std::optional<double> fill : {std::optional<double>{}, std::optional<double>{-999.0}}) {
     for (const auto codec : {kompress::codec_mode::fast, kompress::codec_mode::ratio}) {
       for (const auto bound : {kompress::relative(1e-3), kompress::absolute(1e-2), kompress::absolute(0.0)}) {
@@ -252,14 +264,13 @@ TEST_CASE_TEMPLATE("codec: a value range read beforehand (the collectives' REL p
         CAPTURE(int(codec));
         CAPTURE(bound.value);
         const kompress::compress_options options{.bound = bound, .fill_value = fill, .codec = codec};
-        const auto reference = kompress::compress(host{}, in, options);
-        const auto keys = detail::range_keys(host{}, values.data(), values.size(), fill.has_value(),
+        const auto reference = kompress::compress(exec, in, options);
+        const auto keys = detail::range_keys(exec, in.data(), in.size(), fill.has_value(),
                                              detail::fill_bits_of<T>(options));
-        std::vector<std::byte> stream(kompress::max_compressed_size<T>(values.size(), options));
-        const Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> out(stream.data(), stream.size());
-        const std::size_t length = detail::compress_known_range(host{}, in, out, options, keys);
+        Kokkos::View<std::byte*, default_memory> out("out", kompress::max_compressed_size<T>(values.size(), options));
+        const std::size_t length = detail::compress_known_range(exec, in, out, options, keys);
         REQUIRE(length == reference.size());
-        CHECK(std::memcmp(stream.data(), reference.data(), length) == 0);
+        CHECK(stream_bytes(out, length) == to_host(reference));
       }
     }
   }
@@ -267,35 +278,38 @@ TEST_CASE_TEMPLATE("codec: a value range read beforehand (the collectives' REL p
 
 TEST_CASE_TEMPLATE("codec: compress_async writes the bytes compress does, at any output alignment", T,
                    float, double) {
-  using host = Kokkos::DefaultHostExecutionSpace;
   using limits = std::numeric_limits<T>;
+  const default_exec exec;
   auto values = smooth<T>(70000, 3.0);
   values[10] = limits::quiet_NaN();
   values[11] = limits::infinity();
   values[12] = T(-0.0);
   for (std::size_t i = 2048; i < 4096; ++i) values[i] = T(0);  // constant blocks
+  const auto all_values = to_default_space(values);
   for (const std::size_t count : {std::size_t(0), std::size_t(1), std::size_t(33), values.size()}) {
     for (const kompress::error_bound bound :
          {kompress::absolute(1e-3), kompress::relative(1e-2), kompress::relative(0.0)}) {
       for (const std::optional<double> fill : {std::optional<double>(), std::optional<double>(3.0)}) {
         CAPTURE(count);
         CAPTURE(bound.value);
-        Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), count);
+        const auto in = Kokkos::subview(all_values, std::pair<std::size_t, std::size_t>(0, count));
         const kompress::compress_options options{.bound = bound, .fill_value = fill};
         const std::size_t worst = kompress::max_compressed_size(in, options);
-        Kokkos::View<std::byte*, Kokkos::HostSpace> reference("reference", worst);
-        const std::size_t length = kompress::compress(host{}, in, reference, options);
+        Kokkos::View<std::byte*, default_memory> reference("reference", worst);
+        const std::size_t length = kompress::compress(exec, in, reference, options);
+        const auto expected = stream_bytes(reference, length);
         for (const std::size_t misalignment : {0, 1, 3}) {
           CAPTURE(misalignment);
-          Kokkos::View<std::byte*, Kokkos::HostSpace> buffer("buffer", worst + misalignment);
+          Kokkos::View<std::byte*, default_memory> buffer("buffer", worst + misalignment);
           auto out = Kokkos::subview(buffer, std::pair<std::size_t, std::size_t>(misalignment, worst + misalignment));
-          Kokkos::View<std::uint64_t, Kokkos::HostSpace> async_length("length");
-          host exec;
+          Kokkos::View<std::uint64_t, default_memory> async_length("length");
           kompress::compress_async(exec, in, out, options, async_length);
           exec.fence();
-          REQUIRE(async_length() == length);
+          std::uint64_t reported = 0;
+          Kokkos::deep_copy(reported, async_length);
+          REQUIRE(reported == length);
           CHECK(kompress::inspect(out).compressed_bytes == length);
-          CHECK(std::memcmp(out.data(), reference.data(), length) == 0);
+          CHECK(stream_bytes(out, length) == expected);
         }
       }
     }
@@ -303,45 +317,44 @@ TEST_CASE_TEMPLATE("codec: compress_async writes the bytes compress does, at any
 }
 
 TEST_CASE("codec: compress_async rejects bad arguments before enqueueing anything") {
-  using host = Kokkos::DefaultHostExecutionSpace;
-  std::vector<float> values(1000, 1.5f);
-  Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
-  Kokkos::View<std::byte*, Kokkos::HostSpace> small("small", 100);
+  const default_exec exec;
+  const auto in = to_default_space(std::vector<float>(1000, 1.5f));
+  Kokkos::View<std::byte*, default_memory> small("small", 100);
   Kokkos::deep_copy(small, std::byte{0x5A});
-  CHECK_THROWS_WITH_AS(kompress::compress_async(host{}, in, small, {.bound = kompress::absolute(1e-3)}),
+  CHECK_THROWS_WITH_AS(kompress::compress_async(exec, in, small, {.bound = kompress::absolute(1e-3)}),
                        doctest::Contains("output too small"), kompress::invalid_argument);
-  Kokkos::View<std::byte*, Kokkos::HostSpace> out("out", kompress::max_compressed_size<float>(values.size()));
+  Kokkos::View<std::byte*, default_memory> out("out", kompress::max_compressed_size<float>(in.size()));
   Kokkos::deep_copy(out, std::byte{0x5A});
-  CHECK_THROWS_AS(kompress::compress_async(host{}, in, out, {.bound = kompress::absolute(-1.0)}),
+  CHECK_THROWS_AS(kompress::compress_async(exec, in, out, {.bound = kompress::absolute(-1.0)}),
                   kompress::invalid_argument);
-  host{}.fence();
-  for (std::size_t i = 0; i < small.size(); ++i) REQUIRE(small(i) == std::byte{0x5A});
-  for (std::size_t i = 0; i < out.size(); ++i) REQUIRE(out(i) == std::byte{0x5A});
+  exec.fence();
+  for (const std::byte b : to_host(small)) REQUIRE(b == std::byte{0x5A});
+  for (const std::byte b : to_host(out)) REQUIRE(b == std::byte{0x5A});
 }
 
 TEST_CASE("codec: compress_async on two execution space instances at once") {
-  using host = Kokkos::DefaultHostExecutionSpace;
-  const auto a = smooth<float>(200000, 10.0), b = smooth<float>(150000, 0.5);
-  Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in_a(a.data(), a.size()),
-      in_b(b.data(), b.size());
+  const auto in_a = to_default_space(smooth<float>(200000, 10.0)), in_b = to_default_space(smooth<float>(150000, 0.5));
   const kompress::compress_options options{.bound = kompress::relative(1e-3)};
-  auto expect_a = kompress::compress(host{}, in_a, options);
-  auto expect_b = kompress::compress(host{}, in_b, options);
-  host all;
+  const default_exec all;
+  const auto expect_a = to_host(kompress::compress(all, in_a, options));
+  const auto expect_b = to_host(kompress::compress(all, in_b, options));
   const int threads = all.concurrency();
   auto parts = Kokkos::Experimental::partition_space(all, 1, threads > 1 ? threads - 1 : 1);
-  Kokkos::View<std::byte*, Kokkos::HostSpace> out_a("a", kompress::max_compressed_size(in_a, options)),
+  Kokkos::View<std::byte*, default_memory> out_a("a", kompress::max_compressed_size(in_a, options)),
       out_b("b", kompress::max_compressed_size(in_b, options));
-  Kokkos::View<std::uint64_t, Kokkos::HostSpace> length_a("la"), length_b("lb");
+  Kokkos::View<std::uint64_t, default_memory> length_a("la"), length_b("lb");
   std::thread other([&] { kompress::compress_async(parts[1], in_b, out_b, options, length_b); });
   kompress::compress_async(parts[0], in_a, out_a, options, length_a);
   other.join();
   parts[0].fence();
   parts[1].fence();
-  REQUIRE(length_a() == expect_a.size());
-  REQUIRE(length_b() == expect_b.size());
-  CHECK(std::memcmp(out_a.data(), expect_a.data(), expect_a.size()) == 0);
-  CHECK(std::memcmp(out_b.data(), expect_b.data(), expect_b.size()) == 0);
+  std::uint64_t reported_a = 0, reported_b = 0;
+  Kokkos::deep_copy(reported_a, length_a);
+  Kokkos::deep_copy(reported_b, length_b);
+  REQUIRE(reported_a == expect_a.size());
+  REQUIRE(reported_b == expect_b.size());
+  CHECK(stream_bytes(out_a, expect_a.size()) == expect_a);
+  CHECK(stream_bytes(out_b, expect_b.size()) == expect_b);
 }
 
 // --- reproducers from the codec audit (issue 13) ----------------------------------------------
@@ -419,9 +432,10 @@ TEST_CASE_TEMPLATE("codec: REL bounds over ranges that overflow double hold as r
 
 namespace {
 
-using host_bytes = Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+using device_bytes = Kokkos::View<std::byte*, default_memory, Kokkos::MemoryUnmanaged>;
+using device_stream = Kokkos::View<const std::byte*, default_memory, Kokkos::MemoryUnmanaged>;
 template <class T>
-using host_values = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+using device_values = Kokkos::View<T*, default_memory, Kokkos::MemoryUnmanaged>;
 
 /// A buffer of `bytes` bytes, 8-aligned, filled with a pattern.
 std::vector<std::uint64_t> patterned(std::size_t bytes) {
@@ -434,19 +448,21 @@ std::vector<std::uint64_t> patterned(std::size_t bytes) {
 
 // Overlapping input and output: compress silently broke the bound, decompress crashed (the
 // kernels read the chunk table while overwriting it). Each throws before touching anything.
+// The Views alias one buffer of the default memory space.
 TEST_CASE_TEMPLATE("codec: overlapping input and output Views are rejected, and nothing is written", T,
                    float, double) {
-  using host = Kokkos::DefaultHostExecutionSpace;
+  const default_exec exec;
   const std::size_t count = 5000;
   const std::size_t worst = kompress::max_compressed_size<T>(count);
   const std::size_t buffer_bytes = worst + count * sizeof(T) + 64;
   const kompress::compress_options options{.bound = kompress::absolute(1e-3)};
-  std::vector<std::uint64_t> storage = patterned(buffer_bytes);
+  const auto storage = to_default_space(patterned(buffer_bytes));
   auto* const base = reinterpret_cast<std::byte*>(storage.data());
-  const std::vector<std::byte> before(base, base + buffer_bytes);
-  const auto unchanged = [&] { return std::memcmp(base, before.data(), buffer_bytes) == 0; };
+  const auto contents = [&] { return to_host(device_bytes(base, buffer_bytes)); };
+  const std::vector<std::byte> before = contents();
+  const auto unchanged = [&] { return contents() == before; };
   const auto values_at = [&](std::size_t offset) {
-    return host_values<T>(reinterpret_cast<T*>(base + offset), count);
+    return device_values<T>(reinterpret_cast<T*>(base + offset), count);
   };
   // The output starting inside the input, the input inside the output, and identical starts.
   for (const std::size_t in_offset : {std::size_t(0), std::size_t(64), count * sizeof(T) - 8}) {
@@ -454,14 +470,14 @@ TEST_CASE_TEMPLATE("codec: overlapping input and output Views are rejected, and 
       CAPTURE(in_offset);
       CAPTURE(out_offset);
       const auto in = values_at(in_offset);
-      const host_bytes out(base + out_offset, worst);
-      CHECK_THROWS_WITH_AS(kompress::compress(host{}, in, out, options),
+      const device_bytes out(base + out_offset, worst);
+      CHECK_THROWS_WITH_AS(kompress::compress(exec, in, out, options),
                            doctest::Contains("kompress::compress: the input and output Views overlap"),
                            kompress::invalid_argument);
-      CHECK_THROWS_WITH_AS(kompress::compress_async(host{}, in, out, options),
+      CHECK_THROWS_WITH_AS(kompress::compress_async(exec, in, out, options),
                            doctest::Contains("kompress::compress_async: the input and output Views overlap"),
                            kompress::invalid_argument);
-      host{}.fence();
+      exec.fence();
       CHECK(unchanged());
     }
   }
@@ -469,38 +485,37 @@ TEST_CASE_TEMPLATE("codec: overlapping input and output Views are rejected, and 
   {
     std::vector<T> values(count);
     for (std::size_t i = 0; i < count; ++i) values[i] = T(std::sin(0.01 * double(i)));
-    std::memcpy(base, values.data(), count * sizeof(T));
     const auto in = values_at(0);
-    const host_bytes out(base + count * sizeof(T), worst);
-    const std::size_t length = kompress::compress(host{}, in, out, options);
+    Kokkos::deep_copy(in, kompress::test::host_unmanaged<const T>(values.data(), count));
+    const device_bytes out(base + count * sizeof(T), worst);
+    const std::size_t length = kompress::compress(exec, in, out, options);
     // Decompressing a stream over itself, or over part of it, is rejected with the stream intact.
-    const std::vector<std::byte> stream(out.data(), out.data() + length);
+    const std::vector<std::byte> stream = stream_bytes(out, length);
     for (const std::size_t offset : {std::size_t(0), std::size_t(8), length / 2}) {
       CAPTURE(offset);
-      const host_values<T> onto(reinterpret_cast<T*>(out.data() + (offset & ~std::size_t(7))), count);
-      const Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in_stream(out.data(), length);
-      CHECK_THROWS_WITH_AS(kompress::decompress(host{}, in_stream, onto),
+      const device_values<T> onto(reinterpret_cast<T*>(out.data() + (offset & ~std::size_t(7))), count);
+      CHECK_THROWS_WITH_AS(kompress::decompress(exec, device_stream(out.data(), length), onto),
                            doctest::Contains("kompress::decompress: the input and output Views overlap"),
                            kompress::invalid_argument);
-      CHECK(std::memcmp(out.data(), stream.data(), length) == 0);
+      CHECK(stream_bytes(out, length) == stream);
     }
     // The output just before the stream is disjoint: accepted.
-    const host_values<T> before_stream(reinterpret_cast<T*>(base), count);
-    kompress::decompress(host{}, Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(out.data(), length),
-                         before_stream);
-    for (std::size_t i = 0; i < count; ++i) REQUIRE(std::fabs(double(before_stream(i)) - double(values[i])) <= 1e-3);
+    const device_values<T> before_stream(reinterpret_cast<T*>(base), count);
+    kompress::decompress(exec, device_stream(out.data(), length), before_stream);
+    const auto decoded = to_host(before_stream);
+    for (std::size_t i = 0; i < count; ++i) REQUIRE(std::fabs(double(decoded[i]) - double(values[i])) <= 1e-3);
   }
   // The length View of compress_async inside the output or the input is rejected too.
   {
     const auto in = values_at(0);
-    const host_bytes out(base + count * sizeof(T) + 8, worst);
-    Kokkos::View<std::uint64_t, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> length_in_out(
+    const device_bytes out(base + count * sizeof(T) + 8, worst);
+    Kokkos::View<std::uint64_t, default_memory, Kokkos::MemoryUnmanaged> length_in_out(
         reinterpret_cast<std::uint64_t*>(out.data() + 16));
-    const std::vector<std::byte> snapshot(base, base + buffer_bytes);
-    CHECK_THROWS_WITH_AS(kompress::compress_async(host{}, in, out, options, length_in_out),
+    const std::vector<std::byte> snapshot = contents();
+    CHECK_THROWS_WITH_AS(kompress::compress_async(exec, in, out, options, length_in_out),
                          doctest::Contains("overlap"), kompress::invalid_argument);
-    host{}.fence();
-    CHECK(std::memcmp(base, snapshot.data(), buffer_bytes) == 0);
+    exec.fence();
+    CHECK(contents() == snapshot);
   }
 }
 
@@ -541,12 +556,11 @@ std::vector<std::byte> bomb_stream(std::uint64_t count, kompress::element_type t
 // bytes passed the table checks) made the allocating decompress allocate first and fail later
 // (4 GiB for a 2 KB stream), or throw Kokkos's allocation error instead of format_error.
 TEST_CASE("codec: a stream too short for its element count is rejected before any allocation") {
-  using host = Kokkos::DefaultHostExecutionSpace;
   const auto check_rejected = [](const std::vector<std::byte>& stream, auto element) {
     using T = decltype(element);
-    const Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> view(stream.data(), stream.size());
+    const auto view = to_default_space(stream);
     CHECK_THROWS_WITH_AS(kompress::inspect(view), doctest::Contains("too short"), kompress::format_error);
-    CHECK_THROWS_AS(kompress::decompress<T>(host{}, view), kompress::format_error);
+    CHECK_THROWS_AS(kompress::decompress<T>(default_exec{}, view), kompress::format_error);
   };
   const auto small = bomb_stream(std::uint64_t(1) << 30, kompress::element_type::float32);
   CHECK(small.size() < 2300);
@@ -560,6 +574,7 @@ TEST_CASE("codec: a stream too short for its element count is rejected before an
 }
 
 // --- the kernels' backends (kernels/backend/) -------------------------------------------------
+// On the host on purpose: these force the host backend's encoders, decoders and worker counts.
 
 namespace {
 

@@ -25,6 +25,7 @@ using kompress::test::require_round_trip;
 namespace {
 
 using host = Kokkos::DefaultHostExecutionSpace;
+using kompress::test::default_memory;
 constexpr auto ratio = kompress::codec_mode::ratio;
 
 template <class T>
@@ -253,6 +254,7 @@ TEST_CASE_TEMPLATE("ratio codec: the Lorenzo predictors pay off on smooth 2-D an
   }
 }
 
+// On the host on purpose: the host backend splits the work by thread count.
 TEST_CASE("ratio codec: the stream does not depend on the thread count") {
   const std::vector<std::size_t> shape = {30, 100, 100};
   const auto values = field<float>(shape, 50.0);
@@ -279,8 +281,8 @@ TEST_CASE("ratio codec: fast-mode streams are unchanged 1.0 streams; the mode is
   CHECK(fast.info.format_minor == 0);
   CHECK(fast.info.codec == kompress::codec_mode::fast);
   CHECK(std::to_integer<int>(fast.stream[5]) == 0);
-  Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
-  Kokkos::View<std::byte*, Kokkos::HostSpace> out("out", kompress::max_compressed_size(in));
+  const auto in = kompress::test::to_default_space(values);
+  Kokkos::View<std::byte*, default_memory> out("out", kompress::max_compressed_size(in));
   CHECK_THROWS_WITH_AS(
       kompress::compress(in, out, kompress::compress_options{.bound = kompress::absolute(1e-3),
                                                              .codec = kompress::codec_mode(7)}),
@@ -288,22 +290,18 @@ TEST_CASE("ratio codec: fast-mode streams are unchanged 1.0 streams; the mode is
   // A 1.0 stream claiming the ratio flag is rejected (1.0 knows flag bit 0 only).
   auto forged = kompress::test::round_trip<float>(values, {.bound = kompress::relative(1e-3), .codec = ratio}).stream;
   forged[5] = std::byte(0);
-  using bytes_view = Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-  CHECK_THROWS_WITH_AS(kompress::inspect(bytes_view(forged.data(), forged.size())), doctest::Contains("flag"),
+  CHECK_THROWS_WITH_AS(kompress::inspect(kompress::test::to_default_space(forged)), doctest::Contains("flag"),
                        kompress::format_error);
 }
 
 TEST_CASE("ratio codec: every single-byte corruption and truncation is detected") {
-  using bytes_view = Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
   auto values = smooth<float>(5000, 20.0);
   values[10] = -0.0f;
   values[11] = std::numeric_limits<float>::infinity();
   const auto stream =
       kompress::test::round_trip<float>(values, {.bound = kompress::absolute(1e-2), .codec = ratio}).stream;
-  std::vector<float> out(values.size());
   const auto decode = [&](const std::vector<std::byte>& s) {
-    kompress::decompress(host{}, bytes_view(s.data(), s.size()),
-                         Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(out.data(), out.size()));
+    kompress::test::decompress_on_default<float>(s, values.size());
   };
   for (std::size_t i = 0; i < stream.size(); ++i) {
     auto damaged = stream;

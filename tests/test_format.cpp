@@ -8,11 +8,15 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 namespace {
 
-using host = Kokkos::DefaultHostExecutionSpace;
+// Streams are written, inspected and decoded on the build's default execution space, from copies
+// in its memory space; bytes_view reads the host copy of a stream.
+using kompress::test::default_exec;
+using kompress::test::to_default_space;
 using bytes_view = Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
 
 std::vector<float> sample(std::size_t n) {
@@ -26,9 +30,7 @@ std::vector<std::byte> compressed(const std::vector<float>& values, const kompre
 }
 
 void decompress_bytes(const std::vector<std::byte>& stream, std::size_t count) {
-  std::vector<float> out(count);
-  kompress::decompress(host{}, bytes_view(stream.data(), stream.size()),
-                       Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(out.data(), out.size()));
+  kompress::test::decompress_on_default<float>(stream, count);
 }
 
 }  // namespace
@@ -83,6 +85,8 @@ TEST_CASE("format: wrong magic and unknown versions are named in the error") {
   future[4] = std::byte(2);
   CHECK_THROWS_WITH_AS(decompress_bytes(future, values.size()), doctest::Contains("version 2.0"), kompress::format_error);
   CHECK_THROWS_WITH_AS(kompress::inspect(bytes_view(stream.data(), 10)), doctest::Contains("truncated"), kompress::format_error);
+  CHECK_THROWS_WITH_AS(kompress::inspect(Kokkos::subview(to_default_space(stream), std::pair<std::size_t, std::size_t>(0, 10))),
+                       doctest::Contains("truncated"), kompress::format_error);
 }
 
 TEST_CASE("format: trailing bytes after a stream are ignored") {
@@ -95,21 +99,24 @@ TEST_CASE("format: trailing bytes after a stream are ignored") {
 TEST_CASE("format: inspect_header reads length and bound from the header alone") {
   const auto values = sample(5000);
   const auto stream = compressed(values, {.bound = kompress::relative(1e-3), .block_size = 64});
-  const bytes_view view(stream.data(), stream.size());
-  const auto full = kompress::inspect(view);
-  const auto header = kompress::inspect_header(host{}, view);
+  const auto device_stream = to_default_space(stream);
+  const auto prefix = [&](std::size_t length) {
+    return Kokkos::subview(device_stream, std::pair<std::size_t, std::size_t>(0, length));
+  };
+  const auto full = kompress::inspect(bytes_view(stream.data(), stream.size()));
+  const auto header = kompress::inspect_header(default_exec{}, device_stream);
   CHECK(header.compressed_bytes == stream.size());
   CHECK(header.compressed_bytes == full.compressed_bytes);
   CHECK(header.absolute_bound == full.absolute_bound);
   CHECK(header.count == values.size());
   CHECK(header.block_size == 64);
+  CHECK(kompress::inspect(device_stream).compressed_bytes == full.compressed_bytes);
   // Room beyond the stream (a worst-case reservation) is fine; less than the header is not.
   std::vector<std::byte> padded = stream;
   padded.resize(stream.size() + 4096);
-  CHECK(kompress::inspect_header(host{}, bytes_view(padded.data(), padded.size())).compressed_bytes ==
-        stream.size());
-  CHECK_THROWS_AS(kompress::inspect_header(host{}, bytes_view(stream.data(), 40)), kompress::format_error);
-  CHECK_THROWS_WITH_AS(kompress::inspect_header(host{}, bytes_view(stream.data(), stream.size() - 1)),
+  CHECK(kompress::inspect_header(default_exec{}, to_default_space(padded)).compressed_bytes == stream.size());
+  CHECK_THROWS_AS(kompress::inspect_header(default_exec{}, prefix(40)), kompress::format_error);
+  CHECK_THROWS_WITH_AS(kompress::inspect_header(default_exec{}, prefix(stream.size() - 1)),
                        doctest::Contains("truncated"), kompress::format_error);
 }
 

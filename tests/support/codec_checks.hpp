@@ -1,7 +1,8 @@
 #pragma once
-// Round trips through kompress::compress/decompress on host Views, and the exact bound check
-// every codec test uses: |x - x'| <= e for every element, no slack; NaN, Inf, -0.0 and fill
-// values bit-exact.
+// Round trips through kompress::compress/decompress on the build's default execution space
+// (Kokkos::Cuda's device memory in a CUDA build, the host under OpenMP), and the exact bound
+// check every codec test uses: |x - x'| <= e for every element, no slack; NaN, Inf, -0.0 and
+// fill values bit-exact. Values and streams reach the host only through deep_copy.
 
 #include <kompress/kompress.hpp>
 
@@ -14,9 +15,58 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace kompress::test {
+
+/// Where the round trips run: the build's default execution space and its memory space.
+using default_exec = Kokkos::DefaultExecutionSpace;
+using default_memory = default_exec::memory_space;
+
+template <class T>
+using host_unmanaged = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+
+/// A View of the default memory space holding a copy of `values`.
+template <class T>
+Kokkos::View<T*, default_memory> to_default_space(std::span<const T> values) {
+  Kokkos::View<T*, default_memory> view(Kokkos::view_alloc(Kokkos::WithoutInitializing, "values"),
+                                        values.size());
+  Kokkos::deep_copy(view, host_unmanaged<const T>(values.data(), values.size()));
+  return view;
+}
+
+template <class T>
+Kokkos::View<T*, default_memory> to_default_space(const std::vector<T>& values) {
+  return to_default_space(std::span<const T>(values));
+}
+
+/// The elements of a contiguous View of any rank and memory space, in memory order, on the host.
+template <class View>
+std::vector<typename View::non_const_value_type> to_host(const View& view) {
+  using T = typename View::non_const_value_type;
+  std::vector<T> values(view.size());
+  Kokkos::deep_copy(host_unmanaged<T>(values.data(), values.size()),
+                    Kokkos::View<const T*, typename View::memory_space, Kokkos::MemoryUnmanaged>(
+                        view.data(), view.size()));
+  return values;
+}
+
+/// The first `length` bytes of a stream View of any memory space, on the host.
+template <class View>
+std::vector<std::byte> stream_bytes(const View& stream, std::size_t length) {
+  return to_host(Kokkos::subview(stream, std::pair<std::size_t, std::size_t>(0, length)));
+}
+
+/// The values a stream (host bytes) decodes to, decompressed on the default execution space
+/// from a copy of the stream in its memory space.
+template <class T>
+std::vector<T> decompress_on_default(std::span<const std::byte> stream, std::size_t count) {
+  const auto device_stream = to_default_space(stream);
+  Kokkos::View<T*, default_memory> out("decoded", count);
+  kompress::decompress(default_exec{}, device_stream, out);
+  return to_host(out);
+}
 
 template <class T>
 struct round_trip_result {
@@ -26,32 +76,31 @@ struct round_trip_result {
   double ratio() const { return double(decoded.size() * sizeof(T)) / double(stream.size()); }
 };
 
-/// Round trip of a host View of any rank and layout (values in memory order).
+/// Round trip of a host View of any rank and layout (values in memory order): compressed on the
+/// default execution space from a copy in its memory space (same layout and extents; no copy
+/// where that is the host), inspected on the host, decompressed on the default space.
 template <class InView>
 round_trip_result<typename InView::non_const_value_type> round_trip_view(
     const InView& in, const kompress::compress_options& options) {
   using T = typename InView::non_const_value_type;
-  using host = Kokkos::DefaultHostExecutionSpace;
-  const std::span<const T> values(in.data(), in.size());
-  Kokkos::View<std::byte*, Kokkos::HostSpace> buffer("stream", kompress::max_compressed_size(in, options));
-  const std::size_t length = kompress::compress(host{}, in, buffer, options);
+  const default_exec exec;
+  const auto device_in = Kokkos::create_mirror_view_and_copy(default_memory{}, in);
+  Kokkos::View<std::byte*, default_memory> buffer("stream", kompress::max_compressed_size(device_in, options));
+  const std::size_t length = kompress::compress(exec, device_in, buffer, options);
   REQUIRE(length <= buffer.size());
+  const auto stream = Kokkos::subview(buffer, std::pair<std::size_t, std::size_t>(0, length));
   round_trip_result<T> result;
-  result.stream.assign(buffer.data(), buffer.data() + length);
-  Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> stream(
-      result.stream.data(), length);
-  result.info = kompress::inspect(stream);
-  result.decoded.assign(values.size(), T(0));
-  Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> out(result.decoded.data(), values.size());
-  kompress::decompress(host{}, stream, out);
+  result.stream = stream_bytes(buffer, length);
+  result.info = kompress::inspect(host_unmanaged<const std::byte>(result.stream.data(), length));
+  Kokkos::View<T*, default_memory> out("decoded", in.size());
+  kompress::decompress(exec, stream, out);
+  result.decoded = to_host(out);
   return result;
 }
 
 template <class T>
 round_trip_result<T> round_trip(std::span<const T> values, const kompress::compress_options& options) {
-  return round_trip_view(
-      Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(values.data(), values.size()),
-      options);
+  return round_trip_view(host_unmanaged<const T>(values.data(), values.size()), options);
 }
 
 /// Calls f with an unmanaged host View over `values` of the given extents (rank 1 to 4) in
