@@ -610,8 +610,10 @@ void run_file(file_result& result, const options& opts, const Kokkos::OpenMP& on
                           one_thread, all_threads);
     }));
   const std::vector<std::size_t> extents = zfp_extents(result.file.shape);
-  for (std::size_t i = 0; i < extents.size(); ++i)
-    result.zfp_shape += (i ? "x" : "") + std::to_string(extents[i]);
+  for (std::size_t i = 0; i < extents.size(); ++i) {  // appended piece by piece: GCC 12 sees
+    if (i) result.zfp_shape += 'x';                   // an overlap in "x" + string that is not
+    result.zfp_shape += std::to_string(extents[i]);   // there (-Wrestrict, its bug 105329)
+  }
 #ifdef KOMPRESS_BENCH_HAVE_ZFP
   for (const double bound : opts.bounds)
     result.zfp.push_back(

@@ -12,18 +12,21 @@ int main(int argc, char* argv[]) {
     int ranks = 1, rank = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    using exec = Kokkos::DefaultExecutionSpace;
+    // The collectives take host memory (a CUDA build too: docs/gpu.md).
+    using exec = Kokkos::DefaultHostExecutionSpace;
 
     const int block = 1 << 16;  // values to each rank
-    Kokkos::View<float*> send("send", std::size_t(block) * ranks), recv("recv", send.size());
-    Kokkos::parallel_for(send.size(), KOKKOS_LAMBDA(int i) { send(i) = std::sin(i * 1e-4f + rank); });
+    using host_vector = Kokkos::View<float*, Kokkos::HostSpace>;
+    host_vector send("send", std::size_t(block) * ranks), recv("recv", send.size());
+    Kokkos::parallel_for(Kokkos::RangePolicy<exec>(0, send.size()),
+                         [=](std::size_t i) { send(i) = std::sin(float(i) * 1e-4f + float(rank)); });
 
     // MPI_Alltoall, with every value delivered within 1e-3 of the sent values' range.
     const kompress::collective_options options{.codec = {.bound = kompress::relative(1e-3)}};
     const auto sent = kompress::alltoall(exec{}, send, recv, MPI_COMM_WORLD, options);
 
     // MPI_Allreduce (sum), nonblocking: the request owns its buffers until wait().
-    Kokkos::View<float*> sum("sum", send.size());
+    host_vector sum("sum", send.size());
     kompress::request request = kompress::iallreduce(exec{}, send, sum, MPI_COMM_WORLD, options);
     const kompress::collective_report reduced = request.wait();
 

@@ -13,7 +13,9 @@ int main(int argc, char* argv[]) {
     int ranks = 1, rank = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    using exec = Kokkos::DefaultExecutionSpace;
+    // The collectives take host memory (a CUDA build too: docs/gpu.md).
+    using exec = Kokkos::DefaultHostExecutionSpace;
+    using matrix = Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace>;
 
     // Five tables of dimension 64, dealt round-robin to the ranks; built once per model.
     std::vector<kompress::dlrm::table> tables;
@@ -22,12 +24,12 @@ int main(int argc, char* argv[]) {
         MPI_COMM_WORLD, tables, /*local_batch=*/256,
         {.forward = {.bound = kompress::relative(1e-2)}, .backward = {.bound = kompress::relative(1e-3)}});
 
-    Kokkos::View<float**, Kokkos::LayoutRight> pooled("pooled", exchange.global_batch(), exchange.local_width());
-    Kokkos::View<float**, Kokkos::LayoutRight> batch("batch", exchange.local_batch(), exchange.total_width());
+    matrix pooled("pooled", exchange.global_batch(), exchange.local_width());
+    matrix batch("batch", exchange.local_batch(), exchange.total_width());
     Kokkos::deep_copy(pooled, 0.5f + rank);
     const auto forward = exchange.forward(exec{}, pooled, batch);  // model parallel -> data parallel
 
-    Kokkos::View<float**, Kokkos::LayoutRight> grads("grads", exchange.global_batch(), exchange.local_width());
+    matrix grads("grads", exchange.global_batch(), exchange.local_width());
     kompress::request backward = exchange.ibackward(exec{}, batch, grads);  // the reverse, nonblocking
     backward.wait();
 

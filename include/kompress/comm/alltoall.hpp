@@ -26,6 +26,7 @@
 #include <memory>
 #include <ranges>
 #include <tuple>
+#include <utility>
 
 namespace kompress {
 inline namespace v0 {
@@ -41,7 +42,8 @@ std::vector<std::size_t> to_sizes(const R& range, const char* who, const char* w
   std::vector<std::size_t> sizes;
   sizes.reserve(std::ranges::size(range));
   for (const auto value : range) {
-    if (value < 0)
+    // std::cmp_less: no comparison of an unsigned count with zero for compilers to flag.
+    if (std::cmp_less(value, 0))
       throw invalid_argument(std::string(who) + ": negative " + what + " " + std::to_string(value));
     sizes.push_back(static_cast<std::size_t>(value));
   }
