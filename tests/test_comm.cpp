@@ -286,6 +286,18 @@ TEST_CASE("measure_cost_model gives every rank the same positive rates") {
   for (int i = 0; i < 3; ++i) CHECK(highest[i] == rates[i]);
 }
 
+TEST_CASE("measure_cost_model agrees on its probe size: a mismatch or a rejected size fails on every rank") {
+  if (size_of() > 1)
+    CHECK_THROWS_WITH_AS(kompress::measure_cost_model(host{}, MPI_COMM_WORLD, (1u << 16) + 4 * unsigned(rank_of())),
+                         doctest::Contains("ranks disagree on probe_bytes"), kompress::invalid_argument);
+  // More than one MPI message holds, on the last rank only: nothing allocated, no rank waits.
+  const bool last = rank_of() == size_of() - 1;
+  CHECK_THROWS_AS(kompress::measure_cost_model(host{}, MPI_COMM_WORLD, last ? std::size_t(3) << 30 : 1u << 16),
+                  kompress::invalid_argument);
+  // The next call matches on every rank.
+  CHECK(kompress::measure_cost_model(host{}, MPI_COMM_WORLD, 1u << 16).compress_bytes_per_second > 0.0);
+}
+
 TEST_CASE("one rank: every collective is the identity or a local copy, as in plain MPI") {
   auto data = make_data<double>(1000, rank_of());
   host_view<double> out("out", 1000), expected("expected", 1000);

@@ -1,9 +1,12 @@
 #pragma once
 // kompress::measure_cost_model: measures the numbers automatic mode decides with — the link
 // between two ranks and this machine's codec — once, and makes every rank agree on them
-// (automatic mode decides on each side of a message without talking). Collective over comm.
+// (automatic mode decides on each side of a message without talking). Collective over comm,
+// and, like every collective, it agrees on its argument first: a probe size that differs
+// between ranks, or that one rank rejects, is an invalid_argument on every rank.
 
 #include <kompress/comm/cost_model.hpp>
+#include <kompress/comm/detail/agreement.hpp>
 #include <kompress/compress.hpp>
 #include <kompress/detail/mpi.hpp>
 
@@ -33,7 +36,17 @@ cost_model measure_cost_model(const Exec& exec, MPI_Comm comm, std::size_t probe
   };
   cost_model model;
 
-  const std::size_t count = std::max<std::size_t>(probe_bytes / sizeof(float), 1024);
+  std::size_t count = 0;
+  int bytes = 0;
+  detail::agreement a;
+  a.must_match = "probe_bytes";
+  a.local_failure = detail::run_local_checks([&] {
+    count = std::max<std::size_t>(probe_bytes / sizeof(float), 1024);
+    bytes = detail::byte_count(count * sizeof(float), who);  // one MPI message
+  });
+  a.fingerprint = detail::fingerprint{}.add(std::uint64_t(probe_bytes)).value();
+  detail::agree(a, comm, who);
+
   Kokkos::View<float*, Kokkos::HostSpace> field("kompress::probe", count), back("kompress::probe_back", count);
   for (std::size_t i = 0; i < count; ++i) field(i) = float(std::sin(1e-3 * double(i)) + 1e-3 * double(i % 17));
   Kokkos::View<std::byte*, Kokkos::HostSpace> stream("kompress::probe_stream", max_compressed_size(field));
@@ -48,7 +61,6 @@ cost_model measure_cost_model(const Exec& exec, MPI_Comm comm, std::size_t probe
   }
 
   double link_time = 1e30;
-  const int bytes = detail::byte_count(count * sizeof(float), who);
   const bool probes = shape.size > 1 && shape.rank < 2;
   for (int repeat = 0; repeat < 3; ++repeat) {
     detail::check_mpi(MPI_Barrier(comm), who, "MPI_Barrier");
