@@ -183,6 +183,9 @@ TEST_CASE_TEMPLATE("codec: invalid bounds are rejected with a clear error", T, f
     CHECK_THROWS_AS(kompress::compress(in, out, kompress::absolute(bad)), kompress::invalid_argument);
     CHECK_THROWS_AS(kompress::compress(in, out, kompress::relative(bad)), kompress::invalid_argument);
   }
+  // The bound as given, not rounded to six decimals ("-0.000000").
+  CHECK_THROWS_WITH_AS(kompress::compress(in, out, kompress::absolute(-1e-300)),
+                       doctest::Contains("(got -1e-300)"), kompress::invalid_argument);
   CHECK_THROWS_WITH_AS(kompress::compress(in, out, kompress::compress_options{.bound = kompress::absolute(1e-3), .block_size = 48}),
                        doctest::Contains("block size"), kompress::invalid_argument);
   Kokkos::View<std::byte*, default_memory> small("small", 64);

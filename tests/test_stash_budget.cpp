@@ -91,9 +91,9 @@ TEST_CASE("stash budget: options are checked when the stash is made") {
   CHECK_THROWS_WITH_AS(
       stash_type(exec, small(4 * MiB, kompress::budget_policy::spill_to_file("/nonexistent/kompress"))),
       doctest::Contains("not an existing directory"), kompress::invalid_argument);
-  CHECK_THROWS_AS(stash_type(exec, small(4 * MiB, kompress::budget_policy::loosen_bound(
-                                                      kompress::relative(1e-1), 1.0))),
-                  kompress::invalid_argument);
+  CHECK_THROWS_WITH_AS(stash_type(exec, small(4 * MiB, kompress::budget_policy::loosen_bound(
+                                                           kompress::relative(1e-1), 1.0))),
+                       doctest::Contains("growth must be finite and > 1 (got 1)"), kompress::invalid_argument);
   CHECK_THROWS_AS(stash_type(exec, small(4 * MiB, kompress::budget_policy::loosen_bound(
                                                       kompress::relative(-1.0)))),
                   kompress::invalid_argument);

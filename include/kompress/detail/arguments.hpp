@@ -5,11 +5,20 @@
 #include <kompress/bound.hpp>
 #include <kompress/error.hpp>
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <string>
 
 namespace kompress::inline v0::detail {
+
+/// A double as error messages show it: %g style, the shortest text that reads back as the same
+/// value ("-1e-300", "0.001", "inf"; std::to_string's six fixed decimals would say "-0.000000").
+inline std::string number_text(double value) {
+  char text[32];  // the longest shortest form, "-2.2250738585072014e-308", is 24 characters
+  const auto written = std::to_chars(text, text + sizeof text, value, std::chars_format::general);
+  return std::string(text, written.ptr);
+}
 
 constexpr bool supported_block_size(int block_size) {
   return block_size == 32 || block_size == 64 || block_size == 128;
@@ -24,7 +33,7 @@ inline void validate_block_size(int block_size, const char* who) {
 inline void validate_bound(const error_bound& bound, const char* who) {
   if (!std::isfinite(bound.value) || bound.value < 0.0)
     throw invalid_argument(std::string(who) + ": the error bound must be finite and >= 0 (got " +
-                           std::to_string(bound.value) + ")");
+                           number_text(bound.value) + ")");
   if (bound.mode != bound_mode::absolute && bound.mode != bound_mode::relative)
     throw invalid_argument(std::string(who) + ": unknown bound mode");
 }

@@ -65,7 +65,6 @@
 #include <mutex>
 #include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -76,9 +75,7 @@ inline namespace v0 {
 namespace detail {
 
 inline std::string bound_text(const error_bound& bound) {
-  std::ostringstream text;
-  text << (bound.mode == bound_mode::relative ? "REL " : "ABS ") << bound.value;
-  return text.str();
+  return (bound.mode == bound_mode::relative ? "REL " : "ABS ") + number_text(bound.value);
 }
 
 template <class T>
@@ -293,7 +290,7 @@ struct stash<ExecutionSpace>::state {
       detail::validate_bound(policy.ceiling, "kompress::stash: the loosen_bound ceiling");
       if (!(policy.growth > 1.0) || !std::isfinite(policy.growth))
         throw invalid_argument(std::string(who) + ": loosen_bound growth must be finite and > 1 (got " +
-                               std::to_string(policy.growth) + ")");
+                               detail::number_text(policy.growth) + ")");
     }
     const int block_size = options.codec.block_size;
     workspace_bytes = detail::first_fit_allocator::round_up(std::max(
