@@ -11,7 +11,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -373,4 +375,131 @@ TEST_CASE("ratio chunk: a map marking a value past the chunk's end is rejected, 
     CAPTURE(n);
     CHECK_FALSE(detail::decode_ratio_chunk(chunk.data(), bytes, n, 0, codec, *scratch, out.data()));
   }
+}
+
+// --- streams that claim more values than their bytes can hold -----------------------------------
+
+namespace {
+
+/// The largest allocation any Kokkos memory space makes while one of these lives, through
+/// Kokkos's tools interface (a callback: no tool library needed). The callback in place
+/// before, if any, is put back.
+class largest_allocation {
+ public:
+  largest_allocation() : previous_(Kokkos::Tools::Experimental::get_callbacks().allocate_data) {
+    largest() = 0;
+    Kokkos::Tools::Experimental::set_allocate_data_callback(&record);
+  }
+  ~largest_allocation() { Kokkos::Tools::Experimental::set_allocate_data_callback(previous_); }
+  largest_allocation(const largest_allocation&) = delete;
+  largest_allocation& operator=(const largest_allocation&) = delete;
+  std::uint64_t bytes() const { return largest(); }
+
+ private:
+  static std::uint64_t& largest() {
+    static std::uint64_t bytes = 0;
+    return bytes;
+  }
+  static void record(Kokkos::Profiling::SpaceHandle, const char*, const void*, std::uint64_t bytes) {
+    largest() = std::max(largest(), bytes);
+  }
+  Kokkos::Tools::allocateDataFunction previous_;
+};
+
+/// A format-1.1 stream with valid checksums whose header claims `count` values (a multiple of
+/// 4096) while every chunk is `chunk_bytes` bytes: a coded chunk (kind 0, no predictor, no
+/// exception maps) whose bit planes are all zero. From 5 bytes on, that is a well-formed
+/// chunk of 4096 zeros; shorter, it cannot be decoded.
+std::vector<std::byte> zero_chunk_stream(std::uint64_t count, kompress::element_type type,
+                                         std::uint64_t chunk_bytes) {
+  namespace detail = kompress::detail;
+  REQUIRE(count % detail::ratio_chunk_values == 0);
+  detail::stream_header h;
+  h.type = type;
+  h.mode = kompress::bound_mode::absolute;
+  h.count = count;
+  h.user_bound = 1e-3;
+  h.abs_bound = 1e-3;
+  h.quant_step = 2e-3;
+  h.block_size = detail::ratio_block_size;
+  h.blocks_per_chunk = detail::ratio_blocks_per_chunk;
+  h.flags = detail::flag_ratio_codec;
+  h.value_min = 0.0;
+  h.value_max = 0.0;
+  const detail::stream_layout layout = h.layout();
+  const std::uint64_t chunks = layout.chunk_count();
+  h.stream_bytes = layout.data_offset() + chunks * chunk_bytes;
+  std::vector<std::byte> stream(h.stream_bytes);  // zeros: every chunk's kind byte and planes
+  detail::write_header_fields(stream.data(), h);
+  const std::uint64_t chunk_checksum = detail::checksum_of(stream.data() + layout.data_offset(), chunk_bytes);
+  for (std::uint64_t c = 0; c < chunks; ++c) {
+    detail::store<std::uint64_t>(stream.data() + layout.chunk_end_table_offset() + 8 * c, (c + 1) * chunk_bytes);
+    detail::store<std::uint64_t>(stream.data() + layout.chunk_checksum_table_offset() + 8 * c, chunk_checksum);
+  }
+  detail::store<std::uint64_t>(stream.data() + detail::header_checksum_offset,
+                               detail::header_checksum(stream.data(), layout.data_offset()));
+  return stream;
+}
+
+}  // namespace
+
+// 2^32 doubles are 32 GiB; 2-byte chunks made that a 19 MB stream, and the allocating
+// decompress allocated the 32 GiB (or failed to, with Kokkos's exception) before the decoder
+// found that no chunk can be decoded.
+TEST_CASE("ratio codec: chunks shorter than the shortest well-formed chunk are rejected before any allocation") {
+  const std::uint64_t count = std::uint64_t(1) << 32;
+  for (const std::uint64_t chunk_bytes : {std::uint64_t(2), std::uint64_t(4)}) {
+    CAPTURE(chunk_bytes);
+    const auto stream = zero_chunk_stream(count, kompress::element_type::float64, chunk_bytes);
+    CHECK(stream.size() < 21'000'000);
+    const auto view = kompress::test::to_default_space(stream);
+    CHECK_THROWS_WITH_AS(kompress::inspect(view), doctest::Contains("too short"), kompress::format_error);
+    const largest_allocation watch;
+    CHECK_THROWS_WITH_AS(kompress::decompress<double>(kompress::test::default_exec{}, view),
+                         doctest::Contains("too short"), kompress::format_error);
+    CHECK(watch.bytes() < stream.size());  // at most a host copy of the tables
+  }
+}
+
+TEST_CASE_TEMPLATE("ratio chunk: no chunk shorter than ratio_min_chunk_bytes decodes, and one that long does", T, float,
+                   double) {
+  // The readers' lower bound must be exact: any longer and valid streams are refused, any
+  // shorter and a header may claim values its bytes cannot hold. Chunks of every kind filled
+  // with zeros are the shortest of their kind (a coded chunk's all-zero planes, a constant or
+  // raw chunk of zeros), at every length up to the bound.
+  namespace detail = kompress::detail;
+  const auto codec = detail::make_value_codec<T>(1e-3, 1.0);
+  auto scratch = std::make_unique<detail::ratio_scratch>();
+  std::vector<T> out(detail::ratio_chunk_values);
+  CHECK(detail::ratio_min_chunk_bytes(detail::ratio_chunk_values, sizeof(T)) == 5);
+  const std::uint8_t kinds[] = {detail::predict_none, detail::predict_delta, detail::ratio_chunk_constant,
+                                detail::ratio_chunk_raw};
+  for (int n = 1; n <= detail::ratio_chunk_values; ++n) {
+    CAPTURE(n);
+    const std::uint64_t shortest = detail::ratio_min_chunk_bytes(std::uint64_t(n), sizeof(T));
+    CHECK(shortest >= 3);
+    CHECK(shortest <= 9);
+    bool decoded_at_shortest = false;
+    for (const std::uint8_t kind : kinds) {
+      for (std::uint64_t bytes = 1; bytes <= shortest; ++bytes) {
+        std::vector<std::byte> chunk(bytes);
+        chunk[0] = std::byte(kind);
+        const bool decoded = detail::decode_ratio_chunk<T>(chunk.data(), bytes, n, 0, codec, *scratch, out.data());
+        CAPTURE(int(kind));
+        CAPTURE(bytes);
+        if (bytes < shortest) CHECK_FALSE(decoded);
+        else decoded_at_shortest = decoded_at_shortest || decoded;
+      }
+    }
+    CHECK(decoded_at_shortest);
+  }
+}
+
+TEST_CASE_TEMPLATE("ratio codec: the shortest chunks the encoder writes pass the header's checks", T, float, double) {
+  // Values of distinct bit patterns that all quantize to 0: a whole chunk codes to 5 bytes
+  // (kind byte, 4-byte top level of its planes' bitmaps), the 200 values after it to 3.
+  std::vector<T> values(std::size_t(kompress::detail::ratio_chunk_values) + 200);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = T(1e-7 * double(i % 5));
+  const auto result = require_round_trip<T>(std::span<const T>(values), {.bound = kompress::absolute(1e-3), .codec = ratio});
+  CHECK(result.stream.size() == 88 + 2 * 16 + 5 + 3);
 }

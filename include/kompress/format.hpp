@@ -3,6 +3,7 @@
 // docs/format.md is the specification; this header is its single implementation.
 
 #include <kompress/bound.hpp>
+#include <kompress/codec/ratio.hpp>
 #include <kompress/detail/bytes.hpp>
 #include <kompress/detail/checksum.hpp>
 #include <kompress/detail/arguments.hpp>
@@ -77,7 +78,7 @@ struct stream_layout {
   std::size_t element_size = 4;
   int block_size = 32;
   int blocks_per_chunk = default_blocks_per_chunk;
-  /// Ratio chunks (flag_ratio_codec): at least 2 bytes each (a kind byte and a plane bitmap).
+  /// Ratio chunks (flag_ratio_codec): 4096 values in at least 5 bytes (codec/ratio.hpp).
   bool ratio = false;
 
   KOMPRESS_FUNCTION std::uint64_t values_per_chunk() const {
@@ -110,14 +111,20 @@ struct stream_layout {
     return data_offset() + count * element_size + block_count();
   }
   /// The shortest a chunk of `values` values can be: a descriptor byte per block (a quantized
-  /// block of width 0 that repeats the previous base has no payload).
+  /// block of width 0 that repeats the previous base has no payload); for ratio chunks, 5 bytes
+  /// for 4096 values and 3 to 9 for a shorter last chunk (ratio_min_chunk_bytes).
   KOMPRESS_FUNCTION std::uint64_t min_chunk_bytes(std::uint64_t values) const {
-    return ratio ? 2 : (values + block_size - 1) / block_size;
+    return ratio ? ratio_min_chunk_bytes(values, element_size) : (values + block_size - 1) / block_size;
   }
   /// The shortest stream of `count` values: a header that claims more values than its bytes
   /// can hold is rejected before anything is allocated for them.
   KOMPRESS_FUNCTION std::uint64_t min_stream_bytes() const {
-    return data_offset() + (ratio ? 2 * chunk_count() : block_count());
+    if (!ratio) return data_offset() + block_count();
+    const std::uint64_t chunks = chunk_count();
+    if (chunks == 0) return data_offset();
+    // Every chunk but the last holds values_per_chunk() values.
+    return data_offset() + (chunks - 1) * min_chunk_bytes(values_per_chunk()) +
+           min_chunk_bytes(values_in_chunk(chunks - 1));
   }
 };
 
@@ -237,7 +244,8 @@ inline stream_header parse_header(const std::byte* prefix, std::size_t prefix_by
                           std::to_string(h.stream_bytes) + " bytes for " +
                           std::to_string(h.count) + " elements, which need at least " +
                           std::to_string(layout.min_stream_bytes()) +
-                          ": the tables and a descriptor byte per block)");
+                          (h.ratio() ? ": the tables and the shortest chunks, 5 bytes per 4096 values)"
+                                     : ": the tables and a descriptor byte per block)"));
   if (h.stream_bytes > layout.max_stream_bytes())
     throw_format(who, "stream length " + std::to_string(h.stream_bytes) +
                           " in header is impossible for " + std::to_string(h.count) +

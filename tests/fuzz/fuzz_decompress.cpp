@@ -59,9 +59,11 @@ void check_info(const kompress::stream_info& info, std::size_t size) {
   if (info.type != kompress::element_type::float32 && info.type != kompress::element_type::float64)
     bug("inspect accepted an unknown element type");
   // Every fast-codec block costs at least its descriptor byte, every ratio chunk (format 1.1)
-  // two bytes: what bounds the output decompress allocates.
+  // of 4096 values five bytes and a shorter last one three: what bounds the output decompress
+  // allocates.
   const std::uint64_t blocks = (info.count + std::uint64_t(info.block_size) - 1) / std::uint64_t(info.block_size);
-  const std::uint64_t least_payload = info.codec == kompress::codec_mode::ratio ? 2 * info.chunk_count : blocks;
+  const std::uint64_t least_ratio_payload = info.chunk_count ? 5 * (info.chunk_count - 1) + 3 : 0;
+  const std::uint64_t least_payload = info.codec == kompress::codec_mode::ratio ? least_ratio_payload : blocks;
   if (info.compressed_bytes < kompress::detail::header_bytes + 16 * info.chunk_count + least_payload)
     bug("inspect accepted a stream too short for its element count");
 }

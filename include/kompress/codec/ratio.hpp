@@ -232,6 +232,20 @@ KOMPRESS_FUNCTION std::int64_t read_zero_eliminated(const std::byte* in, std::ui
   return std::int64_t(position);
 }
 
+/// The shortest well-formed chunk of n (1..ratio_chunk_values) values of `element_size` bytes,
+/// the least of: a coded chunk whose residuals are all zero (its kind byte and the top level of
+/// its planes' zero elimination, 2 to 8 bytes: 4 for a whole chunk, so 5 in all), a constant
+/// chunk (1 + element_size, n >= 2) and a raw one (1 + n * element_size). Every other coded
+/// chunk adds predictor parameters, maps, raw values or plane bytes to that.
+KOMPRESS_FUNCTION std::uint64_t ratio_min_chunk_bytes(std::uint64_t n, std::uint64_t element_size) {
+  std::uint32_t lengths[8];
+  const int top = zero_levels(4 * std::uint32_t(ratio_padded(int(n))), lengths);
+  std::uint64_t shortest = 1 + lengths[top];
+  if (n >= 2 && 1 + element_size < shortest) shortest = 1 + element_size;
+  if (1 + n * element_size < shortest) shortest = 1 + n * element_size;
+  return shortest;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Exception bitmaps: bit i of word i / 32 marks value i. Stored as transitions (bit i is map
 // bit i XOR map bit i - 1), so runs of exceptions (land masks) cost their two ends.
