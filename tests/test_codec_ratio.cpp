@@ -503,3 +503,80 @@ TEST_CASE_TEMPLATE("ratio codec: the shortest chunks the encoder writes pass the
   const auto result = require_round_trip<T>(std::span<const T>(values), {.bound = kompress::absolute(1e-3), .codec = ratio});
   CHECK(result.stream.size() == 88 + 2 * 16 + 5 + 3);
 }
+
+TEST_CASE("ratio codec: decompress_options::max_output_bytes refuses a larger output before allocating it") {
+  const kompress::test::default_exec exec;
+  // Well-formed: 2^32 zeros, 32 GiB of doubles, in 22 MB (1560x).
+  const std::uint64_t count = std::uint64_t(1) << 32;
+  const auto stream = zero_chunk_stream(count, kompress::element_type::float64, 5);
+  const auto view = kompress::test::to_default_space(stream);
+  const auto info = kompress::inspect(view);
+  CHECK(info.count == count);
+  CHECK(info.ratio() > 1500.0);
+  {
+    const largest_allocation watch;
+    const kompress::decompress_options at_most_1_gib{.max_output_bytes = std::size_t(1) << 30};
+    CHECK_THROWS_WITH_AS(kompress::decompress<double>(exec, view, at_most_1_gib),
+                         doctest::Contains("34359738368 bytes"), kompress::resource_error);
+    try {
+      kompress::decompress<double>(exec, view, at_most_1_gib);
+    } catch (const kompress::resource_error& e) {
+      CHECK(e.requested_bytes() == count * sizeof(double));
+    }
+    // The wrong element type is refused before allocating too.
+    CHECK_THROWS_WITH_AS(kompress::decompress<float>(exec, view), doctest::Contains("double values"),
+                         kompress::invalid_argument);
+    CHECK(watch.bytes() < stream.size());  // at most a host copy of the tables
+  }
+
+  // At the limit it decodes; one byte below, it does not.
+  const std::uint64_t small_count = 3 * std::uint64_t(kompress::detail::ratio_chunk_values);
+  const auto small = kompress::test::to_default_space(
+      zero_chunk_stream(small_count, kompress::element_type::float64, 5));
+  const std::size_t exact = small_count * sizeof(double);
+  const auto zeros = kompress::test::to_host(kompress::decompress<double>(exec, small, {.max_output_bytes = exact}));
+  CHECK(zeros == std::vector<double>(small_count, 0.0));
+  CHECK_THROWS_AS(kompress::decompress<double>(exec, small, {.max_output_bytes = exact - 1}),
+                  kompress::resource_error);
+
+  // A stream the encoder wrote, under a limit it fits.
+  const auto values = smooth<float>(10000, 5.0);
+  const auto written = kompress::test::round_trip<float>(values, {.bound = kompress::absolute(1e-3), .codec = ratio});
+  const auto decoded = kompress::test::to_host(kompress::decompress<float>(
+      exec, kompress::test::to_default_space(written.stream), {.max_output_bytes = values.size() * sizeof(float)}));
+  CHECK(bit_identical(decoded, written.decoded));
+}
+
+namespace {
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool address_sanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool address_sanitizer = true;
+#else
+constexpr bool address_sanitizer = false;
+#endif
+#else
+constexpr bool address_sanitizer = false;
+#endif
+}  // namespace
+
+// ASan's allocator aborts on an allocation this large instead of failing it (unless run with
+// allocator_may_return_null=1), so this runs in the builds without it.
+TEST_CASE("ratio codec: an allocation that fails is a resource_error naming its size" *
+          doctest::skip(address_sanitizer)) {
+  // An input View claiming 2^55 doubles (over a few real ones, never read): its worst-case
+  // stream, 2^58 bytes and more, is beyond any address space.
+  const std::size_t count = std::size_t(1) << 55;
+  const auto real = kompress::test::to_default_space(std::vector<double>(16, 1.0));
+  const Kokkos::View<const double*, default_memory, Kokkos::MemoryUnmanaged> claimed(real.data(), count);
+  const std::size_t worst = kompress::max_compressed_size(claimed, {.codec = ratio});
+  CHECK(worst > (std::size_t(1) << 58));
+  try {
+    kompress::compress(kompress::test::default_exec{}, claimed, kompress::compress_options{.codec = ratio});
+    FAIL("the allocation of " << worst << " bytes succeeded");
+  } catch (const kompress::resource_error& e) {
+    CHECK(e.requested_bytes() == worst);
+    CHECK(std::string(e.what()).find(std::to_string(worst) + " bytes") != std::string::npos);
+  }
+}

@@ -120,6 +120,19 @@ TEST_CASE("format: inspect_header reads length and bound from the header alone")
                        doctest::Contains("truncated"), kompress::format_error);
 }
 
+TEST_CASE("format: the allocating decompress checks the element type and max_output_bytes before allocating") {
+  const auto values = sample(5000);
+  const auto stream = to_default_space(compressed(values, {.bound = kompress::absolute(1e-2), .block_size = 128}));
+  const std::size_t bytes = values.size() * sizeof(float);
+  const auto decoded = kompress::test::to_host(kompress::decompress<float>(default_exec{}, stream, {.max_output_bytes = bytes}));
+  CHECK(decoded == kompress::test::to_host(kompress::decompress<float>(default_exec{}, stream)));
+  CHECK_THROWS_WITH_AS(kompress::decompress<float>(default_exec{}, stream, {.max_output_bytes = bytes - 1}),
+                       doctest::Contains("20000 bytes, more than options.max_output_bytes allows (19999)"),
+                       kompress::resource_error);
+  CHECK_THROWS_WITH_AS(kompress::decompress<double>(default_exec{}, stream), doctest::Contains("float values"),
+                       kompress::invalid_argument);
+}
+
 // Golden streams: the checksum of the whole stream for fixed inputs. If one of these changes,
 // the bytes the codec writes changed: bump the format version (docs/format.md) on purpose,
 // never just update the number.

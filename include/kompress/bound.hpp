@@ -1,7 +1,9 @@
 #pragma once
 // Error bounds and compression options.
 
+#include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 
 namespace kompress {
@@ -42,6 +44,15 @@ struct compress_options {
   int block_size = 32;
   /// The codec. codec_mode::ratio ignores block_size (its chunks have their own layout).
   codec_mode codec = codec_mode::fast;
+};
+
+/// Options of the allocating decompress<T>(exec, stream, options).
+struct decompress_options {
+  /// The most bytes it may allocate for the decoded values: a stream that decodes to more is
+  /// refused with resource_error before anything is allocated. A well-formed stream can decode
+  /// to some 1560 times its size (constant doubles in ratio chunks: 32 GiB from 22 MB), so set
+  /// one where streams come from outside. The default is no limit.
+  std::size_t max_output_bytes = std::numeric_limits<std::size_t>::max();
 };
 
 }  // namespace v0

@@ -25,6 +25,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -67,6 +69,26 @@ decltype(auto) dispatch_block_size(int block_size, F&& f) {
   }
 }
 
+/// The View `allocate()` returns, `bytes` bytes of `what`; a failed allocation becomes
+/// resource_error naming the size. Kokkos reports one as a std::runtime_error
+/// (Kokkos::Experimental::BadAlloc in 5.x) and older releases' RawMemoryAllocationFailure was a
+/// std::bad_alloc, so both are caught: `allocate` must do nothing else that throws either.
+template <class Allocate>
+auto allocate_or_throw(std::size_t bytes, const char* who, const char* what, Allocate&& allocate) {
+  const auto fail = [&](const char* reason) {
+    return resource_error(std::string(who) + ": could not allocate " + std::to_string(bytes) +
+                              " bytes for " + what + " (" + reason + ")",
+                          bytes);
+  };
+  try {
+    return allocate();
+  } catch (const std::bad_alloc& failure) {
+    throw fail(failure.what());
+  } catch (const std::runtime_error& failure) {
+    throw fail(failure.what());
+  }
+}
+
 /// A host-readable copy of a stream's first `bytes` bytes (no copy for host memory).
 template <byte_view InView>
 auto host_prefix(const InView& in, std::size_t bytes) {
@@ -82,6 +104,16 @@ stream_header read_header(const InView& in, const char* who) {
   const stream_header partial = parse_header(head.data(), header_bytes, in.size(), who);
   auto prefix = host_prefix(in, partial.layout().data_offset());
   return parse_header(prefix.data(), prefix.size(), in.size(), who);
+}
+
+/// decompress's output must be of the stream's element type.
+template <class T>
+void require_element_type(const stream_header& header, const char* who) {
+  if (header.type != element_type_of<T>())
+    throw invalid_argument(std::string(who) + ": the stream holds " +
+                           (header.type == element_type::float32 ? "float" : "double") +
+                           " values but the output View is of " +
+                           (std::is_same_v<T, float> ? "float" : "double"));
 }
 
 /// A field of a stream already written in `MemorySpace`: read directly when the host can,
@@ -231,11 +263,15 @@ Kokkos::View<std::byte*, typename InView::memory_space> compress(const Execution
                                                                  const InView& in,
                                                                  const compress_options& options) {
   using bytes_view = Kokkos::View<std::byte*, typename InView::memory_space>;
-  bytes_view scratch(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::scratch"),
-                     max_compressed_size(in, options));
+  constexpr const char* who = "kompress::compress";
+  const std::size_t worst = max_compressed_size(in, options);
+  const bytes_view scratch = detail::allocate_or_throw(worst, who, "the stream's scratch", [&] {
+    return bytes_view(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::scratch"), worst);
+  });
   const std::size_t length = compress(exec, in, scratch, options);
-  bytes_view stream(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::stream"),
-                    length);
+  const bytes_view stream = detail::allocate_or_throw(length, who, "the stream", [&] {
+    return bytes_view(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::stream"), length);
+  });
   Kokkos::deep_copy(exec, stream, Kokkos::subview(scratch, std::pair<std::size_t, std::size_t>(0, length)));
   exec.fence("kompress::compress: stream copied");
   return stream;
@@ -311,11 +347,7 @@ void decompress(const ExecutionSpace& exec, const InView& in, const OutView& out
   detail::require_contiguous(out, who, "the output View");
   detail::require_disjoint(in, out, who, "the input and output Views");
   const detail::stream_header header = detail::read_header(in, who);
-  if (header.type != detail::element_type_of<T>())
-    throw invalid_argument(std::string(who) + ": the stream holds " +
-                           (header.type == element_type::float32 ? "float" : "double") +
-                           " values but the output View is of " +
-                           (std::is_same_v<T, float> ? "float" : "double"));
+  detail::require_element_type<T>(header, who);
   if (header.count != out.size())
     throw invalid_argument(std::string(who) + ": the stream holds " + std::to_string(header.count) +
                            " values but the output View has " + std::to_string(out.size()));
@@ -338,15 +370,33 @@ void decompress(const InView& in, const OutView& out) {
   decompress(typename OutView::execution_space{}, in, out);
 }
 
-/// Decompresses into a new rank-1 View in the stream's memory space.
+/// Decompresses into a new rank-1 View in the stream's memory space. The header and chunk
+/// tables are checked before anything is allocated: a stream too short for the values it
+/// claims is a format_error, T other than the stream's element type an invalid_argument. A
+/// well-formed stream can still decode to some 1560 times its size (docs/format.md, "Sizes"):
+/// one that decodes to more than options.max_output_bytes is a resource_error, thrown before
+/// allocating, as is an allocation that fails; requested_bytes() is the output's size.
 template <class T, execution_space ExecutionSpace, byte_view InView>
 Kokkos::View<T*, typename InView::memory_space> decompress(const ExecutionSpace& exec,
-                                                           const InView& in) {
-  // The header is checked against the stream's length before the output is allocated.
-  const detail::stream_header header = detail::read_header(in, "kompress::decompress");
-  Kokkos::View<T*, typename InView::memory_space> out(
-      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::decompressed"),
-      header.count);
+                                                           const InView& in,
+                                                           const decompress_options& options = {}) {
+  using out_view = Kokkos::View<T*, typename InView::memory_space>;
+  constexpr const char* who = "kompress::decompress";
+  detail::require_contiguous(in, who, "the input View");
+  const detail::stream_header header = detail::read_header(in, who);
+  detail::require_element_type<T>(header, who);
+  // parse_header bounds the count at 2^58 bytes of values: no overflow.
+  const std::size_t bytes = std::size_t(header.count) * sizeof(T);
+  if (bytes > options.max_output_bytes)
+    throw resource_error(std::string(who) + ": the stream decodes to " + std::to_string(header.count) +
+                             " values, " + std::to_string(bytes) +
+                             " bytes, more than options.max_output_bytes allows (" +
+                             std::to_string(options.max_output_bytes) + ")",
+                         bytes);
+  const out_view out = detail::allocate_or_throw(bytes, who, "the decoded values", [&] {
+    return out_view(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::decompressed"),
+                    std::size_t(header.count));
+  });
   decompress(exec, in, out);
   return out;
 }

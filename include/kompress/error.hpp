@@ -27,6 +27,19 @@ class format_error : public error {
   using error::error;
 };
 
+/// A call could not have the memory it needed: the values a stream decodes to exceed the
+/// caller's decompress_options::max_output_bytes, or allocating an output failed.
+class resource_error : public error {
+ public:
+  resource_error(const std::string& what, std::size_t requested_bytes)
+      : error(what), requested_bytes_(requested_bytes) {}
+  /// The bytes the call asked for.
+  std::size_t requested_bytes() const noexcept { return requested_bytes_; }
+
+ private:
+  std::size_t requested_bytes_;
+};
+
 /// An MPI call failed; the message carries MPI's own error string.
 class mpi_error : public error {
  public:

@@ -10,6 +10,7 @@ namespace kompress::inline v0 {
 enum class bound_mode : std::uint8_t;
 struct error_bound;
 struct compress_options;
+struct decompress_options;
 enum class codec_mode : std::uint8_t;
 
 // format.hpp: what a stream's header says
@@ -20,6 +21,7 @@ struct stream_info;
 class error;
 class invalid_argument;
 class format_error;
+class resource_error;
 class mpi_error;
 class peer_error;
 class budget_exceeded;
