@@ -165,6 +165,16 @@ def decompress(stream, out=None):
 
 
 # --- collectives --------------------------------------------------------------------------
+# Every kompress collective starts with an agreement in which each rank says whether its checks
+# of the arguments passed, so that a bad argument on one rank is an error on every rank and the
+# next call matches on every rank. The checks made here and in the extension before the C++ call
+# take part in it too: when one fails on this rank, the rank joins the agreement the other
+# ranks' call runs as a failed one (_ext._announce_failure), then raises its own error.
+
+def _world_handle():
+    from mpi4py import MPI
+    return MPI.COMM_WORLD.handle
+
 
 def _comm_handle(comm, who):
     if comm is None:
@@ -176,9 +186,43 @@ def _comm_handle(comm, who):
     return handle
 
 
+def _agreed(who, comm, prepare):
+    """comm's handle and ``prepare()``, which converts and checks this rank's arguments. A
+    failure of either is announced to the other ranks' agreement before it is raised: on comm,
+    or, when comm is not a communicator at all, on COMM_WORLD (the default communicator, where
+    the other ranks are unless they named another)."""
+    try:
+        handle = _comm_handle(comm, who)
+    except InvalidArgument:
+        _ext._announce_failure(_world_handle(), who)
+        raise
+    try:
+        return handle, prepare()
+    except BaseException:
+        _ext._announce_failure(handle, who)
+        raise
+
+
 def _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction="recompress"):
     return _ext._CollectiveSettings(*_bound_args(abs, rel), str(mode), str(reduction_bound), str(reduction),
                                     int(block_size), bool(measure_error), cost)
+
+
+def _buffer_collective(call, who, send, recv, comm, settings, *flags):
+    """``call(send, recv, comm handle, settings, *flags)`` on the converted arrays, with every
+    argument check made on every rank (_agreed; the extension does the same for its own)."""
+    def prepare():
+        return _host(send, who), _host(recv, who), _settings(*settings)
+    handle, (send_array, recv_array, options) = _agreed(who, comm, prepare)
+    return call(send_array, recv_array, handle, options, *flags)
+
+
+def _vector_collective(call, who, send, counts, recv, comm, settings, *flags):
+    """alltoallv's form of _buffer_collective: counts and displacements as lists of ints."""
+    def prepare():
+        return (_host(send, who), _host(recv, who), [_counts(c) for c in counts], _settings(*settings))
+    handle, (send_array, recv_array, (sc, sd, rc, rd), options) = _agreed(who, comm, prepare)
+    return call(send_array, sc, sd, recv_array, rc, rd, handle, options, *flags)
 
 
 _collective_doc = """
@@ -187,7 +231,9 @@ _collective_doc = """
     CostModel, says it pays), ``block_size``, ``measure_error`` (report the largest error of what
     this rank sent). Arrays: C-contiguous float32/float64 numpy arrays or CPU tensors of one
     dtype. ``comm``: an mpi4py communicator (default COMM_WORLD). Collective: every rank of
-    ``comm`` must call it, with the same options. The GIL is released while it runs.
+    ``comm`` must call it, with the same options; an argument this rank rejects is an error on
+    every rank (the others raise InvalidArgument naming this rank), and the next call works. The
+    GIL is released while it runs.
 """
 
 
@@ -195,44 +241,44 @@ def alltoall(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", bl
              measure_error=False, cost=None) -> Report:
     """MPI_Alltoall, compressed: block i of ``send`` (send.size / p values) goes to rank i;
     block j of ``recv`` comes from rank j. Blocks until ``recv`` holds the result."""
-    who = "kompress.alltoall"
-    send, recv = _host(send, who), _host(recv, who)
-    return _ext._alltoall(send, recv, _comm_handle(comm, who),
-                          _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost), False, send, recv)
+    return _buffer_collective(_ext._alltoall, "kompress.alltoall", send, recv, comm,
+                              (abs, rel, mode, "per_hop", block_size, measure_error, cost), False)
 
 
 def ialltoall(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
               measure_error=False, cost=None) -> Request:
     """Nonblocking alltoall: returns a Request; ``recv`` holds the result once ``wait()``
     returned (or ``test()`` returned True). The request keeps both arrays alive."""
-    who = "kompress.ialltoall"
-    send, recv = _host(send, who), _host(recv, who)
-    return _ext._alltoall(send, recv, _comm_handle(comm, who),
-                          _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost), True, send, recv)
+    return _buffer_collective(_ext._alltoall, "kompress.ialltoall", send, recv, comm,
+                              (abs, rel, mode, "per_hop", block_size, measure_error, cost), True)
 
 
 def _counts(values):
     return [int(v) for v in values]
 
 
+def _index(value, who):
+    """An int the extension's 64-bit parameters take; InvalidArgument otherwise."""
+    value = int(value)
+    if not -(1 << 63) <= value < (1 << 63):
+        raise InvalidArgument(f"{who}: {value} is out of range")
+    return value
+
+
 def alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, comm=None, *, abs=None, rel=None,
               mode="compressed", block_size=32, measure_error=False, cost=None) -> Report:
     """MPI_Alltoallv, compressed: counts and displacements in elements, one per rank."""
-    who = "kompress.alltoallv"
-    send, recv = _host(send, who), _host(recv, who)
-    return _ext._alltoallv(send, _counts(send_counts), _counts(send_displs), recv, _counts(recv_counts),
-                           _counts(recv_displs), _comm_handle(comm, who),
-                           _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost), False, send, recv)
+    return _vector_collective(_ext._alltoallv, "kompress.alltoallv", send,
+                              (send_counts, send_displs, recv_counts, recv_displs), recv, comm,
+                              (abs, rel, mode, "per_hop", block_size, measure_error, cost), False)
 
 
 def ialltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, comm=None, *, abs=None, rel=None,
                mode="compressed", block_size=32, measure_error=False, cost=None) -> Request:
     """Nonblocking alltoallv; see ialltoall."""
-    who = "kompress.ialltoallv"
-    send, recv = _host(send, who), _host(recv, who)
-    return _ext._alltoallv(send, _counts(send_counts), _counts(send_displs), recv, _counts(recv_counts),
-                           _counts(recv_displs), _comm_handle(comm, who),
-                           _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost), True, send, recv)
+    return _vector_collective(_ext._alltoallv, "kompress.ialltoallv", send,
+                              (send_counts, send_displs, recv_counts, recv_displs), recv, comm,
+                              (abs, rel, mode, "per_hop", block_size, measure_error, cost), True)
 
 
 def allreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
@@ -243,21 +289,15 @@ def allreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", r
     compress again at every hop) or 'homomorphic' (every rank quantizes once on one grid, the
     hops add integer codes; the sum within p times the bound). Report.absolute_bound is the
     guarantee."""
-    who = "kompress.allreduce"
-    send, recv = _host(send, who), _host(recv, who)
-    return _ext._allreduce(send, recv, _comm_handle(comm, who),
-                           _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction),
-                           False, send, recv)
+    return _buffer_collective(_ext._allreduce, "kompress.allreduce", send, recv, comm,
+                              (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction), False)
 
 
 def iallreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
                reduction="recompress", block_size=32, measure_error=False, cost=None) -> Request:
     """Nonblocking allreduce; see ialltoall."""
-    who = "kompress.iallreduce"
-    send, recv = _host(send, who), _host(recv, who)
-    return _ext._allreduce(send, recv, _comm_handle(comm, who),
-                           _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction),
-                           True, send, recv)
+    return _buffer_collective(_ext._allreduce, "kompress.iallreduce", send, recv, comm,
+                              (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction), True)
 
 
 def allgather(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
@@ -265,19 +305,15 @@ def allgather(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", b
     """MPI_Allgather, compressed: every rank's ``send`` into block ``rank`` of ``recv``
     (p * send.size values), bit-identical on every rank (the owner's block too holds the decoded
     values). Every value within the bound of what its owner sent."""
-    who = "kompress.allgather"
-    send, recv = _host(send, who), _host(recv, who)
-    return _ext._allgather(send, recv, _comm_handle(comm, who),
-                           _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost), False, send, recv)
+    return _buffer_collective(_ext._allgather, "kompress.allgather", send, recv, comm,
+                              (abs, rel, mode, "per_hop", block_size, measure_error, cost), False)
 
 
 def iallgather(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
                measure_error=False, cost=None) -> Request:
     """Nonblocking allgather; see ialltoall."""
-    who = "kompress.iallgather"
-    send, recv = _host(send, who), _host(recv, who)
-    return _ext._allgather(send, recv, _comm_handle(comm, who),
-                           _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost), True, send, recv)
+    return _buffer_collective(_ext._allgather, "kompress.iallgather", send, recv, comm,
+                              (abs, rel, mode, "per_hop", block_size, measure_error, cost), True)
 
 
 def reduce_scatter(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
@@ -285,21 +321,15 @@ def reduce_scatter(send, recv, comm=None, *, abs=None, rel=None, mode="compresse
     """MPI_Reduce_scatter_block with MPI_SUM: ``send`` holds p blocks of recv.size values;
     ``recv`` gets the sum over ranks of block ``rank``. Within (p - 1) times the bound
     ('recompress') or p times it ('homomorphic'); 'total' makes it the bound."""
-    who = "kompress.reduce_scatter"
-    send, recv = _host(send, who), _host(recv, who)
-    return _ext._reduce_scatter(send, recv, _comm_handle(comm, who),
-                                _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction),
-                                False, send, recv)
+    return _buffer_collective(_ext._reduce_scatter, "kompress.reduce_scatter", send, recv, comm,
+                              (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction), False)
 
 
 def ireduce_scatter(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
                     reduction="recompress", block_size=32, measure_error=False, cost=None) -> Request:
     """Nonblocking reduce_scatter; see ialltoall."""
-    who = "kompress.ireduce_scatter"
-    send, recv = _host(send, who), _host(recv, who)
-    return _ext._reduce_scatter(send, recv, _comm_handle(comm, who),
-                                _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction),
-                                True, send, recv)
+    return _buffer_collective(_ext._reduce_scatter, "kompress.ireduce_scatter", send, recv, comm,
+                              (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction), True)
 
 
 for _f in (alltoall, ialltoall, alltoallv, ialltoallv, allreduce, iallreduce, allgather, iallgather, reduce_scatter,
@@ -369,51 +399,39 @@ class PersistentRequest:
 def alltoall_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
                   measure_error=False, cost=None) -> PersistentRequest:
     """Persistent alltoall: checks and agrees once (collective); each round as ``alltoall``."""
-    who = "kompress.alltoall_init"
-    send, recv = _host(send, who), _host(recv, who)
-    return PersistentRequest(_ext._alltoall_init(
-        send, recv, _comm_handle(comm, who), _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost),
-        send, recv))
+    return PersistentRequest(_buffer_collective(_ext._alltoall_init, "kompress.alltoall_init", send, recv, comm,
+                                                (abs, rel, mode, "per_hop", block_size, measure_error, cost)))
 
 
 def alltoallv_init(send, send_counts, send_displs, recv, recv_counts, recv_displs, comm=None, *, abs=None, rel=None,
                    mode="compressed", block_size=32, measure_error=False, cost=None) -> PersistentRequest:
     """Persistent alltoallv: counts and displacements fixed at init; each round as ``alltoallv``."""
-    who = "kompress.alltoallv_init"
-    send, recv = _host(send, who), _host(recv, who)
-    return PersistentRequest(_ext._alltoallv_init(
-        send, _counts(send_counts), _counts(send_displs), recv, _counts(recv_counts), _counts(recv_displs),
-        _comm_handle(comm, who), _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost), send, recv))
+    return PersistentRequest(_vector_collective(_ext._alltoallv_init, "kompress.alltoallv_init", send,
+                                                (send_counts, send_displs, recv_counts, recv_displs), recv, comm,
+                                                (abs, rel, mode, "per_hop", block_size, measure_error, cost)))
 
 
 def allreduce_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
                    reduction="recompress", block_size=32, measure_error=False, cost=None) -> PersistentRequest:
     """Persistent allreduce (one array twice for in place); each round as ``allreduce``."""
-    who = "kompress.allreduce_init"
-    send, recv = _host(send, who), _host(recv, who)
-    return PersistentRequest(_ext._allreduce_init(
-        send, recv, _comm_handle(comm, who),
-        _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction), send, recv))
+    return PersistentRequest(_buffer_collective(
+        _ext._allreduce_init, "kompress.allreduce_init", send, recv, comm,
+        (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction)))
 
 
 def allgather_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
                    measure_error=False, cost=None) -> PersistentRequest:
     """Persistent allgather; each round as ``allgather``."""
-    who = "kompress.allgather_init"
-    send, recv = _host(send, who), _host(recv, who)
-    return PersistentRequest(_ext._allgather_init(
-        send, recv, _comm_handle(comm, who), _settings(abs, rel, mode, "per_hop", block_size, measure_error, cost),
-        send, recv))
+    return PersistentRequest(_buffer_collective(_ext._allgather_init, "kompress.allgather_init", send, recv, comm,
+                                                (abs, rel, mode, "per_hop", block_size, measure_error, cost)))
 
 
 def reduce_scatter_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
                         reduction="recompress", block_size=32, measure_error=False, cost=None) -> PersistentRequest:
     """Persistent reduce_scatter; each round as ``reduce_scatter``."""
-    who = "kompress.reduce_scatter_init"
-    send, recv = _host(send, who), _host(recv, who)
-    return PersistentRequest(_ext._reduce_scatter_init(
-        send, recv, _comm_handle(comm, who),
-        _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction), send, recv))
+    return PersistentRequest(_buffer_collective(
+        _ext._reduce_scatter_init, "kompress.reduce_scatter_init", send, recv, comm,
+        (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction)))
 
 
 for _f in (alltoall_init, alltoallv_init, allreduce_init, allgather_init, reduce_scatter_init):
@@ -423,7 +441,15 @@ for _f in (alltoall_init, alltoallv_init, allreduce_init, allgather_init, reduce
 def measure_cost_model(comm=None, probe_bytes: int = 4 << 20) -> CostModel:
     """Measures the link (ranks 0 and 1) and the codec; every rank gets the same CostModel.
     Collective."""
-    return _ext._measure_cost_model(_comm_handle(comm, "kompress.measure_cost_model"), int(probe_bytes))
+    who = "kompress.measure_cost_model"
+
+    def prepare():
+        size = _index(probe_bytes, who)
+        if size < 0:
+            raise InvalidArgument(f"{who}: probe_bytes must be >= 0 (got {size})")
+        return size
+
+    return _ext._measure_cost_model(*_agreed(who, comm, prepare))
 
 
 # --- the activation stash -----------------------------------------------------------------
@@ -499,19 +525,25 @@ class EmbeddingExchange:
                  backward_abs=None, backward_rel=None, compress_forward: bool = True,
                  compress_backward: bool = True, table_weights=None, bound_schedule=None, block_size: int = 32):
         who = "kompress.EmbeddingExchange"
-        options = _ext._ExchangeOptions()
-        options.set_bounds(*_bound_args(forward_abs, forward_rel), *_bound_args(backward_abs, backward_rel))
-        options.compress_forward = bool(compress_forward)
-        options.compress_backward = bool(compress_backward)
-        if table_weights is not None:
-            options.table_weights = [float(w) for w in table_weights]
-        if bound_schedule is not None:
-            if not callable(bound_schedule):
-                raise InvalidArgument(f"{who}: bound_schedule must be callable (iteration, table, direction)")
-            options.set_schedule(bound_schedule)
-        options.block_size = int(block_size)
-        self.tables = [(int(owner), int(dim)) for owner, dim in tables]
-        self._exchange = _ext._EmbeddingExchange(_comm_handle(comm, who), self.tables, int(local_batch), options)
+
+        def prepare():
+            options = _ext._ExchangeOptions()
+            options.set_bounds(*_bound_args(forward_abs, forward_rel), *_bound_args(backward_abs, backward_rel))
+            options.compress_forward = bool(compress_forward)
+            options.compress_backward = bool(compress_backward)
+            if table_weights is not None:
+                options.table_weights = [float(w) for w in table_weights]
+            if bound_schedule is not None:
+                if not callable(bound_schedule):
+                    raise InvalidArgument(f"{who}: bound_schedule must be callable (iteration, table, direction)")
+                options.set_schedule(bound_schedule)
+            options.block_size = int(block_size)
+            model = [(_index(owner, who), _index(dim, who)) for owner, dim in tables]
+            return options, model, _index(local_batch, who)
+
+        handle, (options, self.tables, batch) = _agreed(who, comm, prepare)
+        self._comm = handle
+        self._exchange = _ext._EmbeddingExchange(handle, self.tables, batch, options)
         _closables.add(self)
 
     local_batch = property(lambda self: self._exchange.local_batch)
@@ -521,8 +553,12 @@ class EmbeddingExchange:
     iteration = property(lambda self: self._exchange.iteration)
 
     def _run(self, forward, nonblocking, x, out, who):
-        x, out = _host(x, who), _host(out, who)
-        return self._exchange.run(forward, x, out, nonblocking, x, out)
+        try:
+            x, out = _host(x, who), _host(out, who)
+        except BaseException:
+            _ext._announce_failure(self._comm, who)  # the other ranks raise too (see _agreed)
+            raise
+        return self._exchange.run(forward, x, out, nonblocking)
 
     def forward(self, pooled_local, pooled_out) -> Report:
         """Blocking forward exchange; counts one iteration."""

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -318,6 +319,79 @@ dtype_code pair_dtype(const S& send, const array& recv, const char* who) {
   return a;
 }
 
+// --- local failures reach every rank ------------------------------------------------------------
+//
+// Every kompress collective (and the exchange's constructor and calls) starts with an agreement
+// in which each rank says whether its own checks passed (comm/detail/agreement.hpp): a bad
+// argument on one rank is an error on every rank, and nothing is left pending. The bindings'
+// own checks (dtype, contiguity, option strings, what nanobind must convert) come before the
+// C++ call; when one fails, this rank still takes part in that agreement, as a failed rank, so
+// the other ranks raise too and the next call matches on every rank.
+
+/// What agree() rethrows on this rank: the real failure is rethrown by the caller, with the GIL.
+struct announced_failure {};
+
+/// Takes part in the agreement the other ranks' call of a collective runs on `comm`, as a rank
+/// whose checks failed: they raise "rank r rejected its arguments". Returns normally; an MPI
+/// failure of the agreement itself is thrown.
+void announce_failure(std::uintptr_t comm, const char* who) {
+  kompress::detail::agreement a;
+  a.local_failure = std::make_exception_ptr(announced_failure{});
+  nb::gil_scoped_release release;
+  try {
+    kompress::detail::agree(a, comm_of(comm), who);
+  } catch (const announced_failure&) {
+  }
+}
+
+/// Runs `checks` (this rank's checks of a collective's arguments); a failure is announced to
+/// the other ranks of `comm` (announce_failure), then thrown here.
+template <class Checks>
+void check_on_every_rank(std::uintptr_t comm, const char* who, Checks&& checks) {
+  std::exception_ptr failure;
+  try {
+    checks();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  if (!failure) return;
+  announce_failure(comm, who);
+  std::rethrow_exception(failure);
+}
+
+/// `obj` as an array nanobind can wrap (DLPack or the buffer protocol), or a TypeError.
+template <class A>
+A array_argument(nb::handle obj, const char* who, const char* what) {
+  A a;
+  if (!nb::try_cast(obj, a))
+    throw nb::type_error((std::string(who) + ": " + what + " must be a numpy array or a CPU tensor (got " +
+                          nb::type_name(obj.type()).c_str() + ")")
+                             .c_str());
+  return a;
+}
+
+/// A collective's send and receive arrays and options, checked.
+struct buffer_arguments {
+  in_array send;
+  array recv;
+  dtype_code code = dtype_code::float32;
+  kompress::collective_options options;
+
+  buffer_arguments(nb::handle send_obj, nb::handle recv_obj, const collective_settings& s, const char* who)
+      : send(array_argument<in_array>(send_obj, who, "the send array")),
+        recv(array_argument<array>(recv_obj, who, "the receive array")),
+        code(pair_dtype(send, recv, who)),
+        options(make_collective_options(s, who)) {}
+};
+
+/// buffer_arguments, checked on every rank (check_on_every_rank).
+std::optional<buffer_arguments> agreed_arguments(nb::handle send_obj, nb::handle recv_obj, std::uintptr_t comm,
+                                                 const collective_settings& s, const char* who) {
+  std::optional<buffer_arguments> args;
+  check_on_every_rank(comm, who, [&] { args.emplace(send_obj, recv_obj, s, who); });
+  return args;
+}
+
 /// A nonblocking collective in flight: the kompress::request and the arrays it reads and
 /// writes, kept alive until it completes.
 class py_request {
@@ -388,12 +462,11 @@ nb::object run_collective(dtype_code code, bool nonblocking, nb::handle send_obj
 /// The collectives of one send and one receive array differ only in the kompress functions
 /// they call and the names their errors carry.
 template <class Calls>
-nb::object buffer_collective(const in_array& send, const array& recv, std::uintptr_t comm,
-                             const collective_settings& s, bool nonblocking, nb::handle send_obj,
-                             nb::handle recv_obj) {
+nb::object buffer_collective(nb::handle send_obj, nb::handle recv_obj, std::uintptr_t comm,
+                             const collective_settings& s, bool nonblocking) {
   const char* who = nonblocking ? Calls::nonblocking_name : Calls::blocking_name;
-  const dtype_code code = pair_dtype(send, recv, who);
-  const auto options = make_collective_options(s, who);
+  const auto args = agreed_arguments(send_obj, recv_obj, comm, s, who);
+  const auto& [send, recv, code, options] = *args;
   return run_collective(
       code, nonblocking, send_obj, recv_obj,
       [&](auto t) {
@@ -439,14 +512,13 @@ struct reduce_scatter_calls {
   static auto init(const auto&... args) { return kompress::reduce_scatter_init(args...); }
 };
 
-nb::object alltoallv(const in_array& send, const std::vector<std::int64_t>& send_counts,
-                     const std::vector<std::int64_t>& send_displs, const array& recv,
+nb::object alltoallv(nb::handle send_obj, const std::vector<std::int64_t>& send_counts,
+                     const std::vector<std::int64_t>& send_displs, nb::handle recv_obj,
                      const std::vector<std::int64_t>& recv_counts, const std::vector<std::int64_t>& recv_displs,
-                     std::uintptr_t comm, const collective_settings& s, bool nonblocking, nb::handle send_obj,
-                     nb::handle recv_obj) {
+                     std::uintptr_t comm, const collective_settings& s, bool nonblocking) {
   const char* who = nonblocking ? "kompress.ialltoallv" : "kompress.alltoallv";
-  const dtype_code code = pair_dtype(send, recv, who);
-  const auto options = make_collective_options(s, who);
+  const auto args = agreed_arguments(send_obj, recv_obj, comm, s, who);
+  const auto& [send, recv, code, options] = *args;
   return run_collective(
       code, nonblocking, send_obj, recv_obj,
       [&](auto t) {
@@ -528,25 +600,24 @@ py_persistent_request* init_collective(dtype_code code, nb::handle send_obj, nb:
 }
 
 template <class Calls>
-py_persistent_request* buffer_collective_init(const in_array& send, const array& recv, std::uintptr_t comm,
-                                              const collective_settings& s, nb::handle send_obj,
-                                              nb::handle recv_obj) {
-  const dtype_code code = pair_dtype(send, recv, Calls::init_name);
-  const auto options = make_collective_options(s, Calls::init_name);
+py_persistent_request* buffer_collective_init(nb::handle send_obj, nb::handle recv_obj, std::uintptr_t comm,
+                                              const collective_settings& s) {
+  const auto args = agreed_arguments(send_obj, recv_obj, comm, s, Calls::init_name);
+  const auto& [send, recv, code, options] = *args;
   return init_collective(code, send_obj, recv_obj, [&](auto t) {
     using T = decltype(t);
     return Calls::init(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
   });
 }
 
-py_persistent_request* alltoallv_init(const in_array& send, const std::vector<std::int64_t>& send_counts,
-                                      const std::vector<std::int64_t>& send_displs, const array& recv,
+py_persistent_request* alltoallv_init(nb::handle send_obj, const std::vector<std::int64_t>& send_counts,
+                                      const std::vector<std::int64_t>& send_displs, nb::handle recv_obj,
                                       const std::vector<std::int64_t>& recv_counts,
                                       const std::vector<std::int64_t>& recv_displs, std::uintptr_t comm,
-                                      const collective_settings& s, nb::handle send_obj, nb::handle recv_obj) {
+                                      const collective_settings& s) {
   constexpr const char* who = "kompress.alltoallv_init";
-  const dtype_code code = pair_dtype(send, recv, who);
-  const auto options = make_collective_options(s, who);
+  const auto args = agreed_arguments(send_obj, recv_obj, comm, s, who);
+  const auto& [send, recv, code, options] = *args;
   return init_collective(code, send_obj, recv_obj, [&](auto t) {
     using T = decltype(t);
     return kompress::alltoallv_init(exec_space{}, view_of<T>(send), send_counts, send_displs, view_of<T>(recv),
@@ -646,23 +717,46 @@ kompress::stash_options make_stash_options(std::size_t budget_bytes, const std::
 
 class py_exchange {
  public:
-  py_exchange(std::uintptr_t comm, const std::vector<std::pair<int, std::size_t>>& tables, std::size_t local_batch,
-              kompress::dlrm::exchange_options options) {
+  /// `tables`: (owner, dim) pairs. Every check before the exchange's own (which it agrees on
+  /// with the other ranks in its constructor) is made on every rank (check_on_every_rank).
+  py_exchange(std::uintptr_t comm, const std::vector<std::pair<std::int64_t, std::int64_t>>& tables,
+              std::int64_t local_batch, kompress::dlrm::exchange_options options)
+      : comm_(comm) {
+    constexpr const char* who = "kompress.EmbeddingExchange";
     std::vector<kompress::dlrm::table> t;
-    for (const auto& [owner, dim] : tables) t.push_back({.owner = owner, .dim = dim});
-    nb::gil_scoped_release release;  // the constructor agrees on the model with an allreduce
-    exchange_.emplace(comm_of(comm), std::move(t), local_batch, std::move(options));
+    check_on_every_rank(comm, who, [&] {
+      for (const auto& [owner, dim] : tables) {
+        if (owner < 0 || owner > std::numeric_limits<int>::max() || dim < 0)
+          throw kompress::invalid_argument(std::string(who) + ": table (" + std::to_string(owner) + ", " +
+                                           std::to_string(dim) + ") must be (owner rank, dimension >= 0)");
+        t.push_back({.owner = int(owner), .dim = std::size_t(dim)});
+      }
+      if (local_batch < 0)
+        throw kompress::invalid_argument(std::string(who) + ": local_batch must be >= 0 (got " +
+                                         std::to_string(local_batch) + ")");
+    });
+    nb::gil_scoped_release release;  // the constructor agrees on the model with the other ranks
+    exchange_.emplace(comm_of(comm), std::move(t), std::size_t(local_batch), std::move(options));
   }
 
-  nb::object run(bool forward, const in_array& in, const array& out, bool nonblocking, nb::handle in_obj,
-                 nb::handle out_obj) {
+  nb::object run(bool forward, nb::handle in_obj, nb::handle out_obj, bool nonblocking) {
     const char* who = forward ? "kompress.EmbeddingExchange.forward" : "kompress.EmbeddingExchange.backward";
-    const dtype_code code = pair_dtype(in, out, who);
-    if (in.ndim() != 2 || out.ndim() != 2)
-      throw kompress::invalid_argument(std::string(who) + ": the arrays must be two-dimensional [rows x width] (got " +
-                                       std::to_string(in.ndim()) + " and " + std::to_string(out.ndim()) +
-                                       " dimensions)");
-    auto& ex = get(who);
+    in_array in;
+    array out;
+    dtype_code code = dtype_code::float32;
+    kompress::dlrm::embedding_exchange* exchange = nullptr;
+    check_on_every_rank(comm_, who, [&] {
+      exchange = &get(who);
+      in = array_argument<in_array>(in_obj, who, "the input");
+      out = array_argument<array>(out_obj, who, "the output");
+      code = pair_dtype(in, out, who);
+      if (in.ndim() != 2 || out.ndim() != 2)
+        throw kompress::invalid_argument(std::string(who) +
+                                         ": the arrays must be two-dimensional [rows x width] (got " +
+                                         std::to_string(in.ndim()) + " and " + std::to_string(out.ndim()) +
+                                         " dimensions)");
+    });
+    auto& ex = *exchange;
     kompress::request request;
     kompress::collective_report report;
     {
@@ -701,6 +795,7 @@ class py_exchange {
 
  private:
   kokkos_holder holder_;
+  std::uintptr_t comm_;  ///< where a failed check is announced, also once closed
   std::optional<kompress::dlrm::embedding_exchange> exchange_;
 };
 
@@ -880,6 +975,7 @@ NB_MODULE(_kompress, m) {
   m.def("_allgather", &buffer_collective<allgather_calls>);
   m.def("_reduce_scatter", &buffer_collective<reduce_scatter_calls>);
   m.def("_measure_cost_model", &measure_cost_model);
+  m.def("_announce_failure", &announce_failure, "comm"_a, "who"_a);
 
   nb::class_<py_persistent_request>(m, "_PersistentRequest")
       .def("start", &py_persistent_request::start)
@@ -985,7 +1081,7 @@ NB_MODULE(_kompress, m) {
         };
       });
   nb::class_<py_exchange>(m, "_EmbeddingExchange")
-      .def(nb::init<std::uintptr_t, const std::vector<std::pair<int, std::size_t>>&, std::size_t,
+      .def(nb::init<std::uintptr_t, const std::vector<std::pair<std::int64_t, std::int64_t>>&, std::int64_t,
                     kompress::dlrm::exchange_options>())
       .def("run", &py_exchange::run)
       .def_prop_ro("local_batch", [](py_exchange& e) { return e.get("kompress.EmbeddingExchange").local_batch(); })

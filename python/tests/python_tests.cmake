@@ -45,10 +45,20 @@ kompress_python_test(codec test_codec.py)
 kompress_python_test(errors test_errors.py)
 kompress_python_test(collectives test_collectives.py RANKS 1 2 4)
 kompress_python_test(persistent test_persistent.py RANKS 1 2 4)
+# A bad argument on one rank: an error on every rank, and the next call matches (the agreement
+# of a pair, and of every pair on three and four ranks).
+kompress_python_test(one_rank_bad test_one_rank_bad.py RANKS 2 3 4)
 kompress_python_test(dlrm test_dlrm.py RANKS 1 2 4)
 kompress_python_test(ddp test_ddp.py RANKS 2)
 kompress_python_test(stash test_stash.py)
 kompress_python_test(saved_tensors test_saved_tensors.py TIMEOUT 300)
+
+# README's Python install, as written (python/tests/install_check.sh): a virtual environment
+# at the repository root (.venv, ignored by git, reused by the next run), the package built
+# into it by pip, then imported from there.
+add_test(NAME python.install COMMAND "${tests_dir}/install_check.sh" "${PROJECT_SOURCE_DIR}")
+set_tests_properties(python.install PROPERTIES ENVIRONMENT "${kompress_python_env}" LABELS "python;install"
+  TIMEOUT 900 RUN_SERIAL ON)
 
 # The examples of docs/python.md (python/examples/), run as they are: one per use.
 set(examples_dir "${CMAKE_CURRENT_SOURCE_DIR}/examples")
