@@ -29,6 +29,7 @@ from ._kompress import (  # noqa: F401  (re-exported)
     MPIError,
     PeerError,
     Report,
+    ResourceError,
     Request,
     StashEntryInfo,
     StashHandle,
@@ -42,7 +43,8 @@ __all__ = [
     "allgather", "iallgather", "reduce_scatter", "ireduce_scatter",
     "alltoall_init", "alltoallv_init", "allreduce_init", "allgather_init", "reduce_scatter_init", "PersistentRequest",
     "measure_cost_model", "Stash", "EmbeddingExchange",
-    "Error", "InvalidArgument", "FormatError", "BudgetExceeded", "InvalidHandle", "MPIError", "PeerError",
+    "Error", "InvalidArgument", "FormatError", "BudgetExceeded", "InvalidHandle", "ResourceError", "MPIError",
+    "PeerError",
     "Report", "Request", "StreamInfo", "CostModel", "StashStats", "StashEntryInfo", "StashHandle",
 ]
 
@@ -148,16 +150,31 @@ def inspect(stream) -> StreamInfo:
     return _ext.inspect(_host(stream, "kompress.inspect"))
 
 
-def decompress(stream, out=None):
+def decompress(stream, out=None, *, max_output_bytes: int | None = None):
     """Decompresses a stream. Without ``out``: a new one-dimensional numpy array of the
     stream's dtype and count (a stream records its element count, not a shape: reshape it, or
-    pass ``out``). With ``out`` (a C-contiguous array or CPU tensor of the stream's dtype and
-    count, any shape): decodes into it and returns it. Raises FormatError for a corrupted or
-    truncated stream (``out`` is then left untouched) and InvalidArgument for a wrong ``out``."""
-    stream = _host(stream, "kompress.decompress")
+    pass ``out``); ``max_output_bytes`` caps that array (a well-formed stream can decode to some
+    1560 times its size: set it for streams from outside), a larger one is a ResourceError
+    before anything is allocated. With ``out`` (a C-contiguous array or CPU tensor of the
+    stream's dtype and count, any shape): decodes into it and returns it. Raises FormatError for
+    a corrupted or truncated stream (``out`` is then left untouched) and InvalidArgument for a
+    wrong ``out``."""
+    who = "kompress.decompress"
+    stream = _host(stream, who)
     if out is None:
         info = _ext.inspect(stream)
-        out = _np.empty(info.count, dtype=info.dtype)
+        needed = info.count * _np.dtype(info.dtype).itemsize
+        if max_output_bytes is not None and needed > max_output_bytes:
+            error = ResourceError(f"{who}: the stream decodes to {needed} bytes, more than max_output_bytes "
+                                  f"({max_output_bytes}); nothing was allocated")
+            error.requested_bytes = needed
+            raise error
+        try:
+            out = _np.empty(info.count, dtype=info.dtype)
+        except MemoryError:
+            error = ResourceError(f"{who}: could not allocate {needed} bytes for the decoded values")
+            error.requested_bytes = needed
+            raise error from None
         _ext.decompress_into(stream, out)
         return out
     _ext.decompress_into(stream, _host(out, "kompress.decompress"))

@@ -827,6 +827,8 @@ NB_MODULE(_kompress, m) {
       nb::steal(PyErr_NewException("kompress.BudgetExceeded", error_type.ptr(), nullptr));
   static nb::object invalid_handle_type =
       nb::steal(PyErr_NewException("kompress.InvalidHandle", invalid_argument_type.ptr(), nullptr));
+  static nb::object resource_error_type =
+      nb::steal(PyErr_NewException("kompress.ResourceError", error_type.ptr(), nullptr));
   static nb::object mpi_error_type = nb::steal(PyErr_NewException("kompress.MPIError", error_type.ptr(), nullptr));
   static nb::object peer_error_type = nb::steal(PyErr_NewException("kompress.PeerError", error_type.ptr(), nullptr));
   m.attr("Error") = error_type;
@@ -834,6 +836,7 @@ NB_MODULE(_kompress, m) {
   m.attr("FormatError") = format_error_type;
   m.attr("BudgetExceeded") = budget_exceeded_type;
   m.attr("InvalidHandle") = invalid_handle_type;
+  m.attr("ResourceError") = resource_error_type;
   m.attr("MPIError") = mpi_error_type;
   m.attr("PeerError") = peer_error_type;
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
@@ -852,6 +855,10 @@ NB_MODULE(_kompress, m) {
       PyErr_SetString(invalid_argument_type.ptr(), e.what());
     } catch (const kompress::format_error& e) {
       PyErr_SetString(format_error_type.ptr(), e.what());
+    } catch (const kompress::resource_error& e) {
+      nb::object exc = resource_error_type(e.what());
+      exc.attr("requested_bytes") = e.requested_bytes();
+      PyErr_SetObject(resource_error_type.ptr(), exc.ptr());
     } catch (const kompress::mpi_error& e) {
       nb::object exc = mpi_error_type(e.what());
       exc.attr("code") = e.code();
@@ -905,7 +912,7 @@ NB_MODULE(_kompress, m) {
       .def("__repr__", [](const kompress::stream_info& i) {
         return "StreamInfo(dtype=" + std::string(i.type == kompress::element_type::float32 ? "float32" : "float64") +
                ", count=" + std::to_string(i.count) + ", compressed_bytes=" + std::to_string(i.compressed_bytes) +
-               ", absolute_bound=" + std::to_string(i.absolute_bound) + ")";
+               ", absolute_bound=" + kompress::detail::number_text(i.absolute_bound) + ")";
       });
 
   m.def("max_compressed_size", &max_compressed_size, "count"_a, "element_bytes"_a, "block_size"_a = 32,
@@ -961,7 +968,7 @@ NB_MODULE(_kompress, m) {
         return "Report(payload_bytes=" + std::to_string(r.payload_bytes) +
                ", wire_bytes=" + std::to_string(r.wire_bytes) + ", messages=" + std::to_string(r.messages) +
                ", compressed_messages=" + std::to_string(r.compressed_messages) +
-               ", absolute_bound=" + std::to_string(r.absolute_bound) + ")";
+               ", absolute_bound=" + kompress::detail::number_text(r.absolute_bound) + ")";
       });
 
   nb::class_<py_request>(m, "Request", "A nonblocking collective in flight; wait() completes it.")

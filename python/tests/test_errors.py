@@ -22,6 +22,17 @@ def test_the_exception_hierarchy_mirrors_cpp():
     assert issubclass(kompress.BudgetExceeded, kompress.Error)
     assert issubclass(kompress.InvalidHandle, kompress.InvalidArgument)
     assert issubclass(kompress.MPIError, kompress.Error) and issubclass(kompress.PeerError, kompress.Error)
+    assert issubclass(kompress.ResourceError, kompress.Error)
+
+
+def test_decompress_refuses_an_output_over_max_output_bytes_before_allocating():
+    x = np.zeros(1 << 20, np.float64)  # 8 MiB of values in a stream of a few KB
+    stream = kompress.compress(x, abs=1e-3, codec="ratio")
+    assert stream.nbytes < 64 << 10
+    with pytest.raises(kompress.ResourceError, match="more than max_output_bytes") as raised:
+        kompress.decompress(stream, max_output_bytes=(8 << 20) - 1)
+    assert raised.value.requested_bytes == 8 << 20
+    assert np.array_equal(kompress.decompress(stream, max_output_bytes=8 << 20), x)
 
 
 @pytest.mark.parametrize("x", [np.arange(10), np.zeros(10, np.float16), np.zeros(10, np.complex64),
