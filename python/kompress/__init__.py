@@ -214,6 +214,13 @@ def _handle_on_every_rank(comm, who):
         raise
 
 
+def _raise_on_every_rank(error, comm, who):
+    """Raises ``error``, a check of a collective's arguments that failed on this rank, after
+    announcing it to the agreement the other ranks' call runs on comm (they raise too)."""
+    _ext._announce_failure(_handle_on_every_rank(comm, who), who)
+    raise error
+
+
 def _agreed(who, comm, prepare):
     """comm's handle and ``prepare()``, which converts and checks this rank's arguments; a
     failure of either is announced to the other ranks' agreement before it is raised."""
@@ -572,7 +579,10 @@ class EmbeddingExchange:
             return options, model, _index(local_batch, who)
 
         handle, (options, self.tables, batch) = _agreed(who, comm, prepare)
-        self._comm = handle
+        if comm is None:
+            from mpi4py import MPI
+            comm = MPI.COMM_WORLD
+        self.comm, self._comm = comm, handle
         self._exchange = _ext._EmbeddingExchange(handle, self.tables, batch, options)
         _closables.add(self)
 

@@ -73,8 +73,9 @@ def allreduce_hook(state: AllreduceHookState, bucket) -> _torch.futures.Future[_
     """
     buffer = bucket.buffer()
     if buffer.dtype not in (_torch.float32, _torch.float64):
-        raise _k.InvalidArgument(f"kompress.torch.allreduce_hook: the bucket must hold float32 or float64 "
-                                 f"gradients (got {buffer.dtype})")
+        who = "kompress.torch.allreduce_hook"
+        _k._raise_on_every_rank(_k.InvalidArgument(f"{who}: the bucket must hold float32 or float64 gradients "
+                                                   f"(got {buffer.dtype})"), state.comm, who)
     size = state.comm.Get_size()
     flat = buffer if buffer.is_contiguous() else buffer.contiguous()
     flat.div_(size)
@@ -285,6 +286,8 @@ class EmbeddingAllToAll(_torch.nn.Module):
 
     def forward(self, pooled_local):
         if pooled_local.device.type != "cpu":
-            raise _k.InvalidArgument("kompress.torch.EmbeddingAllToAll: only CPU tensors are supported yet")
+            who = "kompress.torch.EmbeddingAllToAll"
+            _k._raise_on_every_rank(_k.InvalidArgument(f"{who}: only CPU tensors are supported yet"),
+                                    self.exchange.comm, who)
         self.last_reports = {}
         return _ExchangeFunction.apply(pooled_local, self.exchange, self.last_reports)

@@ -134,6 +134,35 @@ SCENARIOS.update({
 })
 
 
+def module_call():
+    import kompress.torch
+    module = kompress.torch.EmbeddingAllToAll([(r, 4) for r in range(p)], 8, comm)
+    try:
+        module(bad_or(torch.ones(8 * p, 4), torch.ones(8 * p, 4, device="meta")))
+    finally:
+        module.exchange.close()
+
+
+class _Bucket:
+    def __init__(self, tensor):
+        self._tensor = tensor
+
+    def buffer(self):
+        return self._tensor
+
+
+def hook_call():
+    import kompress.torch
+    state = kompress.torch.AllreduceHookState(comm, rel=1e-3)
+    kompress.torch.allreduce_hook(state, _Bucket(bad_or(torch.ones(n), torch.ones(n, dtype=torch.float16))))
+
+
+SCENARIOS.update({
+    "EmbeddingAllToAll, tensor not on the CPU": module_call,
+    "DDP hook, float16 bucket": hook_call,
+})
+
+
 def a_good_call_works():
     """Calls on every rank after the failed one match: an allreduce (compressed) and a raw
     alltoall (on two to four ranks its data rides the agreement), checked against MPI's."""
