@@ -262,6 +262,46 @@ TEST_CASE("dlrm exchange: a bad call on one rank, before and while others are in
     }
 }
 
+TEST_CASE("homomorphic reductions: ranks passing different block sizes are an error on every rank, up front") {
+  const int p = size_of();
+  const std::size_t n = 40000;  // per rank and per block of reduce_scatter: many code blocks per hop
+  auto send = make_data(n * std::size_t(p), rank_of());
+  view sum("sum", send.size()), scattered("scattered", n);
+  kompress::collective_options options = abs_options;
+  options.reduction = kompress::reduction_method::homomorphic;
+  kompress::collective_options mismatched = options;
+  if (last_rank()) mismatched.codec.block_size = 64;
+  if (p > 1) {
+    // Every rank, the one case per form: invalid_argument naming the block size, no data moved.
+    const auto rejected = [](auto&& call) {
+      CHECK_THROWS_WITH_AS(call(), doctest::Contains("block size"), kompress::invalid_argument);
+    };
+    rejected([&] { kompress::allreduce(host{}, send, sum, MPI_COMM_WORLD, mismatched); });
+    rejected([&] { kompress::reduce_scatter(host{}, send, scattered, MPI_COMM_WORLD, mismatched); });
+    rejected([&] { kompress::iallreduce(host{}, send, sum, MPI_COMM_WORLD, mismatched).wait(); });
+    rejected([&] { kompress::ireduce_scatter(host{}, send, scattered, MPI_COMM_WORLD, mismatched).wait(); });
+    rejected([&] { kompress::allreduce_init(host{}, send, sum, MPI_COMM_WORLD, mismatched); });
+    rejected([&] { kompress::reduce_scatter_init(host{}, send, scattered, MPI_COMM_WORLD, mismatched); });
+  }
+  // The recompressing reduction sends streams, which carry their block size: it may differ.
+  kompress::collective_options recompress = mismatched;
+  recompress.reduction = kompress::reduction_method::recompress;
+  view expected("expected", send.size());
+  MPI_Allreduce(send.data(), expected.data(), int(send.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  const auto off_by = [&](double bound) {
+    std::size_t violations = 0;
+    for (std::size_t i = 0; i < send.size(); ++i)
+      violations += !(std::fabs(double(sum(i)) - double(expected(i))) <= bound + 2.0 * p * 1.2e-7 * 5.0 * p);
+    return violations;
+  };
+  CHECK_NOTHROW(kompress::allreduce(host{}, send, sum, MPI_COMM_WORLD, recompress));
+  CHECK(off_by(p * 1e-3) == 0);
+  // Nothing was left in flight: the homomorphic call with matching block sizes is correct.
+  CHECK_NOTHROW(kompress::allreduce(host{}, send, sum, MPI_COMM_WORLD, options));
+  CHECK(off_by(p * 1e-3) == 0);
+  alltoall_still_works();
+}
+
 TEST_CASE("posted messages: an exception cancels the receives before their buffer goes") {
   if (size_of() < 2) return;
   MPI_Comm comm;

@@ -89,7 +89,8 @@ struct agreed_ring {
 /// The prologue the ring collectives share once the execution space is fenced: `local_checks`
 /// (this rank's arguments) and the workspace slot, then the agreement on what every rank must
 /// pass alike (the element count, type, mode, cost model and bound; with `sums`, the
-/// reduction_bound too), with `carry` riding it where it can. Throws on every rank if any
+/// reduction_bound and method too, and for the homomorphic one the block size), with `carry`
+/// riding it where it can. Throws on every rank if any
 /// rank's checks failed. Fills `agreed`'s slot (nullptr without a workspace) and `carried`.
 template <class T, class LocalChecks>
 void agree_ring_call(agreed_ring& agreed, collective_kind kind, std::size_t count, bool sums,
@@ -98,8 +99,8 @@ void agree_ring_call(agreed_ring& agreed, collective_kind kind, std::size_t coun
   workspace_slot* slot = nullptr;
   agreement a;
   a.carry = carry;
-  a.must_match = sums ? "the element count, element type, transfer mode, cost model, reduction method and bound "
-                        "(mode, value and reduction_bound)"
+  a.must_match = sums ? "the element count, element type, transfer mode, cost model, reduction method, bound "
+                        "(mode, value and reduction_bound) and, for the homomorphic reduction, block size"
                       : "the element count, element type, transfer mode, cost model and bound (mode and value)";
   a.local_failure = run_local_checks([&] {
     local_checks();
@@ -109,6 +110,8 @@ void agree_ring_call(agreed_ring& agreed, collective_kind kind, std::size_t coun
   if (persistent) f.add(persistent_call_mark);
   f.add(std::uint64_t(count)).add(std::uint64_t(options.codec.bound.mode)).add(options.codec.bound.value);
   if (sums) f.add(std::uint64_t(options.reduction_bound)).add(std::uint64_t(options.reduction));
+  // The homomorphic codes are blocked by it on every rank alike (streams carry their own).
+  if (sums && options.reduction == reduction_method::homomorphic) f.add(std::uint64_t(options.codec.block_size));
   agreed.rule.add_to(f);
   a.fingerprint = f.value();
   agreed.carried = agree(a, comm, who);
