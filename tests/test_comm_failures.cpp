@@ -302,6 +302,77 @@ TEST_CASE("homomorphic reductions: ranks passing different block sizes are an er
   alltoall_still_works();
 }
 
+TEST_CASE("dlrm exchange: a NaN, negative or infinite table weight or bound_schedule value is an error everywhere") {
+  const int p = size_of();
+  std::vector<kompress::dlrm::table> tables;
+  for (int t = 0; t < 2 * p; ++t) tables.push_back({t % p, 16});
+  const std::size_t batch = 8;
+  const double bad_values[] = {NAN, -1.0, INFINITY, -INFINITY};
+
+  // Table weights are checked when the exchange is built: the constructor's agreement.
+  for (const double bad : bad_values) {
+    CAPTURE(bad);
+    kompress::dlrm::exchange_options options;
+    options.table_weights.assign(tables.size(), 1.0);
+    if (last_rank()) options.table_weights[tables.size() - 1] = bad;
+    if (last_rank())
+      CHECK_THROWS_WITH_AS(kompress::dlrm::embedding_exchange(MPI_COMM_WORLD, tables, batch, options),
+                           doctest::Contains("weight of table"), kompress::invalid_argument);
+    else
+      CHECK_THROWS_WITH_AS(kompress::dlrm::embedding_exchange(MPI_COMM_WORLD, tables, batch, options),
+                           doctest::Contains("rejected its arguments"), kompress::invalid_argument);
+  }
+
+  // bound_schedule values are computed per call, among the call's local checks.
+  double scheduled = 1.0;
+  kompress::dlrm::exchange_options options;
+  options.bound_schedule = [&](std::uint64_t, int, kompress::dlrm::direction) { return scheduled; };
+  kompress::dlrm::embedding_exchange exchange(MPI_COMM_WORLD, tables, batch, options);
+  matrix in("in", exchange.global_batch(), exchange.local_width()), out("out", batch, exchange.total_width());
+  matrix grad_in("grad_in", batch, exchange.total_width());
+  matrix grad_out("grad_out", exchange.global_batch(), exchange.local_width());
+  for (std::size_t i = 0; i < in.size(); ++i) in.data()[i] = float(std::sin(0.1 * double(i)));
+  for (std::size_t i = 0; i < grad_in.size(); ++i) grad_in.data()[i] = float(1e-3 * std::cos(double(i)));
+  const std::uint64_t iteration = exchange.iteration();
+  for (const double bad : bad_values) {
+    CAPTURE(bad);
+    scheduled = last_rank() ? bad : 1.0;
+    for (const bool forward : {true, false}) {
+      const auto call = [&] {
+        if (forward) exchange.forward(host{}, in, out);
+        else exchange.backward(host{}, grad_in, grad_out);
+      };
+      if (last_rank())
+        CHECK_THROWS_WITH_AS(call(), doctest::Contains("bound_schedule"), kompress::invalid_argument);
+      else
+        CHECK_THROWS_WITH_AS(call(), doctest::Contains("rejected its arguments"), kompress::invalid_argument);
+    }
+    CHECK(exchange.iteration() == iteration);  // a rejected call is no iteration
+  }
+  // A weight or schedule value of 0 still means lossless on purpose: the values come back exact.
+  scheduled = 0.0;
+  exchange.forward(host{}, in, out);
+  exchange.backward(host{}, grad_in, grad_out);
+  for (std::size_t r = 0; r < batch; ++r)
+    for (std::size_t t = 0, local = 0, global = 0; t < tables.size(); global += tables[t].dim, ++t) {
+      if (tables[t].owner != rank_of()) continue;
+      for (std::size_t c = 0; c < tables[t].dim; ++c)
+        CHECK(grad_out(rank_of() * batch + r, local + c) == grad_in(r, global + c));
+      local += tables[t].dim;
+    }
+  // Forward: every table's values exact. Owner t % p holds table t at local column (t / p) * 16
+  // of its input, whose value at (row, column) is sin(0.1 * (row * local width + column)).
+  std::size_t inexact = 0;
+  const std::size_t width = exchange.local_width();  // 2 tables of 16 on every rank
+  for (std::size_t r = 0; r < batch; ++r)
+    for (std::size_t t = 0, global = 0; t < tables.size(); global += tables[t].dim, ++t)
+      for (std::size_t c = 0; c < tables[t].dim; ++c) {
+        const std::size_t row = std::size_t(rank_of()) * batch + r, column = t / std::size_t(p) * 16 + c;
+        inexact += out(r, global + c) != float(std::sin(0.1 * double(row * width + column)));
+      }
+  CHECK(inexact == 0);
+}
+
 TEST_CASE("posted messages: an exception cancels the receives before their buffer goes") {
   if (size_of() < 2) return;
   MPI_Comm comm;

@@ -22,9 +22,12 @@
 
 #include <kompress/comm/options.hpp>
 #include <kompress/comm/workspace.hpp>
+#include <kompress/detail/arguments.hpp>
 #include <kompress/dlrm/segments.hpp>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -117,6 +120,8 @@ class embedding_exchange {
     if (!options_.table_weights.empty() && options_.table_weights.size() != tables_.size())
       throw invalid_argument(std::string(who) + ": " + std::to_string(options_.table_weights.size()) +
                              " table weights for " + std::to_string(tables_.size()) + " tables");
+    for (std::size_t t = 0; t < options_.table_weights.size(); ++t)
+      check_multiplier(options_.table_weights[t], "the weight of table", int(t), who);
     kompress::detail::validate_options(options_.forward, who);
     kompress::detail::validate_options(options_.backward, who);
     global_column_.resize(tables_.size());
@@ -159,11 +164,28 @@ class embedding_exchange {
     kompress::detail::byte_count(local_batch_ * total_width_ * sizeof(T), who);  // any message fits MPI's int
   }
 
-  double table_bound(int t, direction dir, const error_bound& bound, double range, std::uint64_t iteration) const {
+  /// A table weight or bound_schedule value multiplies a bound: like the bound itself it must
+  /// be finite and >= 0 (0: that table lossless), never silently lossless.
+  static void check_multiplier(double value, const char* what, int t, const char* who) {
+    if (!std::isfinite(value) || value < 0.0)
+      throw invalid_argument(std::string(who) + ": " + what + " " + std::to_string(t) +
+                             " must be finite and >= 0 (got " + kompress::detail::number_text(value) + ")");
+  }
+
+  /// Table t's absolute bound this call. Raises invalid_argument (a local check of the call)
+  /// for a bad bound_schedule value.
+  double table_bound(int t, direction dir, const error_bound& bound, double range, std::uint64_t iteration,
+                     const char* who) const {
     double e = bound.mode == bound_mode::absolute ? bound.value : kompress::detail::relative_to_absolute(bound.value, 0.0, range);
     if (!options_.table_weights.empty()) e *= options_.table_weights[std::size_t(t)];
-    if (options_.bound_schedule) e *= options_.bound_schedule(iteration, t, dir);
-    return std::isfinite(e) && e > 0.0 ? e : 0.0;
+    if (options_.bound_schedule) {
+      const double scheduled = options_.bound_schedule(iteration, t, dir);
+      check_multiplier(scheduled, "bound_schedule's value for table", t, who);
+      e *= scheduled;
+    }
+    // Every factor is finite and >= 0: only a product beyond the largest double is left, which
+    // saturates as a REL bound over an infinite range does.
+    return std::isfinite(e) ? e : std::numeric_limits<double>::max();
   }
 
   /// Value range of a strided block (finite values).
@@ -184,7 +206,7 @@ class embedding_exchange {
   /// The segments of one call: per peer, what goes and where what comes lands.
   template <class T>
   std::vector<kompress::detail::peer_segments<T>> segments(T* in_data, T* out_data, direction dir,
-                                                           std::uint64_t iteration) const {
+                                                           std::uint64_t iteration, const char* who) const {
     const int p = shape_.size, me = shape_.rank;
     const std::size_t mine = local_width(), bl = local_batch_;
     std::vector<kompress::detail::peer_segments<T>> peers(static_cast<std::size_t>(p));
@@ -199,7 +221,7 @@ class embedding_exchange {
           const double range = compress && codec.bound.mode == bound_mode::relative
                                    ? range_of(in_data + local_column_[t], mine, global_batch(), tab.dim)
                                    : 0.0;
-          const double e = table_bound(int(t), dir, codec.bound, range, iteration);
+          const double e = table_bound(int(t), dir, codec.bound, range, iteration, who);
           for (int peer = 0; peer < p; ++peer)
             peers[std::size_t(peer)].send.push_back(
                 {in_data + std::size_t(peer) * bl * mine + local_column_[t], mine, bl, tab.dim, e});
@@ -211,7 +233,7 @@ class embedding_exchange {
         const double range = compress && codec.bound.mode == bound_mode::relative
                                  ? range_of(in_data + global_column_[t], total_width_, bl, tab.dim)
                                  : 0.0;
-        const double e = table_bound(int(t), dir, codec.bound, range, iteration);
+        const double e = table_bound(int(t), dir, codec.bound, range, iteration, who);
         peers[std::size_t(tab.owner)].send.push_back({in_data + global_column_[t], total_width_, bl, tab.dim, e});
         if (tab.owner == me)
           for (int peer = 0; peer < p; ++peer)
@@ -244,7 +266,7 @@ class embedding_exchange {
       if (fwd) check_views(in, out, global_batch(), local_width(), local_batch_, total_width_, who);
       else check_views(in, out, local_batch_, total_width_, global_batch(), local_width(), who);
       slot = &workspace_->slot_for(comm_, nonblocking, who);
-      peers = segments<T>(const_cast<T*>(in.data()), out.data(), dir, iteration);
+      peers = segments<T>(const_cast<T*>(in.data()), out.data(), dir, iteration, who);
     });
     kompress::detail::fingerprint f = kompress::detail::call_fingerprint(
         fwd ? kompress::detail::collective_kind::dlrm_forward : kompress::detail::collective_kind::dlrm_backward,
