@@ -333,6 +333,19 @@ collective_case reduce_scatter_case(std::size_t per_rank) {
           [=] { return violations(got, expected, sum_tolerance((p - 1) * 1e-3)); }};
 }
 
+/// alltoall of one value per peer in compressed mode: every message is that value raw (4 bytes:
+/// its stream would be longer), 2.5f + the sender's rank, whose first three bytes, read as an
+/// abort marker, would name rank 2^21 or beyond.
+collective_case single_value_alltoall_case() {
+  const int p = size_of();
+  view send("send", std::size_t(p)), got("got", std::size_t(p)), expected("expected", std::size_t(p));
+  for (int j = 0; j < p; ++j) send(j) = 2.5f + float(rank_of());
+  MPI_Alltoall(send.data(), 1, MPI_FLOAT, expected.data(), 1, MPI_FLOAT, MPI_COMM_WORLD);
+  const auto options = options_for(1e-3);
+  return {"alltoall of one value per peer", [=] { kompress::alltoall(host{}, send, got, MPI_COMM_WORLD, options); },
+          [=] { return violations(got, expected, 0.0); }};
+}
+
 }  // namespace
 
 TEST_CASE("alltoall and alltoallv: a failure mid-flight hangs no rank; the next call is correct") {
@@ -357,6 +370,12 @@ TEST_CASE("allreduce with both reductions: a failure mid-flight travels the ring
 TEST_CASE("persistent allreduce and alltoall: a failed round throws from wait(); the next round is correct") {
   exercise(allreduce_case(large, kompress::reduction_method::recompress, form::persistent));
   exercise(alltoall_init_case(large));
+}
+
+TEST_CASE("a raw message of one value that arrives one byte short is a format_error, not an abort marker") {
+  // Three bytes that name no rank of the communicator are a damaged message: the receiver fails
+  // on its own (format_error), it does not blame a rank that does not exist.
+  exercise(single_value_alltoall_case());
 }
 
 TEST_CASE("allgather and reduce_scatter: a failure mid-flight hangs no rank") {

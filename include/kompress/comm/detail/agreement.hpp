@@ -36,6 +36,32 @@ enum class collective_kind : std::uint64_t {
   alltoall = 1, alltoallv, allreduce, dlrm_forward, dlrm_backward, allgather, reduce_scatter
 };
 
+/// The abort marker: a message of 3 bytes, the rank that failed (little-endian, 0xFFFFFF if it
+/// does not fit). Every data message is at least 4 bytes (one value raw; a stream's header; a
+/// code message's table; an agreement message's header) and every receive expects at least 4,
+/// so a message shorter than 4 bytes is never data, and a posted receive accepts it. It carries
+/// the rank so that a marker relayed around the ring still names the rank that failed.
+inline constexpr std::size_t abort_marker_bytes = 3;
+inline constexpr std::size_t min_message_bytes = 4;
+inline constexpr unsigned unnamed_rank = 0xFFFFFF;
+
+inline void write_abort_marker(int failed_rank, std::byte (&marker)[abort_marker_bytes]) {
+  const unsigned named = unsigned(failed_rank) < unnamed_rank ? unsigned(failed_rank) : unnamed_rank;
+  for (std::size_t i = 0; i < abort_marker_bytes; ++i) marker[i] = std::byte((named >> (8 * i)) & 0xFF);
+}
+
+/// The failed rank a message of `length` bytes at `at` from `sender` names, if it is an abort
+/// marker: 3 bytes naming a rank of the communicator of `ranks` (the sender itself where the
+/// rank did not fit). -1 otherwise: a short message that names no rank is damaged, not a marker.
+inline int abort_marker_rank(const void* at, std::size_t length, int sender, int ranks) {
+  if (length != abort_marker_bytes) return -1;
+  const auto* bytes = static_cast<const std::byte*>(at);
+  unsigned named = 0;
+  for (std::size_t i = 0; i < abort_marker_bytes; ++i) named |= unsigned(bytes[i]) << (8 * i);
+  if (named == unnamed_rank) return unsigned(ranks) > unnamed_rank ? sender : -1;
+  return named < unsigned(ranks) ? int(named) : -1;
+}
+
 /// Added to the fingerprint of a persistent collective's init: it never matches a one-shot call.
 inline constexpr std::uint64_t persistent_call_mark = 0x70657273697374ull;
 

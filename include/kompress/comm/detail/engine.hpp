@@ -136,14 +136,6 @@ class call_failure {
   int failed_rank_ = -1;
 };
 
-/// The abort marker: a message of 3 bytes, the failed rank (little-endian, 0xFFFFFF if it does
-/// not fit). Every data message is at least 4 bytes (one value raw; a stream's header; a code
-/// message's table) and every receive expects at least 4, so a message shorter than 4 bytes
-/// is never data, and a posted receive accepts it. It carries the rank so that a marker
-/// relayed around the ring still names the rank that failed.
-inline constexpr std::size_t abort_marker_bytes = 3;
-inline constexpr std::size_t min_message_bytes = 4;
-
 /// The requests one collective posted, and the abort protocol over them (call_failure):
 /// after a failure, send() posts abort markers and progress() completes arrivals without
 /// handing them on. Destroying it with requests still pending (only when an MPI call itself
@@ -161,6 +153,7 @@ class posted_messages {
   void receive(void* buffer, std::size_t bytes, int peer, MPI_Comm comm, const char* who, int key = -1) {
     if (bytes < min_message_bytes)  // shorter is the abort marker: a receive must expect data
       throw error(std::string(who) + ": internal error: a receive of " + std::to_string(bytes) + " bytes was posted");
+    if (ranks_ == 0) check_mpi(MPI_Comm_size(comm, &ranks_), who, "MPI_Comm_size");
     receives_.push_back(MPI_REQUEST_NULL);
     receive_keys_.push_back(key < 0 ? peer : key);
     receive_peers_.push_back(peer);
@@ -187,8 +180,7 @@ class posted_messages {
       int self = 0;
       check_mpi(MPI_Comm_rank(comm, &self), who, "MPI_Comm_rank");
       marker_rank_ = failure_->failed_rank(self);
-      const unsigned named = marker_rank_ < 0xFFFFFF ? unsigned(marker_rank_) : 0xFFFFFFu;
-      for (std::size_t i = 0; i < abort_marker_bytes; ++i) marker_[i] = std::byte((named >> (8 * i)) & 0xFF);
+      write_abort_marker(marker_rank_, marker_);
     }
     // The protocol cannot go on if MPI rejects the marker too: the cancel path (abandon).
     check_mpi(MPI_Isend(marker_, int(abort_marker_bytes), MPI_BYTE, peer, collective_tag, comm, &sends_.back()), who,
@@ -218,7 +210,7 @@ class posted_messages {
       --pending_;
       int length = 0;
       check_mpi(MPI_Get_count(&status, MPI_BYTE, &length), who, "MPI_Get_count");
-      if (std::size_t(length) < min_message_bytes) failure_->record_peer(marked_rank(index, std::size_t(length)));
+      if (std::size_t(length) < min_message_bytes) short_message(index, std::size_t(length), who);
       if (failure_->aborting()) continue;  // drained into its buffer, not decoded
       try {
         on_arrival(receive_keys_[std::size_t(index)], std::size_t(length));
@@ -247,20 +239,29 @@ class posted_messages {
   }
 
  private:
-  /// The failed rank an abort marker that arrived on receive `index` names (its sender if the
-  /// marker cannot say).
-  int marked_rank(int index, std::size_t length) const {
-    const std::byte* const at = static_cast<const std::byte*>(receive_buffers_[std::size_t(index)]);
-    unsigned named = 0;
-    for (std::size_t i = 0; i < abort_marker_bytes && length == abort_marker_bytes; ++i)
-      named |= unsigned(at[i]) << (8 * i);
-    return length == abort_marker_bytes && named < 0xFFFFFF ? int(named) : receive_peers_[std::size_t(index)];
+  /// A message shorter than any data arrived on receive `index`: an abort marker naming a rank
+  /// of the communicator, or else a damaged message, this rank's own failure.
+  void short_message(int index, std::size_t length, const char* who) {
+    const int sender = receive_peers_[std::size_t(index)];
+    const int named = abort_marker_rank(receive_buffers_[std::size_t(index)], length, sender, ranks_);
+    if (named >= 0) {
+      failure_->record_peer(named);
+      return;
+    }
+    try {
+      throw format_error(std::string(who) + ": a message of " + std::to_string(length) + " bytes from rank " +
+                         std::to_string(sender) + " is neither data (at least " + std::to_string(min_message_bytes) +
+                         " bytes) nor an abort marker naming a rank of the communicator");
+    } catch (...) {
+      failure_->record_local();
+    }
   }
 
   std::vector<MPI_Request> receives_, sends_;
   std::vector<int> receive_keys_, receive_peers_;
   std::vector<const void*> receive_buffers_;
   std::size_t pending_ = 0;
+  int ranks_ = 0;  ///< the communicator's size, once a receive is posted
   call_failure own_failure_;
   call_failure* failure_;
   int marker_rank_ = -1;                   ///< the rank this rank's markers name, once known
