@@ -7,9 +7,9 @@
 // The failure is injected from outside the library, through MPI's profiling interface: this
 // executable defines MPI_Isend (calling PMPI_Isend), and on one chosen rank either makes its
 // k-th kompress message fail (MPI_ERR_OTHER, nothing sent: a local failure of the sender, as an
-// MPI that returns errors reports it) or sends it one byte short (the receiver's decoding
-// rejects it: a local failure of the receiver). k is the first, a middle or the last message of
-// a clean run of the same call. Run under mpiexec -n 2, 3 and 4.
+// MPI that returns errors reports it), sends it one byte short or with its last byte flipped
+// (the receiver rejects it: a local failure of the receiver). k is the first, a middle or the
+// last message of a clean run of the same call. Run under mpiexec -n 2, 3 and 4.
 
 #include <kompress/comm.hpp>
 #include <kompress/dlrm.hpp>
@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,7 +34,7 @@ namespace {
 /// What the interposed MPI_Isend does to one rank's kompress messages. The test's own state:
 /// the library holds none.
 struct isend_fault {
-  enum class action { count, fail, truncate };
+  enum class action { count, fail, truncate, flip };
   action what = action::count;
   int rank = -1;          ///< the rank whose messages are counted (and one damaged)
   long target = -1;       ///< which message (from 0) is damaged
@@ -41,11 +42,16 @@ struct isend_fault {
   bool fired = false;
 };
 isend_fault fault;
+/// The damaged copy a flipped message is sent from: alive until the call that sent it completed.
+std::vector<std::byte> flipped_copy;
 
 using kompress::test::rank_of;
 using kompress::test::size_of;
 
-void arm(isend_fault::action what, int rank, long target) { fault = {what, rank, target, 0, false}; }
+void arm(isend_fault::action what, int rank, long target) {
+  fault = {what, rank, target, 0, false};
+  flipped_copy.clear();
+}
 
 }  // namespace
 
@@ -60,6 +66,12 @@ extern "C" int MPI_Isend(const void* buffer, int count, MPI_Datatype type, int p
       if (fault.what == isend_fault::action::fail) {
         *request = MPI_REQUEST_NULL;
         return MPI_ERR_OTHER;
+      }
+      if (fault.what == isend_fault::action::flip) {
+        const auto* bytes = static_cast<const std::byte*>(buffer);
+        flipped_copy.assign(bytes, bytes + count);
+        flipped_copy.back() ^= std::byte(0xFF);
+        return PMPI_Isend(flipped_copy.data(), count, type, peer, tag, comm, request);
       }
       return PMPI_Isend(buffer, count - 1, type, peer, tag, comm, request);  // one byte short
     }
@@ -168,7 +180,9 @@ void run_faulty(const collective_case& c, isend_fault::action what, int faulty_r
     }
   }
   const std::string scenario = c.name +
-                               (what == isend_fault::action::fail ? ": send fails" : ": message one byte short") +
+                               (what == isend_fault::action::fail       ? ": send fails"
+                                : what == isend_fault::action::truncate ? ": message one byte short"
+                                                                        : ": message with its last byte flipped") +
                                " on rank " + std::to_string(faulty_rank) + ", message " + std::to_string(target) +
                                "; this rank: " + o.message;
   INFO(scenario);
@@ -193,9 +207,11 @@ void run_faulty(const collective_case& c, isend_fault::action what, int faulty_r
 }
 
 /// The scenarios for one collective: its message count in a clean run on the faulty rank, then
-/// a failed send and a short message at the first, a middle and the last of them, each followed
-/// (inside run_faulty) by checks and a clean call that must match plain MPI.
-void exercise(const collective_case& c) {
+/// each of `actions` (by default a failed send and a short message) at the first, a middle and
+/// the last of them, each followed (inside run_faulty) by checks and a clean call that must
+/// match plain MPI.
+void exercise(const collective_case& c,
+              std::vector<isend_fault::action> actions = {isend_fault::action::fail, isend_fault::action::truncate}) {
   const int p = size_of();
   if (p < 2) return;
   const int faulty = p - 1;
@@ -211,11 +227,9 @@ void exercise(const collective_case& c) {
   std::vector<long> targets{0, messages / 2, messages - 1};
 #endif
   targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-  for (const long target : targets) {
-    // A send that fails on the first message: every other rank gets an abort marker.
-    run_faulty(c, isend_fault::action::fail, faulty, target, target == 0);
-    run_faulty(c, isend_fault::action::truncate, faulty, target, false);
-  }
+  for (const long target : targets)
+    for (const auto what : actions)  // a send that fails on the first message: every other rank gets a marker
+      run_faulty(c, what, faulty, target, what == isend_fault::action::fail && target == 0);
 }
 
 collective_case alltoall_case(std::size_t per_peer, bool nonblocking) {
@@ -322,15 +336,21 @@ collective_case allgather_case(std::size_t per_rank) {
           [=] { return violations(got, expected, 1e-3); }};
 }
 
-collective_case reduce_scatter_case(std::size_t per_rank) {
+collective_case reduce_scatter_case(std::size_t per_rank,
+                                    kompress::reduction_method reduction = kompress::reduction_method::recompress) {
   const int p = size_of();
   auto send = make_data(per_rank * std::size_t(p), rank_of());
   view got("got", per_rank), expected("expected", per_rank);
   MPI_Reduce_scatter_block(send.data(), expected.data(), int(per_rank), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  const auto options = options_for(1e-3);
-  return {"reduce_scatter of " + std::to_string(per_rank) + " per rank",
+  auto options = options_for(1e-3);
+  options.reduction = reduction;
+  const bool homomorphic = reduction == kompress::reduction_method::homomorphic;
+  // The homomorphic reduction quantizes the owner's values too: p terms, recompress's p - 1.
+  const double guarantee = (homomorphic ? p : p - 1) * 1e-3;
+  return {"reduce_scatter" + std::string(homomorphic ? " (homomorphic)" : "") + " of " + std::to_string(per_rank) +
+              " per rank",
           [=] { kompress::reduce_scatter(host{}, send, got, MPI_COMM_WORLD, options); },
-          [=] { return violations(got, expected, sum_tolerance((p - 1) * 1e-3)); }};
+          [=] { return violations(got, expected, sum_tolerance(guarantee)); }};
 }
 
 /// alltoall of one value per peer in compressed mode: every message is that value raw (4 bytes:
@@ -376,6 +396,17 @@ TEST_CASE("a raw message of one value that arrives one byte short is a format_er
   // Three bytes that name no rank of the communicator are a damaged message: the receiver fails
   // on its own (format_error), it does not blame a rank that does not exist.
   exercise(single_value_alltoall_case());
+}
+
+TEST_CASE("homomorphic reductions: a code message with a flipped byte is a format_error; no rank hangs") {
+  // Code messages are checksummed: the receiver fails on its own, the others complete correctly
+  // or get peer_error, and nothing beyond the bound is reported as a result.
+  for (const std::size_t n : {large, small}) {
+    exercise(allreduce_case(n, kompress::reduction_method::homomorphic), {isend_fault::action::flip});
+    exercise(reduce_scatter_case(n, kompress::reduction_method::homomorphic), {isend_fault::action::flip});
+  }
+  exercise(allreduce_case(large, kompress::reduction_method::homomorphic, form::persistent),
+           {isend_fault::action::flip});
 }
 
 TEST_CASE("allgather and reduce_scatter: a failure mid-flight hangs no rank") {

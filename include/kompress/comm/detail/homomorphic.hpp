@@ -10,12 +10,16 @@
 // point: a NaN, infinity or off-grid value (|x| > code_limit * s) on some rank, or a message
 // sent raw because its codes did not compress. docs/collectives.md states and proves the bound.
 //
-// Message layout for n values: C = ceil(n / (64 * block_size)) chunk lengths (u32), then the
-// chunks; a chunk is one descriptor byte per block, then the blocks' payloads. Exactly
+// Message layout for n values: C = ceil(n / (64 * block_size)) chunk lengths (u32), then C
+// chunk checksums (u64, detail/checksum.hpp, each over its chunk's bytes), then the chunks; a
+// chunk is one descriptor byte per block, then the blocks' payloads. The lengths must add up
+// to the message and each chunk must match its checksum, so a damaged message is a
+// format_error on the rank that receives it, never codes added silently. Exactly
 // n * sizeof(T) bytes means the raw values (the wire rule, engine.hpp).
 
 #include <kompress/codec/code_block.hpp>
 #include <kompress/comm/detail/engine.hpp>
+#include <kompress/detail/checksum.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -28,6 +32,8 @@
 namespace kompress::inline v0::detail {
 
 inline constexpr std::size_t code_blocks_per_chunk = 64;
+/// Bytes of a code message's table per chunk: its length (u32) and its checksum (u64).
+inline constexpr std::size_t code_table_bytes_per_chunk = 4 + 8;
 
 /// Loads block `start` (m values) of `values`, padded to BlockSize with its last value, and
 /// quantizes it: the codes, whether all m are on the grid, the largest |x - q s| among them.
@@ -66,6 +72,7 @@ struct code_chunk_encoder {
   std::byte* slots;
   std::size_t slot_bytes;
   std::uint64_t* lengths;
+  std::uint64_t* checksums;
   double* errors;
 
   KOMPRESS_FUNCTION void operator()(std::size_t j) const {
@@ -104,6 +111,7 @@ struct code_chunk_encoder {
       out[b] = std::byte(descriptor);
     }
     lengths[j] = std::uint64_t(payload - out);
+    checksums[j] = checksum_of(out, lengths[j]);
     errors[j] = error;
   }
 };
@@ -141,10 +149,17 @@ KOMPRESS_FUNCTION bool for_each_code_block(const std::byte* in, std::size_t byte
 
 /// Adds chunk j of an arrival to this rank's own values of the span: code + own code where
 /// both are on the grid, else floating (this rank's exact values added to the incoming sum).
+/// Whether chunk j of a code message matches the checksum its table holds.
+KOMPRESS_FUNCTION bool code_chunk_intact(const std::byte* in, const std::uint64_t* offsets, const std::byte* checksums,
+                                         std::size_t j) {
+  return checksum_of(in + offsets[j], offsets[j + 1] - offsets[j]) == load<std::uint64_t>(checksums + 8 * j);
+}
+
 template <class T, int BlockSize>
 struct code_chunk_adder {
   const std::byte* in;
   const std::uint64_t* offsets;  ///< chunk j at [offsets[j], offsets[j + 1])
+  const std::byte* checksums;    ///< chunk j's at checksums + 8 j (in the message's table)
   T* values;                     ///< own input in, floating sums out
   double* codes;
   std::uint8_t* coded;
@@ -157,6 +172,11 @@ struct code_chunk_adder {
     constexpr std::size_t chunk_values = BlockSize * code_blocks_per_chunk;
     const std::size_t first = j * chunk_values;
     const std::size_t count = n - first < chunk_values ? n - first : chunk_values;
+    errors[j] = 0.0;
+    if (!code_chunk_intact(in, offsets, checksums, j)) {  // nothing of a damaged chunk is added
+      failed[j] = 1;
+      return;
+    }
     double error = 0.0;
     const auto add = [&](std::size_t start, int m, const double* incoming, const T* floating) {
       if (incoming) {
@@ -194,6 +214,7 @@ template <class T, int BlockSize>
 struct code_chunk_decoder {
   const std::byte* in;
   const std::uint64_t* offsets;
+  const std::byte* checksums;
   T* out;
   code_grid grid;
   std::size_t n;
@@ -203,6 +224,10 @@ struct code_chunk_decoder {
     constexpr std::size_t chunk_values = BlockSize * code_blocks_per_chunk;
     const std::size_t first = j * chunk_values;
     const std::size_t count = n - first < chunk_values ? n - first : chunk_values;
+    if (!code_chunk_intact(in, offsets, checksums, j)) {
+      failed[j] = 1;
+      return;
+    }
     const auto decode = [&](std::size_t start, int m, const double* codes, const T* floating) {
       if (codes) {
         if (m == BlockSize) {
@@ -259,6 +284,7 @@ class homomorphic_sums {
     slots_ = scratch + at.slots;
     slot_bytes_ = at.slot_bytes;
     lengths_ = reinterpret_cast<std::uint64_t*>(scratch + at.lengths);
+    checksums_ = reinterpret_cast<std::uint64_t*>(scratch + at.checksums);
     errors_ = reinterpret_cast<double*>(scratch + at.errors);
     failed_ = reinterpret_cast<std::uint8_t*>(scratch + at.failed);
   }
@@ -275,15 +301,17 @@ class homomorphic_sums {
         constexpr int B = decltype(block)::value;
         Kokkos::parallel_for("kompress::homomorphic::encode", Kokkos::RangePolicy<Exec>(exec_, 0, chunks),
                              code_chunk_encoder<T, B>{values_ + begin, codes_ + begin, coded_ + begin, grid_,
-                                                      reduced, n, slots_, slot_bytes_, lengths_, errors_});
+                                                      reduced, n, slots_, slot_bytes_, lengths_, checksums_,
+                                                      errors_});
       });
       exec_.fence("kompress::homomorphic: codes encoded");
-      std::size_t length = chunks * 4;
+      std::size_t length = chunks * code_table_bytes_per_chunk;
       for (std::size_t j = 0; j < chunks; ++j) length += lengths_[j];
       if (rule.send_compressed(raw, length)) {
-        std::byte* at = out + chunks * 4;
+        std::byte* at = out + chunks * code_table_bytes_per_chunk;
         for (std::size_t j = 0; j < chunks; ++j) {
           store<std::uint32_t>(out + 4 * j, std::uint32_t(lengths_[j]));
+          store<std::uint64_t>(out + 4 * chunks + 8 * j, checksums_[j]);
           std::memcpy(at, slots_ + j * slot_bytes_, lengths_[j]);
           at += lengths_[j];
         }
@@ -309,8 +337,8 @@ class homomorphic_sums {
     dispatch_block_size(block_size_, [&](auto block) {
       constexpr int B = decltype(block)::value;
       Kokkos::parallel_for("kompress::homomorphic::add", Kokkos::RangePolicy<Exec>(exec_, 0, chunks),
-                           code_chunk_adder<T, B>{in, lengths_, values_ + begin, codes_ + begin, coded_ + begin,
-                                                  grid_, n, failed_, errors_});
+                           code_chunk_adder<T, B>{in, lengths_, in + 4 * chunks, values_ + begin, codes_ + begin,
+                                                  coded_ + begin, grid_, n, failed_, errors_});
     });
     exec_.fence("kompress::homomorphic: codes added");
     check_chunks(chunks, who);
@@ -327,7 +355,7 @@ class homomorphic_sums {
     dispatch_block_size(block_size_, [&](auto block) {
       constexpr int B = decltype(block)::value;
       Kokkos::parallel_for("kompress::homomorphic::decode", Kokkos::RangePolicy<Exec>(exec_, 0, chunks),
-                           code_chunk_decoder<T, B>{in, lengths_, out, grid_, n, failed_});
+                           code_chunk_decoder<T, B>{in, lengths_, in + 4 * chunks, out, grid_, n, failed_});
     });
     exec_.fence("kompress::homomorphic: sums decoded");
     check_chunks(chunks, who);
@@ -364,7 +392,8 @@ class homomorphic_sums {
   };
 
   struct scratch_layout {
-    std::size_t codes = 0, coded = 0, slots = 0, slot_bytes = 0, lengths = 0, errors = 0, failed = 0, total = 0;
+    std::size_t codes = 0, coded = 0, slots = 0, slot_bytes = 0, lengths = 0, checksums = 0, errors = 0, failed = 0,
+                total = 0;
   };
   static scratch_layout layout(std::size_t count, std::size_t largest, int block_size) {
     const auto round8 = [](std::size_t bytes) { return (bytes + 7) / 8 * 8; };
@@ -375,7 +404,8 @@ class homomorphic_sums {
     at.coded = at.codes + count * sizeof(double);
     at.slots = at.coded + round8(count);
     at.lengths = at.slots + chunks * at.slot_bytes;
-    at.errors = at.lengths + (chunks + 1) * 8;
+    at.checksums = at.lengths + (chunks + 1) * 8;
+    at.errors = at.checksums + chunks * 8;
     at.failed = at.errors + chunks * 8;
     at.total = at.failed + round8(chunks);
     return at;
@@ -385,9 +415,10 @@ class homomorphic_sums {
   std::size_t chunks_of(std::size_t n) const { return (n + chunk_values() - 1) / chunk_values(); }
 
   /// Reads the chunk table of a code message into offsets (lengths_); returns the chunk count.
+  /// The checksums stay in the message, read by each chunk's kernel.
   std::size_t table(const std::byte* in, std::size_t length, std::size_t n, const char* who) {
     const std::size_t chunks = chunks_of(n);
-    std::size_t at = chunks * 4;
+    std::size_t at = chunks * code_table_bytes_per_chunk;
     bool fits = grid_.active() && length >= at;
     for (std::size_t j = 0; j < chunks && fits; ++j) {
       lengths_[j] = at;
@@ -404,8 +435,8 @@ class homomorphic_sums {
   void check_chunks(std::size_t chunks, const char* who) const {
     for (std::size_t j = 0; j < chunks; ++j)
       if (failed_[j])
-        throw format_error(std::string(who) + ": a received code message is malformed (chunk " + std::to_string(j) +
-                           ")");
+        throw format_error(std::string(who) + ": a received code message is damaged (chunk " + std::to_string(j) +
+                           " does not match its checksum or does not decode)");
   }
 
   void note_errors(std::size_t chunks) {
@@ -422,6 +453,7 @@ class homomorphic_sums {
   std::byte* slots_ = nullptr;
   std::size_t slot_bytes_ = 0;
   std::uint64_t* lengths_ = nullptr;
+  std::uint64_t* checksums_ = nullptr;
   double* errors_ = nullptr;
   std::uint8_t* failed_ = nullptr;
   bool measure_ = false;
