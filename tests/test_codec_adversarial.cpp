@@ -360,7 +360,7 @@ TEST_CASE("codec: compress_async on two execution space instances at once") {
   CHECK(stream_bytes(out_b, expect_b.size()) == expect_b);
 }
 
-// --- reproducers from the codec audit (issue 13) ----------------------------------------------
+// --- reproducers: inputs and streams that once broke the codec --------------------------------
 
 namespace {
 

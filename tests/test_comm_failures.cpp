@@ -74,7 +74,7 @@ TEST_CASE("alltoallv: a receive count that disagrees with the sender is an error
   uneven c;
   auto send = make_data(c.send_total, rank_of());
   view got("got", c.recv_total);
-  // The audit's reproducer: rank 0 expects 1 value less from itself than it sends itself.
+  // Rank 0 expects 1 value less from itself than it sends itself.
   auto recv_counts = c.recv_counts;
   if (rank_of() == 0) recv_counts[0] -= 1;
   CHECK_THROWS_WITH_AS(kompress::alltoallv(host{}, send, c.send_counts, c.send_displs, got, recv_counts, c.recv_displs,
@@ -161,7 +161,7 @@ TEST_CASE("allreduce: different bounds, counts or a bad argument on one rank are
   const std::size_t n = 30000;
   auto data = make_data(n, rank_of());
   view out("out", n), expected("expected", n);
-  // The audit's case: one rank asks for a tighter bound than the others. Rejected everywhere.
+  // One rank asks for a tighter bound than the others: rejected everywhere.
   kompress::collective_options options = abs_options;
   if (last_rank()) options.codec.bound = kompress::absolute(1e-6);
   if (size_of() > 1)

@@ -134,6 +134,22 @@ SCENARIOS.update({
 })
 
 
+def schedule_that_raises_on_the_bad_rank(iteration, table, direction):
+    if me == BAD:
+        raise RuntimeError("this rank's schedule failed")
+    return 1.0
+
+
+def schedule_call(value):
+    def call():
+        exchange = kompress.EmbeddingExchange([(r, 4) for r in range(p)], 8, comm, bound_schedule=value)
+        try:
+            exchange.forward(*exchange_arrays())
+        finally:
+            exchange.close()
+    return call
+
+
 def module_call():
     import kompress.torch
     module = kompress.torch.EmbeddingAllToAll([(r, 4) for r in range(p)], 8, comm)
@@ -158,6 +174,10 @@ def hook_call():
 
 
 SCENARIOS.update({
+    "exchange, bound_schedule raises": schedule_call(schedule_that_raises_on_the_bad_rank),
+    "exchange, bound_schedule gives NaN": schedule_call(lambda it, table, d: bad_or(1.0, float("nan"))),
+    "exchange, table weight negative": lambda: kompress.EmbeddingExchange(
+        [(r, 4) for r in range(p)], 8, comm, table_weights=[bad_or(1.0, -1.0)] * p).close(),
     "EmbeddingAllToAll, tensor not on the CPU": module_call,
     "DDP hook, float16 bucket": hook_call,
 })
@@ -181,7 +201,7 @@ def a_good_call_works():
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_one_bad_rank_is_an_error_on_every_rank_and_the_next_call_works(scenario):
-    with pytest.raises((kompress.Error, TypeError, ValueError)) as raised:
+    with pytest.raises((kompress.Error, TypeError, ValueError, RuntimeError)) as raised:
         SCENARIOS[scenario]()
     if me != BAD:
         assert isinstance(raised.value, kompress.InvalidArgument)
