@@ -527,30 +527,11 @@ namespace {
 /// A stream with valid checksums whose header claims `count` values while every chunk is
 /// empty: `blocks_per_chunk` 65535 and block size 128 keep the chunk tables small.
 std::vector<std::byte> bomb_stream(std::uint64_t count, kompress::element_type type) {
-  namespace detail = kompress::detail;
-  detail::stream_header h;
-  h.type = type;
-  h.mode = kompress::bound_mode::absolute;
-  h.count = count;
-  h.user_bound = 1e-3;
-  h.abs_bound = 1e-3;
-  h.quant_step = 2e-3;
+  kompress::detail::stream_header h = kompress::test::crafted_header(count, type);
   h.block_size = 128;
   h.blocks_per_chunk = 65535;
-  h.value_min = 0.0;
   h.value_max = 1.0;
-  const detail::stream_layout layout = h.layout();
-  h.stream_bytes = layout.data_offset();
-  std::vector<std::byte> stream(h.stream_bytes);
-  detail::write_header_fields(stream.data(), h);
-  for (std::uint64_t c = 0; c < layout.chunk_count(); ++c) {
-    detail::store<std::uint64_t>(stream.data() + layout.chunk_end_table_offset() + 8 * c, 0);
-    detail::store<std::uint64_t>(stream.data() + layout.chunk_checksum_table_offset() + 8 * c,
-                                 detail::checksum_of(stream.data(), 0));
-  }
-  detail::store<std::uint64_t>(stream.data() + detail::header_checksum_offset,
-                               detail::header_checksum(stream.data(), layout.data_offset()));
-  return stream;
+  return kompress::test::uniform_chunk_stream(h, 0);
 }
 
 }  // namespace

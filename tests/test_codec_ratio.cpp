@@ -414,31 +414,11 @@ std::vector<std::byte> zero_chunk_stream(std::uint64_t count, kompress::element_
                                          std::uint64_t chunk_bytes) {
   namespace detail = kompress::detail;
   REQUIRE(count % detail::ratio_chunk_values == 0);
-  detail::stream_header h;
-  h.type = type;
-  h.mode = kompress::bound_mode::absolute;
-  h.count = count;
-  h.user_bound = 1e-3;
-  h.abs_bound = 1e-3;
-  h.quant_step = 2e-3;
+  detail::stream_header h = kompress::test::crafted_header(count, type);
   h.block_size = detail::ratio_block_size;
   h.blocks_per_chunk = detail::ratio_blocks_per_chunk;
   h.flags = detail::flag_ratio_codec;
-  h.value_min = 0.0;
-  h.value_max = 0.0;
-  const detail::stream_layout layout = h.layout();
-  const std::uint64_t chunks = layout.chunk_count();
-  h.stream_bytes = layout.data_offset() + chunks * chunk_bytes;
-  std::vector<std::byte> stream(h.stream_bytes);  // zeros: every chunk's kind byte and planes
-  detail::write_header_fields(stream.data(), h);
-  const std::uint64_t chunk_checksum = detail::checksum_of(stream.data() + layout.data_offset(), chunk_bytes);
-  for (std::uint64_t c = 0; c < chunks; ++c) {
-    detail::store<std::uint64_t>(stream.data() + layout.chunk_end_table_offset() + 8 * c, (c + 1) * chunk_bytes);
-    detail::store<std::uint64_t>(stream.data() + layout.chunk_checksum_table_offset() + 8 * c, chunk_checksum);
-  }
-  detail::store<std::uint64_t>(stream.data() + detail::header_checksum_offset,
-                               detail::header_checksum(stream.data(), layout.data_offset()));
-  return stream;
+  return kompress::test::uniform_chunk_stream(h, chunk_bytes);  // zeros: every kind byte and plane
 }
 
 }  // namespace

@@ -223,4 +223,39 @@ round_trip_result<T> require_round_trip(std::span<const T> values, const kompres
   return result;
 }
 
+
+/// The header of a crafted stream of `count` values: ABS 1e-3 on a grid of 2e-3, values in
+/// [0, 0]; callers set the block shape, flags and range they test.
+inline kompress::detail::stream_header crafted_header(std::uint64_t count, kompress::element_type type) {
+  kompress::detail::stream_header h;
+  h.type = type;
+  h.mode = kompress::bound_mode::absolute;
+  h.count = count;
+  h.user_bound = 1e-3;
+  h.abs_bound = 1e-3;
+  h.quant_step = 2e-3;
+  h.value_min = 0.0;
+  h.value_max = 0.0;
+  return h;
+}
+
+/// A stream of header `h` whose every chunk is `chunk_bytes` zero bytes, with valid chunk and
+/// header checksums: what passes the checksums and reaches the header's and decoder's checks.
+inline std::vector<std::byte> uniform_chunk_stream(kompress::detail::stream_header h, std::uint64_t chunk_bytes) {
+  namespace detail = kompress::detail;
+  const detail::stream_layout layout = h.layout();
+  const std::uint64_t chunks = layout.chunk_count();
+  h.stream_bytes = layout.data_offset() + chunks * chunk_bytes;
+  std::vector<std::byte> stream(h.stream_bytes);
+  detail::write_header_fields(stream.data(), h);
+  const std::uint64_t chunk_checksum = detail::checksum_of(stream.data() + layout.data_offset(), chunk_bytes);
+  for (std::uint64_t c = 0; c < chunks; ++c) {
+    detail::store<std::uint64_t>(stream.data() + layout.chunk_end_table_offset() + 8 * c, (c + 1) * chunk_bytes);
+    detail::store<std::uint64_t>(stream.data() + layout.chunk_checksum_table_offset() + 8 * c, chunk_checksum);
+  }
+  detail::store<std::uint64_t>(stream.data() + detail::header_checksum_offset,
+                               detail::header_checksum(stream.data(), layout.data_offset()));
+  return stream;
+}
+
 }  // namespace kompress::test

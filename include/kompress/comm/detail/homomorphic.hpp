@@ -147,14 +147,14 @@ KOMPRESS_FUNCTION bool for_each_code_block(const std::byte* in, std::size_t byte
   return position == bytes;
 }
 
-/// Adds chunk j of an arrival to this rank's own values of the span: code + own code where
-/// both are on the grid, else floating (this rank's exact values added to the incoming sum).
 /// Whether chunk j of a code message matches the checksum its table holds.
 KOMPRESS_FUNCTION bool code_chunk_intact(const std::byte* in, const std::uint64_t* offsets, const std::byte* checksums,
                                          std::size_t j) {
   return checksum_of(in + offsets[j], offsets[j + 1] - offsets[j]) == load<std::uint64_t>(checksums + 8 * j);
 }
 
+/// Adds chunk j of an arrival to this rank's own values of the span: code + own code where
+/// both are on the grid, else floating (this rank's exact values added to the incoming sum).
 template <class T, int BlockSize>
 struct code_chunk_adder {
   const std::byte* in;
