@@ -66,15 +66,46 @@ struct float_traits<double> {
   static constexpr std::uint64_t sign_mask = 0x8000000000000000ull;
 };
 
-/// encode_block for a block whose m values (and so its padding) all have the bit pattern of
-/// `value`: the same decisions and bytes as the general path below, which would compute the
-/// same numbers for every value (one value is classified, quantized and verified here, exactly
-/// as there). Runs of constant values (land masks, fill regions, zeros) cost a pass of bit
-/// comparisons instead of the quantize-and-verify loop.
+/// How a block is stored, apart from the blocks before it: its best exact form and, where it
+/// can be quantized, the quantized candidate. The candidate wins when its bytes, which include
+/// the base difference from the previous quantized block of the chunk, are fewer than the
+/// exact form's: the one decision a block's encoding takes from the blocks before it, so a
+/// parallel encoder can settle a chunk's choices in one cheap pass (kernels/team_codec.hpp).
+struct block_choice {
+  std::uint8_t exact_descriptor = descriptor_raw;
+  int exact_bytes = 0;
+  bool quantizable = false;
+  int delta = 0;
+  int width = 0;
+  /// The candidate's base: the code its codes are relative to.
+  std::int64_t base = 0;
+
+  /// The candidate's base length code after the chunk's previous base `previous`, or -1: the
+  /// exact form is stored.
+  template <class T, int BlockSize>
+  KOMPRESS_FUNCTION int length_code(std::int64_t previous) const {
+    if (!quantizable) return -1;
+    const int code = base_length_code<T>(zigzag(base - previous));
+    return code >= 0 && base_length<T>(code) + packed_bytes<BlockSize>(width) < exact_bytes ? code
+                                                                                            : -1;
+  }
+  /// The payload bytes for the outcome `length_code` returned.
+  template <class T, int BlockSize>
+  KOMPRESS_FUNCTION int payload_bytes(int length_code) const {
+    return length_code < 0 ? exact_bytes : base_length<T>(length_code) + packed_bytes<BlockSize>(width);
+  }
+  KOMPRESS_FUNCTION std::uint8_t descriptor(int length_code) const {
+    return length_code < 0 ? exact_descriptor : make_descriptor(length_code, delta, width);
+  }
+};
+
+/// The choice for a block whose m values (and so its padding) all have the bit pattern of
+/// `value`: the same as the general path below, which would compute the same numbers for
+/// every value (one value is classified, quantized and verified here, exactly as there). Runs
+/// of constant values (land masks, fill regions, zeros) cost a pass of bit comparisons instead
+/// of the quantize-and-verify loop.
 template <class T, int BlockSize>
-KOMPRESS_FUNCTION int encode_uniform_block(T value, int m, const value_codec<T>& codec,
-                                           std::int64_t& base, std::uint8_t& descriptor,
-                                           std::byte* out) {
+KOMPRESS_FUNCTION block_choice uniform_block_choice(T value, const value_codec<T>& codec) {
   using bits = bits_t<T>;
   using traits = float_traits<T>;
   const bits b = to_bits(value);
@@ -88,89 +119,63 @@ KOMPRESS_FUNCTION int encode_uniform_block(T value, int m, const value_codec<T>&
   const bool rejected = !fill && magnitude(error) > codec.accept_threshold;
 
   // All values equal: the exact constant beats raw (m >= 1).
-  int best_bytes = int(sizeof(T));
-  std::uint8_t best = descriptor_constant;
-  if ((b & ~traits::sign_mask) == 0 && packed_bytes<BlockSize>(1) < best_bytes) {
-    best_bytes = packed_bytes<BlockSize>(1);
-    best = descriptor_signed_zeros;
+  block_choice choice;
+  choice.exact_bytes = int(sizeof(T));
+  choice.exact_descriptor = descriptor_constant;
+  if ((b & ~traits::sign_mask) == 0 && packed_bytes<BlockSize>(1) < choice.exact_bytes) {
+    choice.exact_bytes = packed_bytes<BlockSize>(1);
+    choice.exact_descriptor = descriptor_signed_zeros;
   }
   // Quantized: every code equals the first, so the relative codes, their range and every step
   // are 0: width 0, plain, base = the value's code. A block of fill values alone stays exact.
-  std::int64_t new_base = 0;
-  int length_code = 0;
   if (codec.step > 0.0 && !rejected && !special && !fill &&
       magnitude(biased - rounding_constant) <= max_code_magnitude) {
-    new_base = static_cast<std::int64_t>(biased - rounding_constant);
-    length_code = base_length_code<T>(zigzag(new_base - base));
-    if (length_code >= 0) {
-      const int bytes = base_length<T>(length_code);
-      if (bytes < best_bytes) {
-        best_bytes = bytes;
-        best = make_descriptor(length_code, 0, 0);
-      }
-    }
+    choice.quantizable = true;
+    choice.base = static_cast<std::int64_t>(biased - rounding_constant);
   }
+  return choice;
+}
 
-  descriptor = best;
-  if (best == descriptor_constant) {
+/// encode_block for a block of equal values (uniform_block_choice).
+template <class T, int BlockSize>
+KOMPRESS_FUNCTION int encode_uniform_block(T value, int m, const value_codec<T>& codec,
+                                           std::int64_t& base, std::uint8_t& descriptor,
+                                           std::byte* out) {
+  const block_choice choice = uniform_block_choice<T, BlockSize>(value, codec);
+  const int length_code = choice.length_code<T, BlockSize>(base);
+  descriptor = choice.descriptor(length_code);
+  if (descriptor == descriptor_constant) {
     store<T>(out, value);
-  } else if (best == descriptor_signed_zeros) {
+  } else if (descriptor == descriptor_signed_zeros) {
     std::uint32_t codes[BlockSize];
-    const std::uint32_t sign = static_cast<std::uint32_t>(b >> (8 * sizeof(T) - 1));
+    const std::uint32_t sign = static_cast<std::uint32_t>(to_bits(value) >> (8 * sizeof(T) - 1));
     for (int i = 0; i < BlockSize; ++i) codes[i] = sign & std::uint32_t(i < m);
     pack<BlockSize>(1, codes, out);
   } else {
-    store_bytes(out, zigzag(new_base - base), base_length<T>(length_code));
-    base = new_base;
+    store_bytes(out, zigzag(choice.base - base), base_length<T>(length_code));
+    base = choice.base;
   }
-  return best_bytes;
+  return choice.payload_bytes<T, BlockSize>(length_code);
 }
 
-template <class T, int BlockSize, bool HasFill, bool UniformFastPath>
-KOMPRESS_FUNCTION int encode_padded_block(const T* values, const T* in, int m,
-                                          const value_codec<T>& codec, std::int64_t& base,
-                                          std::uint8_t& descriptor, std::byte* out);
+/// What the general path computes from a block's values before it writes anything: the
+/// choice, and the codes either quantized form would pack.
+template <int BlockSize>
+struct block_analysis {
+  block_choice choice;
+  /// Codes relative to the block's reference value (fills: 0), and their minimum.
+  std::int32_t relative[BlockSize];
+  std::int32_t low;
+  /// zigzag(code_i - code_{i-1}) (code_{-1} = code_0), read only without fills.
+  std::uint32_t zigzag_steps[BlockSize];
+  bool any_fill;
+};
 
-/// Encodes the m (1..BlockSize) values at `in`. Writes the descriptor to `descriptor` and the
-/// payload to `out` (room for m * sizeof(T) bytes), returns the payload length. `base` is the
-/// previous quantized block's base in this chunk, updated when this block is quantized.
-/// `UniformFastPath` = false skips encode_uniform_block (the tests compare the two; the
-/// bytes are the same).
-template <class T, int BlockSize, bool UniformFastPath = true>
-KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& codec,
-                                        std::int64_t& base, std::uint8_t& descriptor,
-                                        std::byte* out) {
-  using bits = bits_t<T>;
-  // A full block is read where it lies; a short one is padded with its last value (no new
-  // range, zero deltas).
-  T padded[BlockSize];
-  const T* values = in;
-  if (m < BlockSize) {
-    for (int i = 0; i < BlockSize; ++i) padded[i] = in[i < m ? i : m - 1];
-    values = padded;
-  }
-  if constexpr (UniformFastPath) {
-    const bits pattern = to_bits(values[0]);
-    bits differs = 0;
-    for (int i = 0; i < BlockSize; ++i) differs |= to_bits(values[i]) ^ pattern;
-    if (differs == 0)
-      return encode_uniform_block<T, BlockSize>(values[0], m, codec, base, descriptor, out);
-  }
-  // The fill value as a compile-time flag: without one (most streams) every fill test below
-  // folds away.
-  return codec.has_fill
-             ? encode_padded_block<T, BlockSize, true, UniformFastPath>(values, in, m, codec, base,
-                                                                         descriptor, out)
-             : encode_padded_block<T, BlockSize, false, UniformFastPath>(values, in, m, codec, base,
-                                                                          descriptor, out);
-}
-
-/// encode_block's general path, for the BlockSize padded `values` of the m values at `in`;
-/// HasFill is codec.has_fill, and with UniformFastPath the values are known not to be all equal.
+/// The general path's analysis of the BlockSize padded `values` of m values; HasFill is
+/// codec.has_fill, and with UniformFastPath the values are known not to be all equal.
 template <class T, int BlockSize, bool HasFill, bool UniformFastPath>
-KOMPRESS_FUNCTION int encode_padded_block(const T* values, const T* in, int m,
-                                          const value_codec<T>& codec, std::int64_t& base,
-                                          std::uint8_t& descriptor, std::byte* out) {
+KOMPRESS_FUNCTION void analyze_padded_block(const T* values, int m, const value_codec<T>& codec,
+                                            block_analysis<BlockSize>& a) {
   using bits = bits_t<T>;
   using traits = float_traits<T>;
   const bits first = to_bits(values[0]);
@@ -202,8 +207,6 @@ KOMPRESS_FUNCTION int encode_padded_block(const T* values, const T* in, int m,
   // for the element, 64 for doubles), so it vectorizes well.
   bits differs = 0, fills = 0, specials = 0, magnitudes = 0;
   std::int64_t rejected = 0, out_of_range = 0;
-  std::int32_t relative[BlockSize];
-  std::uint32_t zigzag_steps[BlockSize];
   std::int32_t low = 0, high = 0;
   std::uint32_t any_step = 0;
   for (int i = 0; i < BlockSize; ++i) {
@@ -224,34 +227,32 @@ KOMPRESS_FUNCTION int encode_padded_block(const T* values, const T* in, int m,
     rejected |= -std::int64_t(magnitude(error) > threshold) & keep;
     out_of_range |= -std::int64_t(!(magnitude(biased - reference) < 0x1p30)) & keep;
     const std::uint32_t code_low = static_cast<std::uint32_t>(to_bits(biased));
-    relative[i] = static_cast<std::int32_t>(code_low - reference_low) & std::int32_t(keep);
-    low = relative[i] < low ? relative[i] : low;
-    high = relative[i] > high ? relative[i] : high;
+    a.relative[i] = static_cast<std::int32_t>(code_low - reference_low) & std::int32_t(keep);
+    low = a.relative[i] < low ? a.relative[i] : low;
+    high = a.relative[i] > high ? a.relative[i] : high;
     // Only read in blocks without fills, where they are the differences of `relative`.
     const std::int32_t d = static_cast<std::int32_t>(code_low - previous_low);
     previous_low = code_low;
-    zigzag_steps[i] = (std::uint32_t(d) << 1) ^ std::uint32_t(d >> 31);
-    any_step |= zigzag_steps[i];
+    a.zigzag_steps[i] = (std::uint32_t(d) << 1) ^ std::uint32_t(d >> 31);
+    any_step |= a.zigzag_steps[i];
   }
   // After the uniform fast path the values differ (and `differs` folds away).
   const int all_same = !UniformFastPath && differs == 0, any_fill = fills != 0;
+  a.low = low;
+  a.any_fill = any_fill;
 
-  const int raw_bytes = m * int(sizeof(T));
-  int best_bytes = raw_bytes;
-  std::uint8_t best = descriptor_raw;
-  if (all_same && int(sizeof(T)) <= best_bytes) {
-    best_bytes = int(sizeof(T));
-    best = descriptor_constant;
+  block_choice& choice = a.choice;
+  choice.exact_bytes = m * int(sizeof(T));
+  choice.exact_descriptor = descriptor_raw;
+  if (all_same && int(sizeof(T)) <= choice.exact_bytes) {
+    choice.exact_bytes = int(sizeof(T));
+    choice.exact_descriptor = descriptor_constant;
   }
-  if (magnitudes == 0 && packed_bytes<BlockSize>(1) < best_bytes) {
-    best_bytes = packed_bytes<BlockSize>(1);
-    best = descriptor_signed_zeros;
+  if (magnitudes == 0 && packed_bytes<BlockSize>(1) < choice.exact_bytes) {
+    choice.exact_bytes = packed_bytes<BlockSize>(1);
+    choice.exact_descriptor = descriptor_signed_zeros;
   }
 
-  std::int64_t new_base = 0;
-  int width = 0, delta = 0, length_code = 0;
-  std::uint32_t codes[BlockSize];
-  const std::uint32_t* packed_codes = codes;
   out_of_range |= !(magnitude(reference - rounding_constant) <= max_code_magnitude);
   if (step > 0.0 && !rejected && !specials && reference_index < BlockSize && !out_of_range) {
     const std::uint32_t range = std::uint32_t(high - low);
@@ -261,45 +262,140 @@ KOMPRESS_FUNCTION int encode_padded_block(const T* values, const T* in, int m,
                                 : bit_width(range);
     // OR of the steps has the width of the largest one.
     const int delta_width = any_fill ? 64 : bit_width(any_step);
-    delta = delta_width < plain_width;
-    width = delta ? delta_width : plain_width;
-    new_base = static_cast<std::int64_t>(reference - rounding_constant) + (delta ? 0 : low);
-    length_code = base_length_code<T>(zigzag(new_base - base));
-    if (width <= max_width && length_code >= 0) {
-      const int bytes = base_length<T>(length_code) + packed_bytes<BlockSize>(width);
-      if (bytes < best_bytes) {
-        best_bytes = bytes;
-        best = make_descriptor(length_code, delta, width);
-        if (delta) {
-          packed_codes = zigzag_steps;
-        } else if (any_fill) {
-          const std::uint32_t fill_code = (std::uint32_t(1) << width) - 1;
-          for (int i = 0; i < BlockSize; ++i)
-            codes[i] = to_bits(values[i]) == fill_bits ? fill_code
-                                                       : std::uint32_t(relative[i] - low);
-        } else {
-          for (int i = 0; i < BlockSize; ++i) codes[i] = std::uint32_t(relative[i] - low);
-        }
-      }
-    }
+    choice.delta = delta_width < plain_width;
+    choice.width = choice.delta ? delta_width : plain_width;
+    choice.base = static_cast<std::int64_t>(reference - rounding_constant) + (choice.delta ? 0 : low);
+    choice.quantizable = choice.width <= max_width;
   }
+}
 
-  descriptor = best;
-  if (best == descriptor_raw) {
-    std::memcpy(out, in, raw_bytes);
-  } else if (best == descriptor_constant) {
+/// Writes the block `a` analysed (the BlockSize padded `values` of the m values at `in`) after
+/// the chunk's previous base `base`, updated when the block is quantized; returns the payload
+/// length.
+template <class T, int BlockSize, bool HasFill>
+KOMPRESS_FUNCTION int write_padded_block(const block_analysis<BlockSize>& a, const T* values,
+                                         const T* in, int m, const value_codec<T>& codec,
+                                         std::int64_t& base, std::uint8_t& descriptor,
+                                         std::byte* out) {
+  const block_choice& choice = a.choice;
+  const int length_code = choice.length_code<T, BlockSize>(base);
+  descriptor = choice.descriptor(length_code);
+  std::uint32_t codes[BlockSize];
+  if (descriptor == descriptor_raw) {
+    std::memcpy(out, in, std::size_t(m) * sizeof(T));
+  } else if (descriptor == descriptor_constant) {
     store<T>(out, values[0]);
-  } else if (best == descriptor_signed_zeros) {
+  } else if (descriptor == descriptor_signed_zeros) {
     for (int i = 0; i < BlockSize; ++i)
       codes[i] = static_cast<std::uint32_t>(to_bits(values[i]) >> (8 * sizeof(T) - 1)) & (i < m);
     pack<BlockSize>(1, codes, out);
   } else {
+    const std::uint32_t* packed_codes = codes;
+    if (choice.delta) {
+      packed_codes = a.zigzag_steps;
+    } else if (HasFill && a.any_fill) {
+      const std::uint32_t fill_code = (std::uint32_t(1) << choice.width) - 1;
+      for (int i = 0; i < BlockSize; ++i)
+        codes[i] = to_bits(values[i]) == codec.fill_bits ? fill_code
+                                                         : std::uint32_t(a.relative[i] - a.low);
+    } else {
+      for (int i = 0; i < BlockSize; ++i) codes[i] = std::uint32_t(a.relative[i] - a.low);
+    }
     const int length = base_length<T>(length_code);
-    store_bytes(out, zigzag(new_base - base), length);
-    pack<BlockSize>(width, packed_codes, out + length);
-    base = new_base;
+    store_bytes(out, zigzag(choice.base - base), length);
+    pack<BlockSize>(choice.width, packed_codes, out + length);
+    base = choice.base;
   }
-  return best_bytes;
+  return choice.payload_bytes<T, BlockSize>(length_code);
+}
+
+/// Calls f(values) with the block's BlockSize values: a full block where it lies, a short one
+/// padded with its last value (no new range, zero deltas).
+template <class T, int BlockSize, class F>
+KOMPRESS_FUNCTION decltype(auto) with_padded_block(const T* in, int m, F&& f) {
+  T padded[BlockSize];
+  const T* values = in;
+  if (m < BlockSize) {
+    for (int i = 0; i < BlockSize; ++i) padded[i] = in[i < m ? i : m - 1];
+    values = padded;
+  }
+  return f(values);
+}
+
+template <class T, int BlockSize>
+KOMPRESS_FUNCTION bool is_uniform_block(const T* values) {
+  using bits = bits_t<T>;
+  const bits pattern = to_bits(values[0]);
+  bits differs = 0;
+  for (int i = 0; i < BlockSize; ++i) differs |= to_bits(values[i]) ^ pattern;
+  return differs == 0;
+}
+
+/// Encodes the m (1..BlockSize) values at `in`. Writes the descriptor to `descriptor` and the
+/// payload to `out` (room for m * sizeof(T) bytes), returns the payload length. `base` is the
+/// previous quantized block's base in this chunk, updated when this block is quantized.
+/// `UniformFastPath` = false skips encode_uniform_block (the tests compare the two; the
+/// bytes are the same).
+template <class T, int BlockSize, bool UniformFastPath = true>
+KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& codec,
+                                        std::int64_t& base, std::uint8_t& descriptor,
+                                        std::byte* out) {
+  return with_padded_block<T, BlockSize>(in, m, [&](const T* values) {
+    if constexpr (UniformFastPath)
+      if (is_uniform_block<T, BlockSize>(values))
+        return encode_uniform_block<T, BlockSize>(values[0], m, codec, base, descriptor, out);
+    // The fill value as a compile-time flag: without one (most streams) every fill test below
+    // folds away.
+    block_analysis<BlockSize> a;
+    if (codec.has_fill) {
+      analyze_padded_block<T, BlockSize, true, UniformFastPath>(values, m, codec, a);
+      return write_padded_block<T, BlockSize, true>(a, values, in, m, codec, base, descriptor, out);
+    }
+    analyze_padded_block<T, BlockSize, false, UniformFastPath>(values, m, codec, a);
+    return write_padded_block<T, BlockSize, false>(a, values, in, m, codec, base, descriptor, out);
+  });
+}
+
+/// The choice encode_block makes for the m values at `in`, without writing anything.
+template <class T, int BlockSize>
+KOMPRESS_FUNCTION block_choice choose_block(const T* in, int m, const value_codec<T>& codec) {
+  return with_padded_block<T, BlockSize>(in, m, [&](const T* values) {
+    if (is_uniform_block<T, BlockSize>(values))
+      return uniform_block_choice<T, BlockSize>(values[0], codec);
+    block_analysis<BlockSize> a;
+    if (codec.has_fill)
+      analyze_padded_block<T, BlockSize, true, true>(values, m, codec, a);
+    else
+      analyze_padded_block<T, BlockSize, false, true>(values, m, codec, a);
+    return a.choice;
+  });
+}
+
+/// The payload length of a block of m values with `descriptor`, or -1 for a descriptor no
+/// encoder writes for `codec`: what decode_block consumes, from the descriptor alone, so a
+/// parallel decoder can place every block before decoding any.
+template <class T, int BlockSize>
+KOMPRESS_FUNCTION int block_payload_bytes(std::uint8_t descriptor, int m,
+                                          const value_codec<T>& codec) {
+  const int width = descriptor & 0x1F;
+  if (width == escape_width) {
+    if (descriptor == descriptor_raw) return m * int(sizeof(T));
+    if (descriptor == descriptor_constant) return int(sizeof(T));
+    if (descriptor == descriptor_signed_zeros) return packed_bytes<BlockSize>(1);
+    return -1;
+  }
+  const int delta = (descriptor >> 5) & 1;
+  if (!(codec.step > 0.0) || width > max_width || (delta && width == 0)) return -1;
+  return base_length<T>(descriptor >> 6) + packed_bytes<BlockSize>(width);
+}
+
+/// The base difference a quantized block's payload starts with (0 for the exact kinds): the
+/// chunk's bases are the running sums of these.
+template <class T>
+KOMPRESS_FUNCTION std::int64_t block_base_difference(const std::byte* payload,
+                                                     std::uint8_t descriptor) {
+  if ((descriptor & 0x1F) == escape_width) return 0;
+  return unzigzag(load_bytes(payload, base_length<T>(descriptor >> 6)));
 }
 
 /// Decodes one block of m values from at most `available` payload bytes. Returns the bytes
