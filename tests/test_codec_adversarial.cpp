@@ -622,7 +622,7 @@ TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count, fused worker coun
   std::vector<detail::encoder_kind> encoders = {detail::encoder_kind::portable};
   if (detail::host_runs(detail::encoder_kind::avx2_fma)) encoders.push_back(detail::encoder_kind::avx2_fma);
   const auto reference_tuning = detail::kernel_tuning{.encoder = detail::encoder_kind::portable,
-                                                      .assemble_waves = 0};
+                                                      .assemble_waves = 0, .team_size = 0};
   for (const double bound : {1e-1, 1e-4, 0.0}) {
     const auto reference = compress_with<T, 32>(values, bound, reference_tuning);
     Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
@@ -637,7 +637,8 @@ TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count, fused worker coun
           CAPTURE(waves);
           CAPTURE(segment);
           const auto stream = compress_with<T, 32>(
-              values, bound, {.range_segment = segment, .encoder = encoder, .assemble_waves = waves});
+              values, bound,
+              {.range_segment = segment, .encoder = encoder, .assemble_waves = waves, .team_size = 0});
           REQUIRE(stream.size() == reference.size());
           CHECK(std::memcmp(stream.data(), reference.data(), reference.size()) == 0);
         }
@@ -649,7 +650,7 @@ TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count, fused worker coun
         CAPTURE(bound);
         CAPTURE(int(encoder));
         CAPTURE(workers);
-        const auto stream = compress_with<T, 32>(values, bound, {.encoder = encoder, .fused_workers = workers});
+        const auto stream = compress_with<T, 32>(values, bound, {.encoder = encoder, .fused_workers = workers, .team_size = 0});
         REQUIRE(stream.size() == reference.size());
         CHECK(std::memcmp(stream.data(), reference.data(), reference.size()) == 0);
       }
@@ -661,32 +662,59 @@ TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count, fused worker coun
       for (const int workers : {1, 2, 3, 7}) {
         CAPTURE(count);
         CAPTURE(workers);
-        const auto stream = compress_with<T, 32>(head, bound, {.encoder = encoders.back(), .fused_workers = workers});
+        const auto stream = compress_with<T, 32>(head, bound, {.encoder = encoders.back(), .fused_workers = workers, .team_size = 0});
         REQUIRE(stream.size() == head_reference.size());
         CHECK(std::memcmp(stream.data(), head_reference.data(), head_reference.size()) == 0);
+      }
+    }
+    // A team per chunk (kernels/team_codec.hpp), with every team size the host can run, here
+    // and on the short inputs: the same bytes, and the same values decoded.
+    for (const int team_size : {1, 2, 64, -1}) {
+      CAPTURE(bound);
+      CAPTURE(team_size);
+      const auto stream = compress_with<T, 32>(values, bound, {.team_size = team_size});
+      REQUIRE(stream.size() == reference.size());
+      CHECK(std::memcmp(stream.data(), reference.data(), reference.size()) == 0);
+      const auto decoded = decompress_with<T, 32>(reference, {.team_size = team_size});
+      const auto portable = decompress_with<T, 32>(reference, {.team_size = 0});
+      CHECK(std::memcmp(decoded.data(), portable.data(), values.size() * sizeof(T)) == 0);
+      for (const std::size_t count : {std::size_t(1), std::size_t(33), std::size_t(2047), std::size_t(2049), std::size_t(5000)}) {
+        CAPTURE(count);
+        const std::vector<T> head(values.begin(), values.begin() + std::ptrdiff_t(count));
+        const auto head_stream = compress_with<T, 32>(head, bound, {.team_size = team_size});
+        const auto head_reference = compress_with<T, 32>(head, bound, reference_tuning);
+        REQUIRE(head_stream.size() == head_reference.size());
+        CHECK(std::memcmp(head_stream.data(), head_reference.data(), head_reference.size()) == 0);
+        const auto head_decoded = decompress_with<T, 32>(head_reference, {.team_size = team_size});
+        const auto head_portable = decompress_with<T, 32>(head_reference, reference_tuning);
+        CHECK(std::memcmp(head_decoded.data(), head_portable.data(), count * sizeof(T)) == 0);
       }
     }
     // Every decoder gives the same values, bit for bit (and so does the library's choice).
     for (const auto decoder : encoders) {
       CAPTURE(bound);
       CAPTURE(int(decoder));
-      const auto decoded = decompress_with<T, 32>(reference, {.decoder = decoder});
+      const auto decoded = decompress_with<T, 32>(reference, {.decoder = decoder, .team_size = 0});
       std::vector<T> library_decoded(values.size());
       kompress::decompress(Kokkos::DefaultHostExecutionSpace{},
                            Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
                                reference.data(), reference.size()),
                            Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
                                library_decoded.data(), library_decoded.size()));
-      const auto portable = decompress_with<T, 32>(reference, {.decoder = detail::encoder_kind::portable});
+      const auto portable = decompress_with<T, 32>(reference, {.decoder = detail::encoder_kind::portable, .team_size = 0});
       CHECK(std::memcmp(decoded.data(), portable.data(), values.size() * sizeof(T)) == 0);
       CHECK(std::memcmp(library_decoded.data(), portable.data(), values.size() * sizeof(T)) == 0);
     }
     // Block sizes without an AVX2 variant take the portable encoder whatever is asked.
     const auto serial_128 = compress_with<T, 128>(values, bound, reference_tuning);
     const auto parallel_128 = compress_with<T, 128>(
-        values, bound, {.encoder = encoders.back(), .assemble_waves = detail::max_assemble_waves});
+        values, bound,
+        {.encoder = encoders.back(), .assemble_waves = detail::max_assemble_waves, .team_size = 0});
     REQUIRE(serial_128.size() == parallel_128.size());
     CHECK(std::memcmp(serial_128.data(), parallel_128.data(), serial_128.size()) == 0);
+    const auto team_128 = compress_with<T, 128>(values, bound, {.team_size = -1});
+    REQUIRE(team_128.size() == serial_128.size());
+    CHECK(std::memcmp(team_128.data(), serial_128.data(), serial_128.size()) == 0);
   }
 }
 

@@ -356,7 +356,8 @@ void decompress(const ExecutionSpace& exec, const InView& in, const OutView& out
   codec.has_fill = (header.flags & detail::flag_fill_value) != 0;
   codec.fill_bits = static_cast<detail::bits_t<T>>(header.fill_bits);
   if (header.ratio()) {
-    detail::decompress_ratio_chunks<T>(exec, in.data(), header, codec, out.data(), who);
+    detail::decompress_ratio_chunks<T>(exec, in.data(), header, codec, out.data(), who,
+                                       detail::backend<ExecutionSpace>::tuning());
     return;
   }
   detail::dispatch_block_size(header.block_size, [&](auto block_size) {

@@ -8,6 +8,8 @@
 #include <kompress/format.hpp>
 #include <kompress/kernels/backend/backend.hpp>
 #include <kompress/kernels/chunk_encoder.hpp>
+#include <kompress/kernels/ratio_encoder.hpp>
+#include <kompress/kernels/team_codec.hpp>
 #include <kompress/kernels/value_range.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -117,6 +119,22 @@ void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
       make_value_range_segments(in, count, (base.flags & flag_fill_value) != 0,
                                 static_cast<bits_t<T>>(base.fill_bits), tuning.range_segment);
   const Kokkos::View<packed_range<T>, memory_space, Kokkos::MemoryUnmanaged> range_view(range);
+  // A team per chunk (kernels/team_codec.hpp): steps 2-4 in one launch.
+  if (tuning.team_size != 0 && chunks > 0 && team_compression_fits(out)) {
+    if (base.ratio())
+      enqueue_team_compression(
+          exec, segments,
+          team_ratio_chunk<T>{ratio_chunk_encoder<T>{in, range, data, ends, checksums, base, layout,
+                                                     values_per_chunk, full_chunk_bytes, shape}},
+          out, length, tuning, known_range);
+    else
+      enqueue_team_compression(
+          exec, segments,
+          team_fast_chunk<T, BlockSize>{chunk_encoder<T, BlockSize>{
+              in, range, data, ends, checksums, base, layout, values_per_chunk, full_chunk_bytes}},
+          out, length, tuning, known_range);
+    return;
+  }
   // A backend that can encode and assemble in one launch (the host backend) does steps 2-4
   // itself.
   if (!base.ratio() && chunks > 0 &&
@@ -190,9 +208,10 @@ void decompress_chunks(const Exec& exec, const std::byte* in, const stream_heade
     throw_format(who, "checksum mismatch in chunk " + std::to_string(first_bad) + " of " +
                           std::to_string(chunks) + " (the stream is corrupted)");
 
-  first_bad = backend<Exec>::decode_chunks(
-      exec, chunks, chunk_decoder<T, BlockSize>{data, ends, layout, codec, out, values_per_chunk},
-      tuning.decoder);
+  const chunk_decoder<T, BlockSize> decoder{data, ends, layout, codec, out, values_per_chunk};
+  first_bad = tuning.team_size != 0
+                  ? team_decode_chunks(exec, chunks, decoder, tuning.team_size)
+                  : backend<Exec>::decode_chunks(exec, chunks, decoder, tuning.decoder);
   if (first_bad < chunks)
     throw_format(who, "malformed block data in chunk " + std::to_string(first_bad));
 }

@@ -6,7 +6,9 @@
 
 #include <kompress/codec/ratio.hpp>
 #include <kompress/format.hpp>
+#include <kompress/kernels/backend/tuning.hpp>
 #include <kompress/kernels/chunk_encoder.hpp>
+#include <kompress/kernels/team_codec.hpp>
 #include <kompress/kernels/value_range.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -46,6 +48,44 @@ struct ratio_chunk_encoder {
   }
 };
 
+/// The ratio codec's chunk for the team kernel: one thread encodes it (the codec is serial
+/// within a chunk) into team scratch, with its ratio_scratch there too instead of on its stack;
+/// `write` copies it into place with the whole team.
+template <class T>
+struct team_ratio_chunk {
+  ratio_chunk_encoder<T> encoder;
+
+  static constexpr std::size_t scratch_offset = (sizeof(ratio_scratch) + 15) / 16 * 16;
+  std::size_t scratch_bytes() const { return scratch_offset + encoder.full_chunk_bytes; }
+  static constexpr const char* label = "kompress::compress::team_ratio_chunks";
+
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION std::uint64_t measure(const Member& team, std::uint64_t chunk,
+                                               void* scratch) const {
+    std::uint64_t bytes = 0;
+    Kokkos::single(
+        Kokkos::PerTeam(team),
+        [&](std::uint64_t& length) {
+          const value_codec<T> codec = plan_compression<T>(encoder.base, *encoder.range).codec;
+          const std::uint64_t first = chunk * encoder.values_per_chunk;
+          length = encode_ratio_chunk<T>(encoder.in + first, int(encoder.layout.values_in_chunk(chunk)),
+                                         first, encoder.shape, codec,
+                                         *static_cast<ratio_scratch*>(scratch),
+                                         static_cast<std::byte*>(scratch) + scratch_offset);
+        },
+        bytes);
+    return bytes;
+  }
+
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void write(const Member& team, std::uint64_t, void* scratch,
+                                    std::uint64_t bytes, std::byte* to) const {
+    const std::byte* const from = static_cast<const std::byte*>(scratch) + scratch_offset;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bytes),
+                         [&](std::uint64_t i) { to[i] = from[i]; });
+  }
+};
+
 /// The ratio predictors' view of a View's shape: extents in memory order, fastest first,
 /// extents of 1 left out. Layouts other than Left and Right give none (1-D predictors only).
 template <class View>
@@ -69,9 +109,12 @@ ratio_shape ratio_shape_of(const View& view) {
 
 /// Verifies every chunk's checksum, then decodes the ratio chunks. Throws format_error before
 /// writing any output if a checksum does not match.
+/// With `tuning.team_size` set, a team per chunk decodes (one thread, its ratio_scratch in team
+/// scratch).
 template <class T, class Exec>
 void decompress_ratio_chunks(const Exec& exec, const std::byte* in, const stream_header& header,
-                             const value_codec<T>& codec, T* out, const char* who) {
+                             const value_codec<T>& codec, T* out, const char* who,
+                             const kernel_tuning& tuning) {
   const stream_layout layout = header.layout();
   const std::uint64_t chunks = layout.chunk_count();
   const std::uint64_t values_per_chunk = layout.values_per_chunk();
@@ -96,18 +139,38 @@ void decompress_ratio_chunks(const Exec& exec, const std::byte* in, const stream
     throw_format(who, "checksum mismatch in chunk " + std::to_string(first_bad) + " of " +
                           std::to_string(chunks) + " (the stream is corrupted)");
 
-  Kokkos::parallel_reduce(
-      "kompress::decompress::decode_ratio_chunks", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
-      KOKKOS_LAMBDA(std::uint64_t chunk, std::uint64_t& bad) {
-        const std::uint64_t begin = chunk_begin(chunk);
-        const std::uint64_t end = load<std::uint64_t>(ends + 8 * chunk);
-        ratio_scratch scratch;
-        const std::uint64_t first = chunk * values_per_chunk;
-        if (!decode_ratio_chunk<T>(data + begin, end - begin, int(layout.values_in_chunk(chunk)),
-                                   first, codec, scratch, out + first))
-          bad = chunk < bad ? chunk : bad;
-      },
-      Kokkos::Min<std::uint64_t>(first_bad));
+  const auto decode = [=] KOKKOS_FUNCTION(std::uint64_t chunk, ratio_scratch& scratch) {
+    const std::uint64_t begin = chunk_begin(chunk);
+    const std::uint64_t end = load<std::uint64_t>(ends + 8 * chunk);
+    const std::uint64_t first = chunk * values_per_chunk;
+    return decode_ratio_chunk<T>(data + begin, end - begin, int(layout.values_in_chunk(chunk)),
+                                 first, codec, scratch, out + first);
+  };
+  if (tuning.team_size != 0) {
+    using member = team_member_of<Exec>;
+    const int level = team_scratch_level<Exec>(sizeof(ratio_scratch));
+    const auto kernel = KOKKOS_LAMBDA(const member& team, std::uint64_t& bad) {
+      auto* const scratch = static_cast<ratio_scratch*>(
+          team.team_scratch(level).get_shmem_aligned(sizeof(ratio_scratch), 16));
+      const std::uint64_t chunk = team.league_rank();
+      Kokkos::single(Kokkos::PerTeam(team), [&]() {
+        if (!decode(chunk, *scratch)) bad = chunk < bad ? chunk : bad;
+      });
+    };
+    Kokkos::parallel_reduce(
+        "kompress::decompress::team_decode_ratio_chunks",
+        team_policy(exec, chunks, tuning.team_size, sizeof(ratio_scratch), level, kernel,
+                    Kokkos::ParallelReduceTag{}),
+        kernel, Kokkos::Min<std::uint64_t>(first_bad));
+  } else {
+    Kokkos::parallel_reduce(
+        "kompress::decompress::decode_ratio_chunks", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
+        KOKKOS_LAMBDA(std::uint64_t chunk, std::uint64_t& bad) {
+          ratio_scratch scratch;
+          if (!decode(chunk, scratch)) bad = chunk < bad ? chunk : bad;
+        },
+        Kokkos::Min<std::uint64_t>(first_bad));
+  }
   if (first_bad < chunks)
     throw_format(who, "malformed ratio chunk " + std::to_string(first_bad));
 }

@@ -4,3 +4,4 @@
 
 #include <kompress/kernels/backend/portable.hpp>
 #include <kompress/kernels/backend/host.hpp>
+#include <kompress/kernels/backend/cuda.hpp>

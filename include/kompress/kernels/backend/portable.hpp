@@ -35,8 +35,9 @@
 
 namespace kompress::detail {
 
+/// The portable backend's members, for backends that change only some of them to derive from.
 template <class Exec>
-struct backend {
+struct portable_backend {
   static kernel_tuning tuning() { return {}; }
 
   template <class T, class ResultView>
@@ -97,5 +98,8 @@ struct backend {
     return first_bad;
   }
 };
+
+template <class Exec>
+struct backend : portable_backend<Exec> {};
 
 }  // namespace kompress::detail

@@ -22,6 +22,14 @@ enum class encoder_kind : std::uint8_t {
 /// to 2^max_assemble_waves chunk-table lookups).
 inline constexpr int max_assemble_waves = 4;
 
+/// Every backend's team_size unless it says otherwise: 0, or -1 in a build that defines
+/// KOMPRESS_TEAM_KERNELS (the CPU tests of the team kernels run the codec suites that way).
+#ifdef KOMPRESS_TEAM_KERNELS
+inline constexpr int default_team_size = -1;
+#else
+inline constexpr int default_team_size = 0;
+#endif
+
 struct kernel_tuning {
   /// Blocks per chunk. The stream records it and its bytes depend on it, and streams must
   /// not depend on the backend: every backend uses the format's value.
@@ -41,6 +49,11 @@ struct kernel_tuning {
   int fused_workers = 0;
   /// Decompression's chunk decoder.
   encoder_kind decoder = encoder_kind::portable;
+  /// 0: a thread per chunk (the kernels above). Otherwise a team of this many threads per
+  /// chunk (kernels/team_codec.hpp; -1: as many as Kokkos picks), for both codecs and both
+  /// directions; the settings above other than range_segment then do not apply. Any value
+  /// writes the same bytes.
+  int team_size = default_team_size;
 };
 
 }  // namespace kompress::detail
