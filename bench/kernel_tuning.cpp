@@ -8,6 +8,8 @@
 //   assemble           0 (one thread) / 1 / 2 parallel waves (default 4)
 //   range segment      1024 / 4096 / 16384 / 65536 values
 //   blocks per chunk   32 / 64 / 128 (changes the bytes: the format's value is 64)
+//   team kernels       a team per chunk (kernels/team_codec.hpp, the CUDA backend's) of 1
+//                      thread and of Kokkos's choice (default: the host backend's kernels)
 // and memcpy (split over the threads) as the baseline, in the same run. GB/s is uncompressed
 // bytes over the fastest call; every row is also given as a ratio to the backend's default
 // tuning and to memcpy; and the share of the moved bytes each assemble wave moves. Variants are timed in turns (each round times every variant once),
@@ -161,6 +163,8 @@ int main(int argc, char** argv) {
       {"range segment 1024", with([](auto& t) { t.range_segment = 1024; })},
       {"range segment 16384", with([](auto& t) { t.range_segment = 16384; })},
       {"range segment 65536", with([](auto& t) { t.range_segment = 65536; })},
+      {"team kernels, 1 thread per team", with([](auto& t) { t.team_size = 1; })},
+      {"team kernels, Kokkos's team size", with([](auto& t) { t.team_size = -1; })},
       {"blocks per chunk 32 (other bytes)", base, 32, false},
       {"blocks per chunk 128 (other bytes)", base, 128, false},
   };
