@@ -84,22 +84,33 @@ struct team_fast_chunk {
   }
   static constexpr const char* label = "kompress::compress::team_chunks";
 
-  KOKKOS_INLINE_FUNCTION value_codec<T> codec() const {
-    return plan_compression<T>(encoder.base, *encoder.range).codec;
+  /// What both steps derive for a chunk: the codec, and where its blocks and values are.
+  struct chunk_blocks {
+    value_codec<T> codec;
+    const T* in;
+    std::uint64_t count;
+    int blocks;
+    KOKKOS_INLINE_FUNCTION const T* block(int b) const { return in + std::uint64_t(b) * BlockSize; }
+    KOKKOS_INLINE_FUNCTION int values_in(int b) const {
+      const std::uint64_t first = std::uint64_t(b) * BlockSize;
+      return int(count - first < BlockSize ? count - first : BlockSize);
+    }
+  };
+  KOKKOS_INLINE_FUNCTION chunk_blocks blocks_of_chunk(std::uint64_t chunk) const {
+    const std::uint64_t count = encoder.layout.values_in_chunk(chunk);
+    return {plan_compression<T>(encoder.base, *encoder.range).codec,
+            encoder.in + chunk * encoder.values_per_chunk, count,
+            int((count + BlockSize - 1) / BlockSize)};
   }
 
   template <class Member>
   KOKKOS_INLINE_FUNCTION std::uint64_t measure(const Member& team, std::uint64_t chunk,
                                                void* scratch) const {
     auto* const blocks_of = static_cast<scratch_type*>(scratch);
-    const value_codec<T> c = codec();
-    const std::uint64_t count = encoder.layout.values_in_chunk(chunk);
-    const int blocks = int((count + BlockSize - 1) / BlockSize);
-    const T* const in = encoder.in + chunk * encoder.values_per_chunk;
+    const chunk_blocks c = blocks_of_chunk(chunk);
+    const int blocks = c.blocks;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, blocks), [&](int b) {
-      const std::uint64_t first = std::uint64_t(b) * BlockSize;
-      const int m = int(count - first < BlockSize ? count - first : BlockSize);
-      blocks_of[b].choice = choose_block<T, BlockSize>(in + first, m, c);
+      blocks_of[b].choice = choose_block<T, BlockSize>(c.block(b), c.values_in(b), c.codec);
     });
     team.team_barrier();
     std::uint64_t bytes = 0;
@@ -126,16 +137,12 @@ struct team_fast_chunk {
   KOKKOS_INLINE_FUNCTION void write(const Member& team, std::uint64_t chunk, void* scratch,
                                     std::uint64_t, std::byte* to) const {
     const auto* const blocks_of = static_cast<const scratch_type*>(scratch);
-    const value_codec<T> c = codec();
-    const std::uint64_t count = encoder.layout.values_in_chunk(chunk);
-    const int blocks = int((count + BlockSize - 1) / BlockSize);
-    const T* const in = encoder.in + chunk * encoder.values_per_chunk;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, blocks), [&](int b) {
-      const std::uint64_t first = std::uint64_t(b) * BlockSize;
-      const int m = int(count - first < BlockSize ? count - first : BlockSize);
+    const chunk_blocks c = blocks_of_chunk(chunk);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c.blocks), [&](int b) {
       std::int64_t base = blocks_of[b].previous_base;
       std::uint8_t descriptor = 0;
-      encode_block<T, BlockSize>(in + first, m, c, base, descriptor, to + blocks_of[b].offset);
+      encode_block<T, BlockSize>(c.block(b), c.values_in(b), c.codec, base, descriptor,
+                                 to + blocks_of[b].offset);
       to[b] = std::byte(descriptor);
     });
   }
