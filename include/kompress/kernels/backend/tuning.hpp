@@ -22,10 +22,11 @@ enum class encoder_kind : std::uint8_t {
 /// to 2^max_assemble_waves chunk-table lookups).
 inline constexpr int max_assemble_waves = 4;
 
-/// Every backend's team_size unless it says otherwise: 0, or -1 in a build that defines
-/// KOMPRESS_TEAM_KERNELS (the CPU tests of the team kernels run the codec suites that way).
+/// Every backend's team_size unless it says otherwise: 0, or in a build that defines
+/// KOMPRESS_TEAM_KERNELS the CUDA backend's 64 (as many threads per team as the execution
+/// space allows, up to that): the CPU tests of the team kernels run the codec suites that way.
 #ifdef KOMPRESS_TEAM_KERNELS
-inline constexpr int default_team_size = -1;
+inline constexpr int default_team_size = default_blocks_per_chunk;
 #else
 inline constexpr int default_team_size = 0;
 #endif
