@@ -277,6 +277,56 @@ TEST_CASE("ratio codec: the stream does not depend on the thread count") {
   }
 }
 
+// On the host on purpose: both kernels forced there (kernels/team_codec.hpp).
+TEST_CASE_TEMPLATE("ratio codec: a team per chunk writes the thread-per-chunk kernels' bytes and decodes their values",
+                   T, float, double) {
+  namespace detail = kompress::detail;
+  const std::vector<std::size_t> shape = {7, 50, 60};  // 21,000 values: 6 chunks, the last short
+  auto values = field<T>(shape, 50.0);
+  values[100] = std::numeric_limits<T>::quiet_NaN();
+  values[9000] = T(-0.0);
+  const auto compress_with = [&](int team_size) {
+    detail::stream_header header;
+    header.type = detail::element_type_of<T>();
+    header.mode = kompress::bound_mode::relative;
+    header.count = values.size();
+    header.user_bound = 1e-3;
+    header.block_size = kompress::detail::ratio_block_size;
+    header.blocks_per_chunk = kompress::detail::ratio_blocks_per_chunk;
+    header.flags = detail::flag_ratio_codec;
+    Kokkos::View<const T***, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), 7, 50, 60);
+    std::vector<std::byte> out(kompress::max_compressed_size<T>(
+        values.size(), kompress::compress_options{.codec = ratio}));
+    detail::enqueue_compress_kernels<T, detail::ratio_block_size>(
+        host{}, values.data(), out.data(), header, nullptr, {.team_size = team_size},
+        detail::ratio_shape_of(in));
+    host{}.fence();
+    out.resize(detail::load<std::uint64_t>(out.data() + detail::stream_length_offset));
+    return out;
+  };
+  const auto decompress_with = [&](const std::vector<std::byte>& stream, int team_size) {
+    const Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(
+        stream.data(), stream.size());
+    const detail::stream_header header = detail::read_header(in, "test");
+    detail::value_codec<T> codec;
+    codec.step = header.quant_step;
+    std::vector<T> out(header.count);
+    detail::decompress_ratio_chunks<T>(host{}, stream.data(), header, codec, out.data(), "test",
+                                       {.team_size = team_size});
+    return out;
+  };
+  const auto reference = compress_with(0);
+  const auto reference_values = decompress_with(reference, 0);
+  for (const int team_size : {1, 2, 64, -1}) {
+    CAPTURE(team_size);
+    const auto stream = compress_with(team_size);
+    REQUIRE(stream.size() == reference.size());
+    CHECK(std::memcmp(stream.data(), reference.data(), reference.size()) == 0);
+    const auto decoded = decompress_with(reference, team_size);
+    CHECK(std::memcmp(decoded.data(), reference_values.data(), values.size() * sizeof(T)) == 0);
+  }
+}
+
 TEST_CASE("ratio codec: fast-mode streams are unchanged 1.0 streams; the mode is checked") {
   const auto values = smooth<float>(5000, 3.0);
   const auto fast = kompress::test::round_trip<float>(values, {.bound = kompress::relative(1e-3)});
