@@ -1,6 +1,6 @@
 #pragma once
 // The kernels' tuning parameters, one plain struct per backend (CUB's tuning policies). Each
-// backend (backend/portable.hpp, backend/host.hpp) returns its own from
+// backend (backend/portable.hpp, backend/host.hpp, backend/cuda.hpp) returns its own from
 // `backend<Exec>::tuning()`; docs/performance.md ("Kernel tuning") has the measurements
 // behind every value.
 
