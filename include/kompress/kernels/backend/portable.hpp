@@ -22,8 +22,9 @@
 //   template <class T, int B> static std::uint64_t decode_chunks(  runs `decoder` over chunks
 //       const Exec&, std::uint64_t n, const chunk_decoder<T, B>& decoder, encoder_kind);
 //                                                         [0, n): the first bad chunk, or n
-// A new one (a CUDA fast path, say) is one file beside this one that specializes it, plus
-// its #include in backend/backend.hpp.
+// A new one is one file beside this one that specializes it, deriving from portable_backend
+// where it changes only some members (cuda.hpp changes only the tuning), plus its #include in
+// backend/backend.hpp.
 
 #include <kompress/kernels/backend/tuning.hpp>
 #include <kompress/kernels/chunk_encoder.hpp>
