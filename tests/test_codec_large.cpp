@@ -82,7 +82,8 @@ TEST_CASE("codec: an array past 2^31 bytes, both kernels, the same stream, withi
       differing);
   CHECK(differing == 0);
 
-  const auto stream = Kokkos::subview(threads, std::pair<std::uint64_t, std::uint64_t>(0, thread_bytes));
+  const auto stream =
+      Kokkos::subview(threads, std::pair<std::uint64_t, std::uint64_t>(0, thread_bytes));
   const kompress::stream_info info = kompress::inspect(stream);
   CHECK(info.count == count);
   Kokkos::View<float*, default_memory> decoded(

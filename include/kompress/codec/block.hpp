@@ -92,7 +92,8 @@ struct block_choice {
   /// The payload bytes for the outcome `length_code` returned.
   template <class T, int BlockSize>
   KOMPRESS_FUNCTION int payload_bytes(int length_code) const {
-    return length_code < 0 ? exact_bytes : base_length<T>(length_code) + packed_bytes<BlockSize>(width);
+    return length_code < 0 ? exact_bytes
+                           : base_length<T>(length_code) + packed_bytes<BlockSize>(width);
   }
   KOMPRESS_FUNCTION std::uint8_t descriptor(int length_code) const {
     return length_code < 0 ? exact_descriptor : make_descriptor(length_code, delta, width);
@@ -264,7 +265,8 @@ KOMPRESS_FUNCTION void analyze_padded_block(const T* values, int m, const value_
     const int delta_width = any_fill ? 64 : bit_width(any_step);
     choice.delta = delta_width < plain_width;
     choice.width = choice.delta ? delta_width : plain_width;
-    choice.base = static_cast<std::int64_t>(reference - rounding_constant) + (choice.delta ? 0 : low);
+    choice.base =
+        static_cast<std::int64_t>(reference - rounding_constant) + (choice.delta ? 0 : low);
     choice.quantizable = choice.width <= max_width;
   }
 }

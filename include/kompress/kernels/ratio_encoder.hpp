@@ -68,8 +68,9 @@ struct team_ratio_chunk {
         [&](std::uint64_t& length) {
           const value_codec<T> codec = plan_compression<T>(encoder.base, *encoder.range).codec;
           const std::uint64_t first = chunk * encoder.values_per_chunk;
-          length = encode_ratio_chunk<T>(encoder.in + first, int(encoder.layout.values_in_chunk(chunk)),
-                                         first, encoder.shape, codec,
+          length = encode_ratio_chunk<T>(encoder.in + first,
+                                         int(encoder.layout.values_in_chunk(chunk)), first,
+                                         encoder.shape, codec,
                                          *static_cast<ratio_scratch*>(scratch),
                                          static_cast<std::byte*>(scratch) + scratch_offset);
         },

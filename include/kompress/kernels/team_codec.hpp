@@ -148,8 +148,8 @@ struct team_fast_chunk {
   }
 };
 
-/// The team kernel: `Chunk` (team_fast_chunk, ratio_encoder.hpp's team_ratio_chunk) measures a chunk with the
-/// whole team, then writes it where the look-back puts it.
+/// The team kernel: `Chunk` (team_fast_chunk, ratio_encoder.hpp's team_ratio_chunk) measures a
+/// chunk with the whole team, then writes it where the look-back puts it.
 template <class T, class Exec, class Chunk>
 struct team_compression {
   Chunk chunk_coder;
@@ -174,7 +174,9 @@ struct team_compression {
     std::uint64_t chunk = 0;
     Kokkos::single(
         Kokkos::PerTeam(team),
-        [&](std::uint64_t& ticket) { ticket = Kokkos::atomic_fetch_add(&counters[0], std::uint64_t(1)); },
+        [&](std::uint64_t& ticket) {
+          ticket = Kokkos::atomic_fetch_add(&counters[0], std::uint64_t(1));
+        },
         chunk);
 
     const std::uint64_t bytes = chunk_coder.measure(team, chunk, scratch);
@@ -219,7 +221,6 @@ struct team_compression {
       }
     });
   }
-
 };
 
 /// Steps 1-4 of enqueue_compress_kernels with a team per chunk (tuning.team_size): the status
