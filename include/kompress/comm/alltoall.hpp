@@ -10,10 +10,11 @@
 // blocks and then is the whole call), then compresses every outgoing block before it returns
 // (each compression waits for `exec`). The blocking forms also wait for every message,
 // decompress and fence `exec` before returning. The nonblocking forms return a
-// kompress::request whose wait() receives, decompresses and fences `exec`. Views must be in
-// host-accessible memory and stay alive until the request completes (the request holds
-// references to them). Bad arguments on any rank throw invalid_argument on every rank before
-// any data moves.
+// kompress::request whose wait() receives, decompresses and fences `exec`. Views may be in
+// any memory `exec` reaches (device Views: the codec runs on the device, and the bytes reach
+// MPI through the transport seam, docs/collectives.md) and must stay alive until the request
+// completes (the request holds references to them). Bad arguments on any rank throw
+// invalid_argument on every rank before any data moves.
 
 #include <kompress/comm/detail/engine.hpp>
 #include <kompress/comm/detail/mpi_operation.hpp>
@@ -108,6 +109,7 @@ struct agreed_exchange {
   exchange_layout layout;
   workspace_slot* slot = nullptr;
   bool carried = false;
+  transport how{};  ///< how the bytes reach MPI (agreed: every rank staged or none)
 };
 
 /// Whether no message of the exchange may be compressed: then it is MPI's own collective.
@@ -158,12 +160,15 @@ agreed_exchange agree_exchange(const Exec& exec, const SendView& send, const Rec
                                bool uniform, MPI_Comm comm, const collective_options& options,
                                comm_workspace* workspace, bool nonblocking, bool persistent, const char* who) {
   using T = typename SendView::non_const_value_type;
-  const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
-  agreed_exchange agreed{shape, wire_rule{options.mode, options.cost}, {}, nullptr};
+  const comm_shape shape = enter_collective<SendView, RecvView, view_memory::reachable>(exec, comm, who);
+  agreed_exchange agreed{shape, wire_rule{options.mode, options.cost}, {}, nullptr, false,
+                         transport_for<Exec, typename SendView::memory_space, typename RecvView::memory_space>(
+                             options.transport)};
   exchange_layout& layout = agreed.layout;
   agreement a;
-  a.must_match = uniform ? "the element type, transfer mode, cost model and element count"
-                         : "the element type, transfer mode and cost model";
+  a.must_match = uniform ? "the element type, transfer mode, cost model, element count and whether the Views "
+                           "are staged for MPI"
+                         : "the element type, transfer mode, cost model and whether the Views are staged for MPI";
   a.local_failure = run_local_checks([&] {
     validate_options(options.codec, who);
     require_contiguous(send, who, "the send View");
@@ -177,6 +182,8 @@ agreed_exchange agree_exchange(const Exec& exec, const SendView& send, const Rec
   fingerprint f = call_fingerprint(uniform ? collective_kind::alltoall : collective_kind::alltoallv, nonblocking, sizeof(T));
   if (persistent) f.add(persistent_call_mark);
   agreed.rule.add_to(f);
+  // A staged rank takes the engine where others may take MPI's own collective.
+  f.add(std::uint64_t(agreed.how.staged));
   if (!a.local_failure) {
     if (uniform) f.add(std::uint64_t(layout.send_counts[0]));
     for (int peer = 0; peer < shape.size; ++peer)
@@ -184,7 +191,7 @@ agreed_exchange agree_exchange(const Exec& exec, const SendView& send, const Rec
                         pair_term(peer, shape.rank, layout.recv_counts[std::size_t(peer)]);
     a.send_counts = &layout.send_counts;
     a.recv_counts = &layout.recv_counts;
-    if (!persistent) a.carry = exchange_payload(agreed, send.data(), recv.data(), uniform);
+    if (!persistent && agreed.how.small_calls()) a.carry = exchange_payload(agreed, send.data(), recv.data(), uniform);
   }
   a.fingerprint = f.value();
   agreed.carried = agree(a, comm, who);
@@ -200,16 +207,17 @@ std::unique_ptr<operation> launch_exchange(const Exec& exec, const SendView& sen
                                            const collective_options& options, MPI_Comm comm, bool nonblocking,
                                            const char* who) {
   using T = typename SendView::non_const_value_type;
-  block_messages<T> messages{send.data(), recv.data(), agreed.layout, agreed.rule, options.codec,
-                             options.measure_error, agreed.shape.rank, who, {}};
+  using messages_type = block_messages<T, typename Exec::memory_space>;
+  messages_type messages{send.data(), recv.data(), agreed.layout, agreed.rule, options.codec,
+                         options.measure_error, agreed.shape.rank, who, {}};
   // A REL bound resolves over the blocks to other ranks whenever any of them may be compressed
   // (automatic mode too: left relative, each chunk would resolve it over its own values).
   bool compresses = false;
   for (int peer = 0; peer < agreed.shape.size; ++peer)
     compresses = compresses || (peer != agreed.shape.rank && agreed.rule.may_compress(messages.raw_bytes_to(peer)));
   if (compresses) messages.resolve_relative_bound(exec);
-  return std::make_unique<exchange_engine<block_messages<T>, Exec>>(exec, std::move(messages), agreed.shape, slot,
-                                                                    comm, nonblocking, who);
+  return std::make_unique<exchange_engine<messages_type, Exec>>(exec, std::move(messages), agreed.shape, slot, comm,
+                                                                nonblocking, agreed.how, who);
 }
 
 /// The report of an exchange sent raw by MPI's own collective.
@@ -266,8 +274,8 @@ std::unique_ptr<operation> start_alltoall(const Exec& exec, const SendView& send
   if (agreed.carried) return finish_carried_exchange(send, recv, agreed, options, who);
   // Nothing to compress: at 2 ranks the engine's pairwise messages measured faster than
   // MPI_Alltoall after the same agreement; at more ranks MPI's own algorithm is far faster
-  // (docs/performance.md, "Persistent collectives").
-  if (agreed.shape.size <= 2 || !exchange_sends_raw(agreed, sizeof(T)))
+  // (docs/performance.md, "Persistent collectives"), where MPI can read the Views.
+  if (agreed.shape.size <= 2 || agreed.how.staged || !exchange_sends_raw(agreed, sizeof(T)))
     return launch_exchange(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
   auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
   const int count = int(agreed.layout.send_counts[0]);
@@ -292,8 +300,9 @@ std::unique_ptr<persistent_operation> init_exchange(const Exec& exec, const Send
   Kokkos::Profiling::ScopedRegion region(who);
   const agreed_exchange agreed = agree_exchange(exec, send, recv, std::forward<MakeLayout>(make_layout), uniform, comm,
                                                 options, nullptr, true, true, who);
-  // As the one-shot call: raw on 2 ranks, the engine's pairwise messages beat MPI_Alltoall.
-  if (!exchange_sends_raw(agreed, sizeof(T)) || agreed.shape.size == 2)
+  // As the one-shot call: raw on 2 ranks, the engine's pairwise messages beat MPI_Alltoall;
+  // staged Views take the engine too.
+  if (!exchange_sends_raw(agreed, sizeof(T)) || agreed.shape.size == 2 || agreed.how.staged)
     return std::make_unique<persistent_engine_collective<Exec>>(
         exec, comm,
         [=](workspace_slot& slot) {

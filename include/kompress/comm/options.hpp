@@ -30,6 +30,20 @@ enum class reduction_method {
   homomorphic,  ///< quantize once on one grid shared by all ranks; hops add the integer codes
 };
 
+/// How a collective's bytes reach MPI (docs/collectives.md, "The transport seam"). Local to a
+/// rank: ranks may differ, the bytes on the wire do not.
+enum class transport_mode {
+  /// Host-accessible memory straight to MPI; device memory straight where the MPI reports that
+  /// it moves CUDA memory itself (MPIX_Query_cuda_support), else staged.
+  automatic,
+  /// MPI reads and writes the Views' memory itself: host memory, or device memory under an MPI
+  /// the caller knows to be device-aware.
+  direct,
+  /// Through host staging buffers (pinned where the backend has them), even for host memory:
+  /// only the bytes a message holds are copied, the stream when it is compressed.
+  staged,
+};
+
 struct collective_options {
   /// The codec's options for every message: bound (REL resolves against the sender's whole
   /// send View; for allreduce against all ranks' inputs), block size, fill value (alltoall(v)
@@ -45,6 +59,9 @@ struct collective_options {
   /// max_error): decodes what it sends (one decompression per stream); homomorphic: the largest
   /// quantization error of its own values.
   bool measure_error = false;
+  /// How the bytes reach MPI: for device Views, staged through host memory unless the MPI
+  /// moves device memory (automatic) or the caller says it does (direct).
+  transport_mode transport = transport_mode::automatic;
 };
 
 /// What one call did on the calling rank.

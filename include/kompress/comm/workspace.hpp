@@ -1,9 +1,11 @@
 #pragma once
 // kompress::comm_workspace: reusable scratch for the collectives and the DLRM exchange, so a
-// call repeated every iteration allocates nothing and duplicates no communicator: host
-// staging buffers that grow to the largest call and stay, and a small pool of duplicated
+// call repeated every iteration allocates nothing and duplicates no communicator: scratch
+// buffers (in host memory, in device memory for calls on a device, and the transport seam's
+// host staging) that grow to the largest call and stay, and a small pool of duplicated
 // communicators for nonblocking calls (docs/collectives.md, "Workspace").
 
+#include <kompress/comm/detail/transport.hpp>
 #include <kompress/detail/mpi.hpp>
 #include <kompress/error.hpp>
 
@@ -12,30 +14,75 @@
 
 #include <cstddef>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace kompress::inline v0 {
 
 namespace detail {
 
+/// Where a call's scratch is, in one memory space: room to encode into, to receive into and to
+/// decode into.
+struct scratch_room {
+  std::byte *send = nullptr, *receive = nullptr, *decode = nullptr;
+};
+
+/// Grows `view` to at least `bytes` (never shrinks it).
+template <class View>
+void grow(View& view, std::size_t bytes, const char* label) {
+  if (view.size() < bytes) view = View(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), bytes);
+}
+
 /// Scratch of one collective in flight: its communicator and its staging bytes.
 struct workspace_slot {
+  using device_memory = Kokkos::DefaultExecutionSpace::memory_space;
+
   MPI_Comm comm = MPI_COMM_NULL;  ///< the caller's (blocking calls) or a duplicate
   owned_comm owned;
   Kokkos::View<std::byte*, Kokkos::HostSpace> send, receive, decode;
+  /// The same scratch in device memory, for calls whose execution space is a device's (unused
+  /// where the default execution space runs on the host).
+  Kokkos::View<std::byte*, device_memory> device_send, device_receive, device_decode;
+  /// The transport seam's host staging (comm/detail/transport.hpp): what MPI sends from and
+  /// receives into when the call's memory is staged.
+  Kokkos::View<std::byte*, staging_space> staged_send, staged_receive;
   bool busy = false;
+
+  /// Scratch in `Memory` (host memory, or the device's) of at least these sizes.
+  template <class Memory>
+  scratch_room reserve_in(std::size_t send_bytes, std::size_t receive_bytes, std::size_t decode_bytes) {
+    if constexpr (host_memory_space<Memory>) {
+      reserve(send_bytes, receive_bytes, decode_bytes);
+      return {send.data(), receive.data(), decode.data()};
+    } else {
+      static_assert(std::is_same_v<Memory, device_memory>,
+                    "kompress collectives: the execution space's memory must be the host's or the default "
+                    "execution space's");
+      grow(device_send, send_bytes, "kompress::device_send_scratch");
+      grow(device_receive, receive_bytes, "kompress::device_receive_scratch");
+      grow(device_decode, decode_bytes, "kompress::device_decode_scratch");
+      return {device_send.data(), device_receive.data(), device_decode.data()};
+    }
+  }
+  /// Host staging of at least these sizes.
+  void reserve_staging(std::size_t send_bytes, std::size_t receive_bytes) {
+    grow(staged_send, send_bytes, "kompress::staged_send");
+    grow(staged_receive, receive_bytes, "kompress::staged_receive");
+  }
 
   /// Staging of at least these sizes; grows, never shrinks.
   void reserve(std::size_t send_bytes, std::size_t receive_bytes, std::size_t decode_bytes) {
-    if (decode.size() < decode_bytes)
-      decode = Kokkos::View<std::byte*, Kokkos::HostSpace>(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::decode_scratch"), decode_bytes);
-    if (send.size() < send_bytes)
-      send = Kokkos::View<std::byte*, Kokkos::HostSpace>(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::send_staging"), send_bytes);
-    if (receive.size() < receive_bytes)
-      receive = Kokkos::View<std::byte*, Kokkos::HostSpace>(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::receive_staging"), receive_bytes);
+    grow(decode, decode_bytes, "kompress::decode_scratch");
+    grow(send, send_bytes, "kompress::send_staging");
+    grow(receive, receive_bytes, "kompress::receive_staging");
+  }
+
+  /// Every byte the slot holds.
+  std::size_t bytes() const {
+    std::size_t all = send.size() + receive.size() + decode.size() + staged_send.size() + staged_receive.size();
+    if constexpr (!std::is_same_v<device_memory, Kokkos::HostSpace>)
+      all += device_send.size() + device_receive.size() + device_decode.size();
+    return all;
   }
 };
 
@@ -85,8 +132,8 @@ class comm_workspace {
   MPI_Comm comm() const { return comm_; }
   /// Staging bytes held now, all slots together.
   std::size_t staging_bytes() const {
-    std::size_t bytes = blocking_.send.size() + blocking_.receive.size() + blocking_.decode.size();
-    for (const auto& slot : slots_) bytes += slot.send.size() + slot.receive.size() + slot.decode.size();
+    std::size_t bytes = blocking_.bytes();
+    for (const auto& slot : slots_) bytes += slot.bytes();
     return bytes;
   }
 

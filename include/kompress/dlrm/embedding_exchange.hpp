@@ -54,6 +54,9 @@ struct exchange_options {
   /// Multiplier of the bound per iteration, table and direction (empty: 1): an iteration-wise
   /// schedule, e.g. looser early in training.
   std::function<double(std::uint64_t iteration, int table, direction)> bound_schedule = {};
+  /// How the bytes reach MPI (kompress::transport_mode; device Views: staged through host
+  /// memory unless the MPI moves device memory).
+  transport_mode transport = transport_mode::automatic;
 };
 
 class embedding_exchange {
@@ -188,24 +191,27 @@ class embedding_exchange {
     return std::isfinite(e) ? e : std::numeric_limits<double>::max();
   }
 
-  /// Value range of a strided block (finite values).
-  template <class T>
-  static double range_of(const T* base, std::size_t stride, std::size_t rows, std::size_t cols) {
-    double lo = INFINITY, hi = -INFINITY;
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t c = 0; c < cols; ++c) {
-        const double x = double(base[r * stride + c]);
-        if (std::isfinite(x)) {
-          lo = x < lo ? x : lo;
-          hi = x > hi ? x : hi;
-        }
-      }
-    return lo <= hi ? hi - lo : 0.0;
+  /// Value range of a strided block (finite values), read on `exec` where the block is.
+  template <class Exec, class T>
+  static double range_of(const Exec& exec, const T* base, std::size_t stride, std::size_t rows, std::size_t cols) {
+    if (rows == 0 || cols == 0) return 0.0;
+    Kokkos::MinMaxScalar<double> range;
+    Kokkos::parallel_reduce(
+        "kompress::dlrm::table_range", Kokkos::RangePolicy<Exec>(exec, 0, rows * cols),
+        KOKKOS_LAMBDA(std::size_t i, Kokkos::MinMaxScalar<double>& r) {
+          const double x = double(base[i / cols * stride + i % cols]);
+          if (Kokkos::isfinite(x)) {
+            r.min_val = x < r.min_val ? x : r.min_val;
+            r.max_val = x > r.max_val ? x : r.max_val;
+          }
+        },
+        Kokkos::MinMax<double>(range));
+    return range.min_val <= range.max_val ? range.max_val - range.min_val : 0.0;
   }
 
   /// The segments of one call: per peer, what goes and where what comes lands.
-  template <class T>
-  std::vector<kompress::detail::peer_segments<T>> segments(T* in_data, T* out_data, direction dir,
+  template <class Exec, class T>
+  std::vector<kompress::detail::peer_segments<T>> segments(const Exec& exec, T* in_data, T* out_data, direction dir,
                                                            std::uint64_t iteration, const char* who) const {
     const int p = shape_.size, me = shape_.rank;
     const std::size_t mine = local_width(), bl = local_batch_;
@@ -219,7 +225,7 @@ class embedding_exchange {
         if (tab.owner == me) {
           // Send: rows of each peer's batch slice, this table's columns.
           const double range = compress && codec.bound.mode == bound_mode::relative
-                                   ? range_of(in_data + local_column_[t], mine, global_batch(), tab.dim)
+                                   ? range_of(exec, in_data + local_column_[t], mine, global_batch(), tab.dim)
                                    : 0.0;
           const double e = table_bound(int(t), dir, codec.bound, range, iteration, who);
           for (int peer = 0; peer < p; ++peer)
@@ -231,7 +237,7 @@ class embedding_exchange {
       } else {
         // Send: this rank's slice of the gradient for table t, to its owner.
         const double range = compress && codec.bound.mode == bound_mode::relative
-                                 ? range_of(in_data + global_column_[t], total_width_, bl, tab.dim)
+                                 ? range_of(exec, in_data + global_column_[t], total_width_, bl, tab.dim)
                                  : 0.0;
         const double e = table_bound(int(t), dir, codec.bound, range, iteration, who);
         peers[std::size_t(tab.owner)].send.push_back({in_data + global_column_[t], total_width_, bl, tab.dim, e});
@@ -255,7 +261,7 @@ class embedding_exchange {
                                 : (nonblocking ? "kompress::dlrm::embedding_exchange::ibackward"
                                                : "kompress::dlrm::embedding_exchange::backward");
     Kokkos::Profiling::ScopedRegion region(who);
-    kompress::detail::enter_collective<In, Out>(exec, comm_, who);
+    kompress::detail::enter_collective<In, Out, kompress::detail::view_memory::reachable>(exec, comm_, who);
     // The backward pass belongs to the iteration whose forward came last.
     const std::uint64_t iteration = fwd ? iteration_ : (iteration_ > 0 ? iteration_ - 1 : 0);
     std::vector<kompress::detail::peer_segments<T>> peers;
@@ -266,7 +272,7 @@ class embedding_exchange {
       if (fwd) check_views(in, out, global_batch(), local_width(), local_batch_, total_width_, who);
       else check_views(in, out, local_batch_, total_width_, global_batch(), local_width(), who);
       slot = &workspace_->slot_for(comm_, nonblocking, who);
-      peers = segments<T>(const_cast<T*>(in.data()), out.data(), dir, iteration, who);
+      peers = segments(exec, const_cast<T*>(in.data()), out.data(), dir, iteration, who);
     });
     kompress::detail::fingerprint f = kompress::detail::call_fingerprint(
         fwd ? kompress::detail::collective_kind::dlrm_forward : kompress::detail::collective_kind::dlrm_backward,
@@ -277,11 +283,13 @@ class embedding_exchange {
     workspace_->taken(nonblocking);
     if (fwd) ++iteration_;
     const bool compress = fwd ? options_.compress_forward : options_.compress_backward;
-    kompress::detail::segment_messages<T> messages{
-        std::move(peers), {compress ? transfer_mode::compressed : transfer_mode::raw, {}},
-        fwd ? options_.forward : options_.backward, shape_.rank, who};
-    return std::make_unique<kompress::detail::exchange_engine<kompress::detail::segment_messages<T>, Exec>>(
-        exec, std::move(messages), shape_, slot, comm_, nonblocking, who);
+    using messages_type = kompress::detail::segment_messages<T, typename Exec::memory_space>;
+    messages_type messages{std::move(peers), {compress ? transfer_mode::compressed : transfer_mode::raw, {}},
+                           fwd ? options_.forward : options_.backward, shape_.rank, who};
+    const auto how = kompress::detail::transport_for<Exec, typename In::memory_space, typename Out::memory_space>(
+        options_.transport);
+    return std::make_unique<kompress::detail::exchange_engine<messages_type, Exec>>(
+        exec, std::move(messages), shape_, slot, comm_, nonblocking, how, who);
   }
 
   MPI_Comm comm_;

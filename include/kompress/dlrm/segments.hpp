@@ -4,7 +4,8 @@
 // row-major matrix, one per embedding table. Each segment is packed contiguous and compressed
 // on its own with its table's bound; a message is the segments' streams back to back or, when
 // that would not be smaller, the packed raw values (the engine's wire rule: the receiver tells
-// by the length).
+// by the length). Packing, the codec and unpacking run on the call's execution space, in its
+// memory (`Memory`).
 
 #include <kompress/comm/detail/engine.hpp>
 
@@ -55,7 +56,7 @@ void copy_rows(const Exec& exec, const T* from, std::size_t from_stride, T* to, 
 /// Room for a packed message and its streams, rounded so the next peer's room stays aligned.
 inline std::size_t aligned_room(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-template <class T>
+template <class T, class Memory = Kokkos::HostSpace>
 struct segment_messages {
   std::vector<peer_segments<T>> peers;
   wire_rule rule;
@@ -112,7 +113,8 @@ struct segment_messages {
       compress_options options = codec;
       options.bound = absolute(s.abs_bound);
       const std::size_t room_bytes = max_compressed_size<T>(s.size(), codec);
-      used += compress(exec, host_values<const T>(values, s.size()), host_bytes(streams + used, room_bytes), options);
+      used += compress(exec, values_in<const T, Memory>(values, s.size()),
+                       values_in<std::byte, Memory>(streams + used, room_bytes), options);
       values += s.size();
     }
     if (rule.send_compressed(raw, used)) return {streams, used};
@@ -136,11 +138,13 @@ struct segment_messages {
     const std::byte* const end = landed + length;
     double bound = 0.0;
     for (const auto& s : segments) {
-      const stream_info info = inspect(const_host_bytes(at, std::size_t(end - at)));  // format_error if damaged
+      // format_error if damaged
+      const stream_info info = inspect(values_in<const std::byte, Memory>(at, std::size_t(end - at)));
       if (info.count != s.size() || info.compressed_bytes > std::size_t(end - at))
         throw format_error(std::string(who) + ": a segment from rank " + std::to_string(peer) + " holds " +
                            std::to_string(info.count) + " values; expected " + std::to_string(s.size()));
-      decompress(exec, const_host_bytes(at, info.compressed_bytes), host_values<T>(scratch, s.size()));
+      decompress(exec, values_in<const std::byte, Memory>(at, info.compressed_bytes),
+                 values_in<T, Memory>(scratch, s.size()));
       copy_rows(exec, static_cast<const T*>(scratch), s.cols, s.base, s.stride, s.rows, s.cols);
       exec.fence("kompress::dlrm: segment unpacked");
       bound = std::max(bound, info.absolute_bound);

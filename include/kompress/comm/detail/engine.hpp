@@ -4,15 +4,20 @@
 // message cut into chunks (comm/detail/pipeline.hpp) encoded just before they leave, arrivals
 // decoded as they come, and the block to itself copied while the last chunks travel.
 // What a message between two ranks holds is a small policy (`Messages`): one contiguous block
-// per peer (block_messages, here) or a list of per-table segments (dlrm/segments.hpp).
-// docs/collectives.md describes the schedule, the wire rule and the failure guarantees.
+// per peer (block_messages, here) or a list of per-table segments (dlrm/segments.hpp). The
+// policy works in the memory of the call's execution space (host or device); the engine hands
+// its bytes to MPI through the transport seam (comm/detail/transport.hpp): directly, or
+// staged through host memory message by message.
+// docs/collectives.md describes the schedule, the wire rule, the seam and the failure
+// guarantees.
 //
 // A Messages policy provides, for peers other than this rank:
 //   raw_bytes_to(peer), raw_bytes_from(peer)  the raw size of each message (the receive size)
 //   receives_in_place(peer), place_from(peer) whether a raw message lands in the caller's memory
-//   send_room(peer)                           staging bytes encode(peer) may use
+//   send_room(peer)                           scratch bytes encode(peer) may use
 //   copy_self(exec)                           this rank's block to itself, exact
-//   encode(exec, peer, room, report)          the bytes to send: a stream in room, or raw values
+//   encode(exec, peer, room, report)          the bytes to send (never more than the raw size): a
+//                                             stream in room, or raw values
 //   decode_room()                             scratch bytes finish may decode into
 //   finish(exec, peer, landed, length, room)  decodes an arrival; returns its absolute bound
 //   measures_error()                          whether encode reports the error it introduces
@@ -22,6 +27,7 @@
 
 #include <kompress/comm/detail/agreement.hpp>
 #include <kompress/comm/detail/pipeline.hpp>
+#include <kompress/comm/detail/transport.hpp>
 #include <kompress/comm/options.hpp>
 #include <kompress/comm/request.hpp>
 #include <kompress/comm/workspace.hpp>
@@ -44,10 +50,21 @@
 
 namespace kompress::inline v0::detail {
 
-template <class T>
-using host_values = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+template <class T, class Memory = Kokkos::HostSpace>
+using host_values = Kokkos::View<T*, Memory, Kokkos::MemoryUnmanaged>;
 using host_bytes = Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
 using const_host_bytes = Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+/// Values and bytes in the memory a call works in (host or device), unmanaged.
+template <class T, class Memory>
+using values_in = Kokkos::View<T*, Memory, Kokkos::MemoryUnmanaged>;
+
+/// Copies `count` values between two buffers of `Memory` that do not overlap, on `exec`.
+template <class Memory, class T, class Exec>
+void copy_values(const Exec& exec, T* to, const T* from, std::size_t count) {
+  if (count == 0) return;
+  if constexpr (host_memory_space<Memory>) std::memcpy(to, from, count * sizeof(T));
+  else Kokkos::deep_copy(exec, values_in<T, Memory>(to, count), values_in<const T, Memory>(from, count));
+}
 
 /// The wire rule: whether a message may be compressed is decided by both sides alike from what
 /// both know (mode, cost model, raw size); the sender sends the stream only when it is smaller
@@ -82,24 +99,40 @@ struct wire_rule {
   }
 };
 
-/// Decodes a message of `length` bytes that holds `count` values into `out`: the raw values
-/// when length is their size, else one kompress stream of exactly that length. Returns the
-/// stream's absolute bound (0 for raw values).
-template <class T, class Exec>
+/// Decodes a message of `length` bytes that holds `count` values into `out`, both in `Memory`:
+/// the raw values when length is their size, else one kompress stream of exactly that length.
+/// Returns the stream's absolute bound (0 for raw values).
+template <class Memory = Kokkos::HostSpace, class T, class Exec>
 double decode_message(const Exec& exec, const std::byte* in, std::size_t length, std::size_t count, T* out,
                       const char* who) {
   if (length == count * sizeof(T)) {
-    std::memcpy(out, in, length);
+    copy_values<Memory>(exec, reinterpret_cast<std::byte*>(out), in, length);
     return 0.0;
   }
-  const const_host_bytes stream(in, length);
+  const values_in<const std::byte, Memory> stream(in, length);
   const stream_info info = inspect(stream);  // format_error on a damaged stream
   if (info.count != count || info.compressed_bytes != length)
     throw format_error(std::string(who) + ": a received stream holds " + std::to_string(info.count) + " values in " +
                        std::to_string(info.compressed_bytes) + " bytes; expected " + std::to_string(count) +
                        " values in a message of " + std::to_string(length) + " bytes");
-  decompress(exec, stream, host_values<T>(out, count));
+  decompress(exec, stream, values_in<T, Memory>(out, count));
   return info.absolute_bound;
+}
+
+/// The largest |values[i] - decoded[i]| over the finite values, both in `Memory`, on `exec`.
+template <class Memory, class T, class Exec>
+double max_difference(const Exec& exec, const T* values, const T* decoded, std::size_t count) {
+  double error = 0.0;
+  Kokkos::parallel_reduce(
+      "kompress::measure_error", Kokkos::RangePolicy<Exec>(exec, 0, count),
+      KOKKOS_LAMBDA(std::size_t i, double& worst) {
+        if (Kokkos::isfinite(values[i])) {
+          const double e = Kokkos::fabs(double(values[i]) - double(decoded[i]));
+          worst = e > worst ? e : worst;
+        }
+      },
+      Kokkos::Max<double>(error));
+  return error;
 }
 
 /// What one call knows of a failure after the agreement (docs/collectives.md, "Failure after
@@ -303,8 +336,8 @@ template <class Messages, class Exec>
 class exchange_engine final : public operation {
  public:
   exchange_engine(const Exec& exec, Messages messages, comm_shape shape, workspace_slot* leased, MPI_Comm comm,
-                  bool nonblocking, const char* who)
-      : exec_(exec), messages_(std::move(messages)), shape_(shape), who_(who),
+                  bool nonblocking, transport how, const char* who)
+      : exec_(exec), messages_(std::move(messages)), shape_(shape), who_(who), how_(how),
         scratch_(leased, comm, nonblocking, who) {
     start();
   }
@@ -338,26 +371,45 @@ class exchange_engine final : public operation {
     else return chunk_plan{messages_.raw_bytes_from(peer), std::max<std::size_t>(1, messages_.raw_bytes_from(peer))};
   }
 
+  /// Where `peer`'s message is decoded from (in the execution space's memory): the caller's
+  /// View where raw values land in place, else the receive scratch.
   std::byte* target(int peer) const {
     return messages_.receives_in_place(peer) ? messages_.place_from(peer)
-                                             : scratch_->receive.data() + receive_offset_[std::size_t(peer)];
+                                             : room_.receive + receive_offset_[std::size_t(peer)];
+  }
+  /// Where MPI receives `peer`'s message: the target, or its host staging.
+  std::byte* mpi_target(int peer) const {
+    return how_.staged ? scratch_->staged_receive.data() + staged_receive_offset_[std::size_t(peer)] : target(peer);
   }
 
   /// Chunk `chunk` of `peer`'s message arrived, `length` bytes.
   void arrived(int key, std::size_t length) {
     const auto [peer, chunk] = arrivals_[std::size_t(key)];
-    std::byte* const landed = target(peer) + plan_from(peer).begin(chunk) * value_bytes();
+    const std::size_t offset = plan_from(peer).begin(chunk) * value_bytes();
+    std::byte* const landed = target(peer) + offset;
+    if (how_.staged) stage_in(exec_, landed, mpi_target(peer) + offset, length);
     double bound = 0.0;
-    if constexpr (chunked) bound = messages_.finish(exec_, peer, chunk, landed, length, scratch_->decode.data());
-    else bound = messages_.finish(exec_, peer, landed, length, scratch_->decode.data());
+    if constexpr (chunked) bound = messages_.finish(exec_, peer, chunk, landed, length, room_.decode);
+    else bound = messages_.finish(exec_, peer, landed, length, room_.decode);
     report_.absolute_bound = std::max(report_.absolute_bound, bound);
+  }
+
+  /// What MPI sends for a chunk of `peer`'s message at byte `offset`: the payload itself, or
+  /// its copy in host staging.
+  std::span<const std::byte> to_mpi(int peer, std::size_t offset, std::span<const std::byte> payload) {
+    if (!how_.staged) return payload;
+    std::byte* const staged = scratch_->staged_send.data() + staged_send_offset_[std::size_t(peer)] + offset;
+    stage_out(exec_, staged, payload.data(), payload.size());
+    return {staged, payload.size()};
   }
 
   void start() {
     const int p = shape_.size, rank = shape_.rank;
     receive_offset_.assign(std::size_t(p), 0);
     send_offset_.assign(std::size_t(p), 0);
-    std::size_t receive_bytes = 0, send_bytes = 0;
+    staged_receive_offset_.assign(std::size_t(p), 0);
+    staged_send_offset_.assign(std::size_t(p), 0);
+    std::size_t receive_bytes = 0, send_bytes = 0, staged_receive = 0, staged_send = 0;
     for (int peer = 0; peer < p; ++peer) {
       if (peer == rank) continue;
       if (!messages_.receives_in_place(peer)) {
@@ -366,15 +418,22 @@ class exchange_engine final : public operation {
       }
       send_offset_[std::size_t(peer)] = send_bytes;
       send_bytes += messages_.send_room(peer);
+      // Staged, every message has its raw size in host memory: what is sent is never larger.
+      staged_receive_offset_[std::size_t(peer)] = staged_receive;
+      staged_receive += messages_.raw_bytes_from(peer);
+      staged_send_offset_[std::size_t(peer)] = staged_send;
+      staged_send += messages_.raw_bytes_to(peer);
     }
-    scratch_->reserve(send_bytes, receive_bytes, messages_.decode_room());
+    room_ = scratch_->template reserve_in<typename Exec::memory_space>(send_bytes, receive_bytes,
+                                                                       messages_.decode_room());
+    if (how_.staged) scratch_->reserve_staging(staged_send, staged_receive);
     if (messages_.measures_error()) report_.max_error = 0.0;
 
     // Receives first, so early senders find them posted: every chunk of every message, each
     // at its raw offset, in order (MPI matches them in that order).
     for (int peer = 0; peer < p; ++peer)
       if (peer != rank && messages_.raw_bytes_from(peer) > 0)
-        post_chunk_receives(posted_, plan_from(peer), value_bytes(), target(peer), peer, scratch_->comm, who_,
+        post_chunk_receives(posted_, plan_from(peer), value_bytes(), mpi_target(peer), peer, scratch_->comm, who_,
                             [&](std::size_t chunk) {
                               arrivals_.push_back({peer, chunk});
                               return int(arrivals_.size() - 1);
@@ -387,7 +446,7 @@ class exchange_engine final : public operation {
       const int peer = (rank + step) % p;
       const std::size_t raw = messages_.raw_bytes_to(peer);
       if (raw == 0) continue;
-      std::byte* const room = scratch_->send.data() + send_offset_[std::size_t(peer)];
+      std::byte* const room = room_.send + send_offset_[std::size_t(peer)];
       const chunk_plan plan = plan_to(peer);
       bool compressed = false;
       send_chunks(
@@ -399,7 +458,7 @@ class exchange_engine final : public operation {
             compressed = compressed || payload.size() < plan.size(chunk) * value_bytes();
             report_.wire_bytes += payload.size();
             ++report_.chunks;
-            return payload;
+            return to_mpi(peer, plan.begin(chunk) * value_bytes(), payload);
           },
           [&] { posted_.progress(false, who_, [&](int key, std::size_t length) { arrived(key, length); }); });
       report_.payload_bytes += raw;
@@ -420,8 +479,10 @@ class exchange_engine final : public operation {
   Messages messages_;
   comm_shape shape_;
   const char* who_;
+  transport how_;
   call_scratch scratch_;
-  std::vector<std::size_t> receive_offset_, send_offset_;
+  scratch_room room_;  ///< the scratch in the execution space's memory
+  std::vector<std::size_t> receive_offset_, send_offset_, staged_receive_offset_, staged_send_offset_;
   std::vector<std::pair<int, std::size_t>> arrivals_;  ///< per posted receive: (peer, chunk)
   collective_report report_;
   bool finished_ = false;
@@ -436,8 +497,9 @@ struct exchange_layout {
 
 /// One contiguous block per peer (alltoall, alltoallv), cut into chunks when it may be
 /// compressed (comm/detail/pipeline.hpp): chunk i of a block is values [begin(i), begin(i) +
-/// size(i)), its own stream or its raw values, its own message.
-template <class T>
+/// size(i)), its own stream or its raw values, its own message. The Views and the scratch are
+/// in `Memory` (the execution space's).
+template <class T, class Memory = Kokkos::HostSpace>
 struct block_messages {
   const T* send = nullptr;
   T* recv = nullptr;
@@ -506,10 +568,9 @@ struct block_messages {
   }
 
   template <class Exec>
-  void copy_self(const Exec&) const {
+  void copy_self(const Exec& exec) const {
     const std::size_t r = std::size_t(rank);
-    if (layout.send_counts[r] > 0)
-      std::memmove(recv + layout.recv_displs[r], send + layout.send_displs[r], layout.send_counts[r] * sizeof(T));
+    copy_values<Memory>(exec, recv + layout.recv_displs[r], send + layout.send_displs[r], layout.send_counts[r]);
   }
 
   /// Chunk `chunk` of the block for `peer`; `room` is the peer's staging (send_room bytes).
@@ -522,8 +583,8 @@ struct block_messages {
     const std::size_t raw = count * sizeof(T);
     if (rule.may_compress(raw_bytes_to(peer))) {
       std::byte* const out = room + chunk * chunk_room(plan);
-      const host_bytes staging(out, chunk_room(plan));
-      const auto in = host_values<const T>(values, count);
+      const values_in<std::byte, Memory> staging(out, chunk_room(plan));
+      const values_in<const T, Memory> in(values, count);
       const std::size_t length =
           chunk_ranges.empty()
               ? compress(exec, in, staging, codec)
@@ -546,20 +607,17 @@ struct block_messages {
                            std::to_string(length) + " bytes; expected " + std::to_string(plan.size(chunk) * sizeof(T)));
       return 0.0;
     }
-    return decode_message(exec, landed, length, plan.size(chunk), recv + layout.recv_displs[std::size_t(peer)] +
-                                                                     plan.begin(chunk), who);
+    return decode_message<Memory>(exec, landed, length, plan.size(chunk),
+                                  recv + layout.recv_displs[std::size_t(peer)] + plan.begin(chunk), who);
   }
 
  private:
   template <class Exec>
   static double decode_error(const Exec& exec, const T* values, std::size_t count, const std::byte* stream,
                              std::size_t length) {
-    std::vector<T> decoded(count);
-    decompress(exec, const_host_bytes(stream, length), host_values<T>(decoded.data(), count));
-    double error = 0.0;
-    for (std::size_t i = 0; i < count; ++i)
-      if (std::isfinite(values[i])) error = std::max(error, std::fabs(double(values[i]) - double(decoded[i])));
-    return error;
+    const Kokkos::View<T*, Memory> decoded(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::measured"), count);
+    decompress(exec, values_in<const std::byte, Memory>(stream, length), decoded);
+    return max_difference<Memory>(exec, values, decoded.data(), count);
   }
 };
 
@@ -570,26 +628,36 @@ inline fingerprint call_fingerprint(collective_kind kind, bool nonblocking, std:
   return f;
 }
 
-/// What every collective asks of its Views' types (host memory until the GPU path).
-template <class Exec, class SendView, class RecvView>
+/// Which memory a collective takes its Views in.
+enum class view_memory {
+  reachable,  ///< any memory the execution space reaches (alltoall(v), the DLRM exchange)
+  host,       ///< host memory and a host execution space (allreduce, allgather, reduce_scatter)
+};
+
+/// What every collective asks of its Views' types.
+template <class Exec, class SendView, class RecvView, view_memory Memory>
 constexpr void check_view_types() {
   static_assert(std::is_same_v<typename SendView::non_const_value_type, typename RecvView::non_const_value_type>,
                 "kompress collectives and dlrm exchange: input and output Views must hold the same element type");
   static_assert(!std::is_const_v<typename RecvView::value_type>,
                 "kompress collectives and dlrm exchange: the output View must not be const");
-  static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename SendView::memory_space>::accessible &&
-                    Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename RecvView::memory_space>::accessible,
-                "kompress collectives and dlrm exchange: Views must be host-accessible (device buffers are not "
-                "supported yet)");
-  static_assert(Kokkos::SpaceAccessibility<Exec, Kokkos::HostSpace>::accessible,
-                "kompress collectives and dlrm exchange: the execution space must run on the host");
+  static_assert(Kokkos::SpaceAccessibility<Exec, typename SendView::memory_space>::accessible &&
+                    Kokkos::SpaceAccessibility<Exec, typename RecvView::memory_space>::accessible,
+                "kompress collectives and dlrm exchange: the Views must be accessible from the execution space");
+  if constexpr (Memory == view_memory::host) {
+    static_assert(host_memory_space<typename SendView::memory_space> &&
+                      host_memory_space<typename RecvView::memory_space> &&
+                      Kokkos::SpaceAccessibility<Exec, Kokkos::HostSpace>::accessible,
+                  "kompress::allreduce, allgather and reduce_scatter: the Views must be host-accessible and the "
+                  "execution space must run on the host (device Views: alltoall, alltoallv and the DLRM exchange)");
+  }
 }
 
 /// The start of every collective call: the Views' types checked, `exec` fenced so that MPI and
 /// the host read what work on it produced; returns the communicator's shape.
-template <class SendView, class RecvView, class Exec>
+template <class SendView, class RecvView, view_memory Memory = view_memory::host, class Exec>
 comm_shape enter_collective(const Exec& exec, MPI_Comm comm, const char* who) {
-  check_view_types<Exec, SendView, RecvView>();
+  check_view_types<Exec, SendView, RecvView, Memory>();
   exec.fence("kompress: before MPI or the host reads a user View");
   return shape_of(comm, who);
 }

@@ -1,0 +1,246 @@
+// alltoall, alltoallv and the DLRM exchange on the default execution space's memory (device
+// Views in a CUDA build), through each transport: automatic (device memory staged unless the
+// MPI moves it itself) and staged, which CI forces on host memory so that the staging runs on
+// every build. Checked against plain MPI on host copies, element by element within the bound,
+// and the staged results against the direct ones bit for bit (the same bytes cross the wire).
+
+#include <kompress/comm.hpp>
+#include <kompress/dlrm.hpp>
+
+#include "support/mpi_checks.hpp"
+
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+namespace {
+
+using namespace kompress::test;  // support/mpi_checks.hpp
+using exec_space = Kokkos::DefaultExecutionSpace;
+template <class T>
+using device_view = Kokkos::View<T*, exec_space::memory_space>;
+
+constexpr kompress::transport_mode transports[] = {kompress::transport_mode::automatic,
+                                                   kompress::transport_mode::staged};
+
+template <class T>
+device_view<T> to_device(const host_view<T>& values) {
+  device_view<T> view("device", values.size());
+  Kokkos::deep_copy(view, values);
+  return view;
+}
+
+template <class T>
+host_view<T> to_host(const device_view<T>& view) {
+  host_view<T> values("host", view.size());
+  Kokkos::deep_copy(values, view);
+  return values;
+}
+
+/// Every rank's bound over its values to other ranks (REL resolves over those).
+template <class T>
+std::vector<double> sender_bounds(const host_view<T>& send, std::size_t per_peer, const kompress::error_bound& bound) {
+  double mine = bound.value;
+  if (bound.mode == kompress::bound_mode::relative) {
+    double lo = INFINITY, hi = -INFINITY;
+    for (std::size_t k = 0; k < send.size(); ++k)
+      if (k / per_peer != std::size_t(rank_of())) {
+        lo = std::min(lo, double(send(k)));
+        hi = std::max(hi, double(send(k)));
+      }
+    mine = lo <= hi ? bound.value * (hi - lo) : 0.0;
+  }
+  std::vector<double> bounds(static_cast<std::size_t>(size_of()));
+  MPI_Allgather(&mine, 1, MPI_DOUBLE, bounds.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  return bounds;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("alltoall on the execution space's memory, direct and staged, matches MPI_Alltoall", T, float,
+                   double) {
+  const int p = size_of(), me = rank_of();
+  for (const std::size_t per_peer : {std::size_t(0), std::size_t(1), std::size_t(1000), std::size_t(70001)}) {
+    for (const auto mode : {kompress::transfer_mode::compressed, kompress::transfer_mode::raw,
+                            kompress::transfer_mode::automatic}) {
+      const auto bound = kompress::relative(1e-2);
+      const auto values = make_data<T>(per_peer * std::size_t(p), me + 1);
+      host_view<T> expected("expected", values.size());
+      const int bytes = int(per_peer * sizeof(T));
+      MPI_Alltoall(values.data(), bytes, MPI_BYTE, expected.data(), bytes, MPI_BYTE, MPI_COMM_WORLD);
+      const auto bounds = sender_bounds(values, std::max<std::size_t>(per_peer, 1), bound);
+      const auto send = to_device(values);
+      std::vector<host_view<T>> results;
+      std::vector<kompress::collective_report> reports;
+      for (const auto transport : transports) {
+        kompress::collective_options options{.codec = {.bound = bound}, .mode = mode, .measure_error = true};
+        options.transport = transport;
+        options.cost.min_message_bytes = 1;  // automatic mode weighs even the small blocks
+        device_view<T> got("got", values.size());
+        reports.push_back(kompress::alltoall(exec_space{}, send, got, MPI_COMM_WORLD, options));
+        results.push_back(to_host(got));
+      }
+      CAPTURE(per_peer);
+      CAPTURE(int(mode));
+      std::size_t violations = 0;
+      for (std::size_t k = 0; k < values.size(); ++k) {
+        const std::size_t source = k / per_peer;
+        const double e = int(source) == me ? 0.0 : bounds[source];
+        violations += !(std::fabs(double(results[0](k)) - double(expected(k))) <= e);
+      }
+      CHECK(violations == 0);
+      CHECK(same_bytes(results[0], results[1]));
+      CHECK(reports[0].wire_bytes == reports[1].wire_bytes);
+      CHECK(reports[1].max_error <= bounds[std::size_t(me)]);
+      if (mode == kompress::transfer_mode::compressed && per_peer >= 1000 && p > 1)
+        CHECK(reports[1].ratio() > 1.5);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("alltoallv staged: zero and uneven counts, blocking and nonblocking", T, float, double) {
+  const int p = size_of(), me = rank_of();
+  const auto count = [](int from, int to) { return std::size_t((from + 2 * to) % 5) * 997; };
+  std::vector<std::size_t> send_counts(p), send_displs(p), recv_counts(p), recv_displs(p);
+  for (int j = 0; j < p; ++j) {
+    send_counts[j] = count(me, j);
+    recv_counts[j] = count(j, me);
+  }
+  std::exclusive_scan(send_counts.begin(), send_counts.end(), send_displs.begin(), std::size_t(0));
+  std::exclusive_scan(recv_counts.begin(), recv_counts.end(), recv_displs.begin(), std::size_t(0));
+  const auto values = make_data<T>(send_displs.back() + send_counts.back(), me + 7);
+  const std::size_t total = recv_displs.back() + recv_counts.back();
+  host_view<T> expected("expected", total);
+  std::vector<int> sc(send_counts.begin(), send_counts.end()), sd(send_displs.begin(), send_displs.end());
+  std::vector<int> rc(recv_counts.begin(), recv_counts.end()), rd(recv_displs.begin(), recv_displs.end());
+  MPI_Alltoallv(values.data(), sc.data(), sd.data(), mpi_type<T>(), expected.data(), rc.data(), rd.data(),
+                mpi_type<T>(), MPI_COMM_WORLD);
+  const auto send = to_device(values);
+  for (const auto mode : {kompress::transfer_mode::compressed, kompress::transfer_mode::raw}) {
+    for (const bool nonblocking : {false, true}) {
+      kompress::collective_options options{.codec = {.bound = kompress::absolute(1e-4)}, .mode = mode};
+      options.transport = kompress::transport_mode::staged;
+      device_view<T> got("got", total);
+      if (nonblocking)
+        kompress::ialltoallv(exec_space{}, send, send_counts, send_displs, got, recv_counts, recv_displs,
+                             MPI_COMM_WORLD, options)
+            .wait();
+      else
+        kompress::alltoallv(exec_space{}, send, send_counts, send_displs, got, recv_counts, recv_displs,
+                            MPI_COMM_WORLD, options);
+      const auto result = to_host(got);
+      std::size_t violations = 0;
+      for (std::size_t k = 0; k < total; ++k)
+        violations += !(std::fabs(double(result(k)) - double(expected(k))) <= 1e-4);
+      CAPTURE(int(mode));
+      CAPTURE(nonblocking);
+      CHECK(violations == 0);
+      if (mode == kompress::transfer_mode::raw) CHECK(same_bytes(result, expected));
+    }
+  }
+}
+
+TEST_CASE("persistent alltoall staged, with a workspace for the one-shot calls: staging reused, not regrown") {
+  const int p = size_of(), me = rank_of();
+  const std::size_t per_peer = 20000;
+  kompress::collective_options options{.codec = {.bound = kompress::absolute(1e-3)}};
+  options.transport = kompress::transport_mode::staged;
+  device_view<float> send("send", per_peer * std::size_t(p)), got("got", send.size());
+  kompress::persistent_request rounds = kompress::alltoall_init(exec_space{}, send, got, MPI_COMM_WORLD, options);
+  kompress::comm_workspace workspace(MPI_COMM_WORLD);
+  device_view<float> once("once", send.size());
+  std::size_t staged_after_first = 0;
+  for (int round = 0; round < 3; ++round) {
+    const auto values = make_data<float>(send.size(), me + 10 * round);
+    Kokkos::deep_copy(send, values);
+    host_view<float> expected("expected", values.size());
+    const int bytes = int(per_peer * sizeof(float));
+    MPI_Alltoall(values.data(), bytes, MPI_BYTE, expected.data(), bytes, MPI_BYTE, MPI_COMM_WORLD);
+    rounds.start();
+    rounds.wait();
+    kompress::alltoall(exec_space{}, send, once, MPI_COMM_WORLD, options, &workspace);
+    if (round == 0) staged_after_first = workspace.staging_bytes();
+    CHECK(workspace.staging_bytes() == staged_after_first);
+    const auto result = to_host(got);
+    CHECK(same_bytes(result, to_host(once)));
+    std::size_t violations = 0;
+    for (std::size_t k = 0; k < result.size(); ++k)
+      violations += !(std::fabs(double(result(k)) - double(expected(k))) <= (k / per_peer == std::size_t(me) ? 0.0 : 1e-3));
+    CHECK(violations == 0);
+  }
+  if (p > 1) CHECK(staged_after_first > 0);
+}
+
+TEST_CASE("alltoall: ranks that differ on staging fail on every rank before any data moves") {
+  const int p = size_of(), me = rank_of();
+  if (p < 2) return;
+  device_view<double> send("send", 64 * std::size_t(p)), got("got", send.size());
+  kompress::collective_options options{.codec = {.bound = kompress::absolute(1e-3)}};
+  options.transport = me == p - 1 ? kompress::transport_mode::staged : kompress::transport_mode::direct;
+  if constexpr (!kompress::detail::host_memory_space<exec_space::memory_space>)
+    options.transport = me == p - 1 ? kompress::transport_mode::staged : kompress::transport_mode::automatic;
+  const bool differs = kompress::detail::transport_for<exec_space, exec_space::memory_space>(options.transport).staged;
+  int staged_ranks = differs ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &staged_ranks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (staged_ranks == p) return;  // every rank stages anyway (a device without a device-aware MPI)
+  CHECK_THROWS_AS(kompress::alltoall(exec_space{}, send, got, MPI_COMM_WORLD, options), kompress::invalid_argument);
+}
+
+namespace {
+
+/// One forward and one backward of a small model on matrices in Exec's memory; returns both
+/// outputs.
+template <class Exec>
+std::pair<host_view<float>, host_view<float>> exchange_round(kompress::transport_mode transport, bool nonblocking) {
+  using matrix = Kokkos::View<float**, Kokkos::LayoutRight, typename Exec::memory_space>;
+  const int p = size_of(), me = rank_of();
+  std::vector<kompress::dlrm::table> tables;
+  const std::size_t dims[] = {16, 40, 8};
+  for (int t = 0; t < 3; ++t) tables.push_back({t % p, dims[t]});
+  kompress::dlrm::exchange_options options;
+  options.transport = transport;
+  kompress::dlrm::embedding_exchange exchange(MPI_COMM_WORLD, tables, 211, options);
+  matrix in("in", exchange.global_batch(), exchange.local_width());
+  matrix out("out", exchange.local_batch(), exchange.total_width());
+  matrix grad("grad", exchange.local_batch(), exchange.total_width());
+  matrix grad_out("grad_out", exchange.global_batch(), exchange.local_width());
+  const auto fill = [](const matrix& m, int seed) {
+    const auto values = make_data<float>(m.size(), seed, 1.0);
+    Kokkos::deep_copy(m, Kokkos::View<const float**, Kokkos::LayoutRight, Kokkos::HostSpace>(
+                             values.data(), m.extent(0), m.extent(1)));
+  };
+  fill(in, me + 3);
+  fill(grad, me + 30);
+  if (nonblocking) {
+    exchange.iforward(Exec{}, in, out).wait();
+    exchange.ibackward(Exec{}, grad, grad_out).wait();
+  } else {
+    exchange.forward(Exec{}, in, out);
+    exchange.backward(Exec{}, grad, grad_out);
+  }
+  const auto flat = [](const matrix& m) {
+    host_view<float> values("host", m.size());
+    Kokkos::deep_copy(values, Kokkos::View<const float*, typename Exec::memory_space>(m.data(), m.size()));
+    return values;
+  };
+  return {flat(out), flat(grad_out)};
+}
+
+}  // namespace
+
+TEST_CASE("DLRM exchange on the execution space's memory, staged or not, delivers the host exchange's values") {
+  for (const bool nonblocking : {false, true}) {
+    const auto reference = exchange_round<host>(kompress::transport_mode::direct, nonblocking);
+    for (const auto transport : transports) {
+      const auto got = exchange_round<exec_space>(transport, nonblocking);
+      CAPTURE(nonblocking);
+      CAPTURE(int(transport));
+      CHECK(same_bytes(reference.first, got.first));
+      CHECK(same_bytes(reference.second, got.second));
+    }
+  }
+}
