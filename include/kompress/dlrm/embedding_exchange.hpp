@@ -191,24 +191,6 @@ class embedding_exchange {
     return std::isfinite(e) ? e : std::numeric_limits<double>::max();
   }
 
-  /// Value range of a strided block (finite values), read on `exec` where the block is.
-  template <class Exec, class T>
-  static double range_of(const Exec& exec, const T* base, std::size_t stride, std::size_t rows, std::size_t cols) {
-    if (rows == 0 || cols == 0) return 0.0;
-    Kokkos::MinMaxScalar<double> range;
-    Kokkos::parallel_reduce(
-        "kompress::dlrm::table_range", Kokkos::RangePolicy<Exec>(exec, 0, rows * cols),
-        KOKKOS_LAMBDA(std::size_t i, Kokkos::MinMaxScalar<double>& r) {
-          const double x = double(base[i / cols * stride + i % cols]);
-          if (Kokkos::isfinite(x)) {
-            r.min_val = x < r.min_val ? x : r.min_val;
-            r.max_val = x > r.max_val ? x : r.max_val;
-          }
-        },
-        Kokkos::MinMax<double>(range));
-    return range.min_val <= range.max_val ? range.max_val - range.min_val : 0.0;
-  }
-
   /// The segments of one call: per peer, what goes and where what comes lands.
   template <class Exec, class T>
   std::vector<kompress::detail::peer_segments<T>> segments(const Exec& exec, T* in_data, T* out_data, direction dir,
@@ -224,9 +206,10 @@ class embedding_exchange {
       if (fwd) {
         if (tab.owner == me) {
           // Send: rows of each peer's batch slice, this table's columns.
-          const double range = compress && codec.bound.mode == bound_mode::relative
-                                   ? range_of(exec, in_data + local_column_[t], mine, global_batch(), tab.dim)
-                                   : 0.0;
+          const double range =
+              compress && codec.bound.mode == bound_mode::relative
+                  ? kompress::detail::strided_range(exec, in_data + local_column_[t], mine, global_batch(), tab.dim)
+                  : 0.0;
           const double e = table_bound(int(t), dir, codec.bound, range, iteration, who);
           for (int peer = 0; peer < p; ++peer)
             peers[std::size_t(peer)].send.push_back(
@@ -236,9 +219,10 @@ class embedding_exchange {
         peers[std::size_t(tab.owner)].receive.push_back({out_data + global_column_[t], total_width_, bl, tab.dim, 0.0});
       } else {
         // Send: this rank's slice of the gradient for table t, to its owner.
-        const double range = compress && codec.bound.mode == bound_mode::relative
-                                 ? range_of(exec, in_data + global_column_[t], total_width_, bl, tab.dim)
-                                 : 0.0;
+        const double range =
+            compress && codec.bound.mode == bound_mode::relative
+                ? kompress::detail::strided_range(exec, in_data + global_column_[t], total_width_, bl, tab.dim)
+                : 0.0;
         const double e = table_bound(int(t), dir, codec.bound, range, iteration, who);
         peers[std::size_t(tab.owner)].send.push_back({in_data + global_column_[t], total_width_, bl, tab.dim, e});
         if (tab.owner == me)

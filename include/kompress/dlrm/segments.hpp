@@ -53,6 +53,25 @@ void copy_rows(const Exec& exec, const T* from, std::size_t from_stride, T* to, 
                        });
 }
 
+/// The value range (max - min over the finite values; 0 if none) of a strided block, read on
+/// `exec` where the block is: a table's REL bound resolves against it.
+template <class Exec, class T>
+double strided_range(const Exec& exec, const T* base, std::size_t stride, std::size_t rows, std::size_t cols) {
+  if (rows == 0 || cols == 0) return 0.0;
+  Kokkos::MinMaxScalar<double> range;
+  Kokkos::parallel_reduce(
+      "kompress::dlrm::table_range", Kokkos::RangePolicy<Exec>(exec, 0, rows * cols),
+      KOKKOS_LAMBDA(std::size_t i, Kokkos::MinMaxScalar<double>& r) {
+        const double x = double(base[i / cols * stride + i % cols]);
+        if (Kokkos::isfinite(x)) {
+          r.min_val = x < r.min_val ? x : r.min_val;
+          r.max_val = x > r.max_val ? x : r.max_val;
+        }
+      },
+      Kokkos::MinMax<double>(range));
+  return range.min_val <= range.max_val ? range.max_val - range.min_val : 0.0;
+}
+
 /// Room for a packed message and its streams, rounded so the next peer's room stays aligned.
 inline std::size_t aligned_room(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 
