@@ -1,8 +1,9 @@
-// alltoall, alltoallv and the DLRM exchange on the default execution space's memory (device
-// Views in a CUDA build), through each transport: automatic (device memory staged unless the
-// MPI moves it itself) and staged, which CI forces on host memory so that the staging runs on
+// Every collective and the DLRM exchange on the default execution space's memory (device Views
+// in a CUDA build), through each transport: automatic (device memory staged unless the MPI
+// moves it itself) and staged, which CI forces on host memory so that the staging runs on
 // every build. Checked against plain MPI on host copies, element by element within the bound,
-// and the staged results against the direct ones bit for bit (the same bytes cross the wire).
+// and the staged results against the direct ones bit for bit where both take the same
+// algorithm (the same bytes cross the wire).
 
 #include <kompress/comm.hpp>
 #include <kompress/dlrm.hpp>
@@ -14,6 +15,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -242,5 +245,139 @@ TEST_CASE("DLRM exchange on the execution space's memory, staged or not, deliver
       CHECK(same_bytes(reference.first, got.first));
       CHECK(same_bytes(reference.second, got.second));
     }
+  }
+}
+
+namespace {
+
+enum class form { blocking, nonblocking, persistent };
+
+/// Runs one ring collective (allreduce, allgather or reduce_scatter) on Views in the execution
+/// space's memory in the given form; returns the result on the host.
+template <class T, class Call, class ICall, class Init>
+host_view<T> run_ring(form how, const device_view<T>& send, std::size_t out_size, Call&& call, ICall&& icall,
+                      Init&& init) {
+  device_view<T> got("got", out_size);
+  switch (how) {
+    case form::blocking: call(send, got); break;
+    case form::nonblocking: icall(send, got).wait(); break;
+    case form::persistent: {
+      kompress::persistent_request rounds = init(send, got);
+      for (int round = 0; round < 2; ++round) rounds.run();
+    } break;
+  }
+  return to_host(got);
+}
+
+/// The largest |got - expected| allowed: `bound` plus the rounding of two summation orders.
+template <class T>
+std::size_t violations(const host_view<T>& got, const host_view<T>& expected, const host_view<T>& magnitude,
+                       double bound) {
+  std::size_t bad = 0;
+  constexpr double eps = std::numeric_limits<T>::epsilon();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double slack = magnitude.size() ? 2.0 * size_of() * eps * double(magnitude(i)) : 0.0;
+    bad += !(std::fabs(double(got(i)) - double(expected(i))) <= bound + slack);
+  }
+  return bad;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("allreduce, allgather and reduce_scatter on the execution space's memory, direct and staged", T,
+                   float, double) {
+  const int p = size_of(), me = rank_of();
+  const double e = 1e-3;
+  for (const std::size_t n : {std::size_t(0), std::size_t(5), std::size_t(40003)}) {
+    const std::size_t total = n * std::size_t(p);
+    const auto values = make_data<T>(total, me + 3);
+    host_view<T> sum("sum", total), magnitude("magnitude", total), abs_values("abs", total);
+    for (std::size_t i = 0; i < total; ++i) abs_values(i) = std::fabs(values(i));
+    MPI_Allreduce(values.data(), sum.data(), int(total), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(abs_values.data(), magnitude.data(), int(total), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
+    host_view<T> block_sum("block_sum", n), block_magnitude("block_magnitude", n);
+    for (std::size_t i = 0; i < n; ++i) {
+      block_sum(i) = sum(std::size_t(me) * n + i);
+      block_magnitude(i) = magnitude(std::size_t(me) * n + i);
+    }
+    const auto send = to_device(values);
+    const device_view<T> own(send.data(), n);  // allgather sends the first n values
+    host_view<T> own_gathered("own_gathered", total);
+    MPI_Allgather(values.data(), int(n), mpi_type<T>(), own_gathered.data(), int(n), mpi_type<T>(), MPI_COMM_WORLD);
+    for (const auto mode : {kompress::transfer_mode::compressed, kompress::transfer_mode::raw}) {
+      for (const form how : {form::blocking, form::nonblocking, form::persistent}) {
+        std::vector<host_view<T>> sums, gathers, scatters;
+        for (const auto transport : transports) {
+          kompress::collective_options options{.codec = {.bound = kompress::absolute(e)}, .mode = mode};
+          options.transport = transport;
+          const auto comm = MPI_COMM_WORLD;
+          sums.push_back(run_ring<T>(
+              how, send, total, [&](auto& in, auto& out) { kompress::allreduce(exec_space{}, in, out, comm, options); },
+              [&](auto& in, auto& out) { return kompress::iallreduce(exec_space{}, in, out, comm, options); },
+              [&](auto& in, auto& out) { return kompress::allreduce_init(exec_space{}, in, out, comm, options); }));
+          gathers.push_back(run_ring<T>(
+              how, own, total, [&](auto& in, auto& out) { kompress::allgather(exec_space{}, in, out, comm, options); },
+              [&](auto& in, auto& out) { return kompress::iallgather(exec_space{}, in, out, comm, options); },
+              [&](auto& in, auto& out) { return kompress::allgather_init(exec_space{}, in, out, comm, options); }));
+          scatters.push_back(run_ring<T>(
+              how, send, n,
+              [&](auto& in, auto& out) { kompress::reduce_scatter(exec_space{}, in, out, comm, options); },
+              [&](auto& in, auto& out) { return kompress::ireduce_scatter(exec_space{}, in, out, comm, options); },
+              [&](auto& in, auto& out) {
+                return kompress::reduce_scatter_init(exec_space{}, in, out, comm, options);
+              }));
+        }
+        CAPTURE(n);
+        CAPTURE(int(mode));
+        CAPTURE(int(how));
+        const bool compressed = mode == kompress::transfer_mode::compressed;
+        for (std::size_t t = 0; t < sums.size(); ++t) {
+          CAPTURE(t);
+          CHECK(violations(sums[t], sum, magnitude, compressed ? p * e : 0.0) == 0);
+          CHECK(violations(gathers[t], own_gathered, host_view<T>(), compressed ? e : 0.0) == 0);
+          CHECK(violations(scatters[t], block_sum, block_magnitude, compressed ? (p - 1) * e : 0.0) == 0);
+          CHECK(identical_on_every_rank(sums[t]));
+          CHECK(identical_on_every_rank(gathers[t]));
+        }
+        // Compressed, both transports run the ring: the same bytes, the same sums.
+        if (compressed) {
+          CHECK(same_bytes(sums[0], sums[1]));
+          CHECK(same_bytes(gathers[0], gathers[1]));
+          CHECK(same_bytes(scatters[0], scatters[1]));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("allreduce in place, staged; the homomorphic reduction staged on host memory, refused on a device") {
+  const int p = size_of(), me = rank_of();
+  const std::size_t n = 30011;
+  const auto values = make_data<double>(n, me + 5);
+  host_view<double> sum("sum", n);
+  MPI_Allreduce(values.data(), sum.data(), int(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  for (const auto reduction : {kompress::reduction_method::recompress, kompress::reduction_method::homomorphic}) {
+    std::vector<host_view<double>> results;
+    std::vector<kompress::collective_report> reports;
+    for (const auto transport : transports) {
+      kompress::collective_options options{.codec = {.bound = kompress::relative(1e-3)},
+                                           .reduction = reduction,
+                                           .measure_error = true};
+      options.transport = transport;
+      auto data = to_device(values);
+      const bool device = !kompress::detail::host_memory_space<exec_space::memory_space>;
+      if (device && reduction == kompress::reduction_method::homomorphic) {
+        CHECK_THROWS_AS(kompress::allreduce(exec_space{}, data, MPI_COMM_WORLD, options), kompress::invalid_argument);
+        continue;
+      }
+      reports.push_back(kompress::allreduce(exec_space{}, data, MPI_COMM_WORLD, options));
+      results.push_back(to_host(data));
+    }
+    CAPTURE(int(reduction));
+    for (std::size_t t = 0; t < results.size(); ++t) {
+      CHECK(violations(results[t], sum, host_view<double>(), reports[t].absolute_bound + 1e-9) == 0);
+      if (p > 1) CHECK(reports[t].max_error <= reports[t].absolute_bound / p * (1 + 1e-12));
+    }
+    if (results.size() == 2) CHECK(same_bytes(results[0], results[1]));
   }
 }

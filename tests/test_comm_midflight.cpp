@@ -10,7 +10,9 @@
 // MPI that returns errors reports it), sends it one byte short or with its last byte flipped
 // (the receiver rejects it: a local failure of the receiver). k is the first, a middle or the
 // last message of a clean run of the same call. The same injection fails the agreement's own
-// messages (its tag), before any data moves. Run under mpiexec -n 2, 3 and 4.
+// messages (its tag), before any data moves. Run under mpiexec -n 2, 3 and 4; built a second
+// time with KOMPRESS_TEST_STAGED, where the collectives' data go through the transport seam's
+// host staging (transport_mode::staged), so the same failures are injected into staged calls.
 
 #include <kompress/comm.hpp>
 #include <kompress/dlrm.hpp>
@@ -111,8 +113,15 @@ const std::size_t large = 256 * 1024;
 #endif
 const std::size_t small = 2000;
 
+#ifdef KOMPRESS_TEST_STAGED
+constexpr auto test_transport = kompress::transport_mode::staged;
+#else
+constexpr auto test_transport = kompress::transport_mode::automatic;
+#endif
+
 kompress::collective_options options_for(double bound) {
   kompress::collective_options options{.codec = {.bound = kompress::absolute(bound)}};
+  options.transport = test_transport;
   options.cost.fixed_chunk_bytes = large * sizeof(float) / 4;  // a large message in 4 chunks
   return options;
 }
@@ -492,6 +501,7 @@ TEST_CASE("dlrm exchange: a failure mid-flight hangs no rank; the next iteration
     std::vector<kompress::dlrm::table> tables;
     for (int t = 0; t < 2 * p; ++t) tables.push_back({t % p, 64});
     kompress::dlrm::exchange_options options;
+    options.transport = test_transport;
     options.forward.bound = kompress::absolute(1e-3);
     auto exchange = std::make_shared<kompress::dlrm::embedding_exchange>(MPI_COMM_WORLD, tables, batch, options);
     matrix in("in", exchange->global_batch(), exchange->local_width());

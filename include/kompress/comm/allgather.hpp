@@ -28,7 +28,7 @@ namespace detail {
 
 /// MPI_Allgather itself for raw mode, a per-rank block too small to compress, and one rank.
 inline bool allgather_sends_raw(const agreed_ring& agreed, std::size_t bytes) {
-  return agreed.shape.size == 1 || !agreed.rule.may_compress(bytes);
+  return !agreed.how.staged && (agreed.shape.size == 1 || !agreed.rule.may_compress(bytes));
 }
 
 /// allgather's prologue: fence, check locally, agree.
@@ -37,8 +37,8 @@ agreed_ring agree_allgather(const Exec& exec, const SendView& send, const RecvVi
                             const collective_options& options, comm_workspace* workspace, bool nonblocking,
                             bool persistent, const char* who) {
   using T = typename SendView::non_const_value_type;
-  const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
-  const wire_rule rule{options.mode, options.cost};
+  agreed_ring agreed = enter_ring_collective<SendView, RecvView>(exec, comm, options, who);
+  const comm_shape shape = agreed.shape;
   const auto local_checks = [&] {
     validate_options(options.codec, who);
     require_contiguous(send, who, "the send View");
@@ -50,7 +50,6 @@ agreed_ring agree_allgather(const Exec& exec, const SendView& send, const RecvVi
     require_disjoint(send, recv, who, "the send and receive Views");
     byte_count(recv.size() * sizeof(T), who);  // MPI's int counts
   };
-  agreed_ring agreed{shape, rule, nullptr, false, nullptr};
   // On up to max_pairwise_ranks ranks a small raw call sends its block to every peer with the
   // agreement, and theirs land in place.
   const std::size_t bytes = send.size() * sizeof(T);
@@ -90,7 +89,7 @@ std::unique_ptr<operation> launch_allgather_ring(const Exec& exec, const SendVie
   // Ring chunk rank + 1 is memory block rank (rotation -1): this rank's block.
   return std::make_unique<ring_allreduce_operation<T, Exec>>(
       exec, ring_geometry{agreed.shape, recv.size(), -1}, agreed.rule, codec, bound, send.data(), recv.data(), slot,
-      comm, nonblocking, who, ring_schedule::allgather,
+      comm, nonblocking, agreed.how, who, ring_schedule::allgather,
       ring_extras{.homomorphic = {}, .measure_error = options.measure_error});
 }
 

@@ -84,7 +84,20 @@ struct agreed_ring {
   workspace_slot* slot = nullptr;
   bool carried = false;
   std::shared_ptr<std::byte[]> arrival;
+  transport how{};  ///< how the bytes reach MPI (agreed: every rank staged or none)
 };
+
+/// A ring collective's prologue before its checks: the Views' types checked, `exec` fenced,
+/// the wire rule and the transport of these Views.
+template <class SendView, class RecvView, class Exec>
+agreed_ring enter_ring_collective(const Exec& exec, MPI_Comm comm, const collective_options& options,
+                                  const char* who) {
+  agreed_ring agreed;
+  agreed.shape = enter_collective<SendView, RecvView>(exec, comm, who);
+  agreed.rule = wire_rule{options.mode, options.cost};
+  agreed.how = transport_for<Exec, typename SendView::memory_space, typename RecvView::memory_space>(options.transport);
+  return agreed;
+}
 
 /// The prologue the ring collectives share once the execution space is fenced: `local_checks`
 /// (this rank's arguments) and the workspace slot, then the agreement on what every rank must
@@ -104,6 +117,9 @@ void agree_ring_call(agreed_ring& agreed, collective_kind kind, std::size_t coun
                       : "the element count, element type, transfer mode, cost model and bound (mode and value)";
   a.local_failure = run_local_checks([&] {
     local_checks();
+    if (sums && options.reduction == reduction_method::homomorphic && !agreed.how.host_memory)
+      throw invalid_argument(std::string(who) + ": the homomorphic reduction runs on host memory only; use "
+                             "reduction_method::recompress for device Views");
     if (workspace) slot = &workspace->slot_for(comm, nonblocking, who);
   });
   fingerprint f = call_fingerprint(kind, nonblocking, sizeof(T));
@@ -113,22 +129,27 @@ void agree_ring_call(agreed_ring& agreed, collective_kind kind, std::size_t coun
   // The homomorphic codes are blocked by it on every rank alike (streams carry their own).
   if (sums && options.reduction == reduction_method::homomorphic) f.add(std::uint64_t(options.codec.block_size));
   agreed.rule.add_to(f);
+  // A staged rank runs the ring where others may take MPI's own collective.
+  f.add(std::uint64_t(agreed.how.staged));
   a.fingerprint = f.value();
   agreed.carried = agree(a, comm, who);
   agreed.slot = slot;
   if (workspace) workspace->taken(nonblocking);
 }
 
-/// Exactly MPI_Allreduce (with one rank: the input itself) where the ring would compress nothing.
+/// Exactly MPI_Allreduce (with one rank: the input itself) where the ring would compress nothing
+/// and MPI reads the Views (staged Views always take the ring).
 inline bool allreduce_sends_raw(const agreed_ring& agreed, std::size_t bytes) {
-  return agreed.shape.size == 1 || !agreed.rule.may_compress(bytes / std::size_t(agreed.shape.size));
+  return !agreed.how.staged &&
+         (agreed.shape.size == 1 || !agreed.rule.may_compress(bytes / std::size_t(agreed.shape.size)));
 }
 
 /// Whether a one-shot ring collective, raw, of `bytes` per message, offers its data to the
 /// agreement between pairs (on two to max_pairwise_ranks ranks, up to carried_limit). allgather
 /// offers wherever the pairs agree; the sums only on two ranks (ring_carries).
 inline bool pairwise_carries(const agreed_ring& agreed, bool sends_raw, bool persistent, std::size_t bytes) {
-  return agreed.shape.size >= 2 && sends_raw && !persistent && bytes <= carried_limit(agreed.shape.size);
+  return agreed.shape.size >= 2 && sends_raw && !persistent && agreed.how.small_calls() &&
+         bytes <= carried_limit(agreed.shape.size);
 }
 inline bool ring_carries(const agreed_ring& agreed, bool sends_raw, bool persistent, std::size_t bytes) {
   return agreed.shape.size == 2 && pairwise_carries(agreed, sends_raw, persistent, bytes);
@@ -137,7 +158,7 @@ inline bool ring_carries(const agreed_ring& agreed, bool sends_raw, bool persist
 /// (persistent_pair_exchange): on two ranks, up to the size a one-shot call carries with its
 /// agreement (above it, MPI's own persistent collective, as measured there).
 inline bool pair_rounds(const agreed_ring& agreed, std::size_t bytes) {
-  return agreed.shape.size == 2 && bytes <= carried_limit(2);
+  return agreed.shape.size == 2 && agreed.how.small_calls() && bytes <= carried_limit(2);
 }
 
 /// allreduce's prologue: fence, check locally, agree. On two ranks a raw call of at most
@@ -148,8 +169,7 @@ agreed_ring agree_allreduce(const Exec& exec, const SendView& send, const RecvVi
                             const collective_options& options, comm_workspace* workspace, bool nonblocking,
                             bool persistent, const char* who) {
   using T = typename SendView::non_const_value_type;
-  agreed_ring agreed{enter_collective<SendView, RecvView>(exec, comm, who), wire_rule{options.mode, options.cost},
-                     nullptr, false, nullptr};
+  agreed_ring agreed = enter_ring_collective<SendView, RecvView>(exec, comm, options, who);
   const std::size_t bytes = send.size() * sizeof(T);
   carried_payload carry;
   if (ring_carries(agreed, allreduce_sends_raw(agreed, bytes), persistent, bytes) && recv.size() == send.size()) {
@@ -190,7 +210,8 @@ std::unique_ptr<operation> launch_allreduce_ring(const Exec& exec, const SendVie
   const ring_extras extras = ring_extras_for(options, hop, shape);
   return std::make_unique<ring_allreduce_operation<T, Exec>>(exec, ring_geometry{shape, send.size()}, agreed.rule,
                                                              codec, hop * shape.size, send.data(), recv.data(), slot,
-                                                             comm, nonblocking, who, ring_schedule::allreduce, extras);
+                                                             comm, nonblocking, agreed.how, who,
+                                                             ring_schedule::allreduce, extras);
 }
 
 template <class Exec, class SendView, class RecvView>

@@ -160,7 +160,7 @@ agreed_exchange agree_exchange(const Exec& exec, const SendView& send, const Rec
                                bool uniform, MPI_Comm comm, const collective_options& options,
                                comm_workspace* workspace, bool nonblocking, bool persistent, const char* who) {
   using T = typename SendView::non_const_value_type;
-  const comm_shape shape = enter_collective<SendView, RecvView, view_memory::reachable>(exec, comm, who);
+  const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
   agreed_exchange agreed{shape, wire_rule{options.mode, options.cost}, {}, nullptr, false,
                          transport_for<Exec, typename SendView::memory_space, typename RecvView::memory_space>(
                              options.transport)};

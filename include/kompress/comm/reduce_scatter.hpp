@@ -32,7 +32,7 @@ namespace detail {
 
 /// MPI_Reduce_scatter_block itself for raw mode, a block too small to compress, and one rank.
 inline bool reduce_scatter_sends_raw(const agreed_ring& agreed, std::size_t block_bytes) {
-  return agreed.shape.size == 1 || !agreed.rule.may_compress(block_bytes);
+  return !agreed.how.staged && (agreed.shape.size == 1 || !agreed.rule.may_compress(block_bytes));
 }
 
 /// reduce_scatter's prologue: fence, check locally, agree.
@@ -41,8 +41,8 @@ agreed_ring agree_reduce_scatter(const Exec& exec, const SendView& send, const R
                                  const collective_options& options, comm_workspace* workspace, bool nonblocking,
                                  bool persistent, const char* who) {
   using T = typename SendView::non_const_value_type;
-  const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
-  const wire_rule rule{options.mode, options.cost};
+  agreed_ring agreed = enter_ring_collective<SendView, RecvView>(exec, comm, options, who);
+  const comm_shape shape = agreed.shape;
   const auto local_checks = [&] {
     validate_options(options.codec, who);
     if (options.codec.fill_value)
@@ -56,7 +56,6 @@ agreed_ring agree_reduce_scatter(const Exec& exec, const SendView& send, const R
     require_disjoint(send, recv, who, "the send and receive Views");
     byte_count(send.size() * sizeof(T), who);  // MPI's int counts
   };
-  agreed_ring agreed{shape, rule, nullptr, false, nullptr};
   // On two ranks a raw call of at most max_carried_bytes per block sends the peer's block with
   // the agreement; the peer's part of this rank's block lands in recv, and the sum is one add.
   const std::size_t block_bytes = recv.size() * sizeof(T);
@@ -102,7 +101,8 @@ std::unique_ptr<operation> launch_reduce_scatter_ring(const Exec& exec, const Se
   // The phase leaves ring chunk rank + 1 reduced on this rank; rotation -1 makes it block rank.
   return std::make_unique<ring_allreduce_operation<T, Exec>>(exec, ring_geometry{shape, send.size(), -1}, agreed.rule,
                                                              codec, hop * terms, send.data(), recv.data(), slot, comm,
-                                                             nonblocking, who, ring_schedule::reduce_scatter, extras);
+                                                             nonblocking, agreed.how, who, ring_schedule::reduce_scatter,
+                                                             extras);
 }
 
 template <class Exec, class SendView, class RecvView>

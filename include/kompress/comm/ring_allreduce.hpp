@@ -3,7 +3,9 @@
 // carries compressed partial sums (decompress, add, recompress) until rank r holds the sum of
 // chunk r+1; the allgather phase compresses each final chunk once on its owner and forwards
 // those bytes unchanged, so every rank decodes the same bytes and ends bit-identical.
-// allreduce chains the two; a reduce_scatter or allgather is one phase alone.
+// allreduce chains the two; a reduce_scatter or allgather is one phase alone. The codec and
+// the adds run on the call's execution space, in its memory (host or device), and the hops
+// reach MPI through the transport seam (comm/detail/transport.hpp), directly or staged.
 // docs/collectives.md gives the schedule and the error argument.
 
 #include <kompress/comm/detail/engine.hpp>
@@ -54,9 +56,12 @@ struct ring_extras {
 /// rank - s - 1; allgather step s sends chunk rank + 1 - s and receives rank - s. Each hop's
 /// message is cut into pieces (comm/detail/pipeline.hpp): piece i of a ring chunk is its own
 /// stream or raw values and its own MPI message, so that encoding piece i+1, sending piece i
-/// and decoding (and adding) the pieces that came in overlap within one hop.
+/// and decoding (and adding) the pieces that came in overlap within one hop. Its scratch is in
+/// the execution space's memory; the homomorphic reduction needs host memory.
 template <class T, class Exec>
 class ring_phases {
+  using memory = typename Exec::memory_space;
+
  public:
   /// `input`: this rank's values, all `count` of them, or with `gathers_only` (allgather) its
   /// own chunk's. The ring reads them where they are (no copy into scratch) until a chunk
@@ -77,19 +82,24 @@ class ring_phases {
         extras.homomorphic
             ? homomorphic_sums<T, Exec>::scratch_bytes(ring_.count, widest.chunk, codec_.block_size) + 8
             : 0;
-    slot_.reserve(std::max<std::size_t>(1, widest.count()) * piece_room_, (largest + ring_.count) * sizeof(T),
-                  sums_bytes + homomorphic_bytes);
-    sums_ = reinterpret_cast<T*>(slot_.decode.data());
+    send_room_ = std::max<std::size_t>(1, widest.count()) * piece_room_;
+    receive_room_ = (largest + ring_.count) * sizeof(T);
+    const scratch_room room =
+        slot_.template reserve_in<memory>(send_room_, receive_room_, sums_bytes + homomorphic_bytes);
+    send_ = room.send;
+    sums_ = reinterpret_cast<T*>(room.decode);
     incoming_ = sums_ + ring_.count;
-    hop_ = slot_.receive.data();
-    finals_ = slot_.receive.data() + largest * sizeof(T);
+    hop_ = room.receive;
+    finals_ = room.receive + largest * sizeof(T);
     final_length_.resize(std::size_t(ring_.p()));
     for (int c = 0; c < ring_.p(); ++c) final_length_[std::size_t(c)].assign(plan(ring_.size(c)).count(), 0);
     // --- homomorphic reduction hook (comm/detail/homomorphic.hpp): it reads the input there ---
     if (extras.homomorphic) {
+      if (!host_memory_space<memory>)  // the callers reject it first, on every rank
+        throw invalid_argument("kompress: the homomorphic reduction runs on host memory only");
       std::memcpy(sums_, input, ring_.count * sizeof(T));
       homomorphic_.emplace(exec_, *extras.homomorphic, codec_.block_size, ring_.count, widest.chunk, sums_,
-                           slot_.decode.data() + (sums_bytes + 7) / 8 * 8);
+                           room.decode + (sums_bytes + 7) / 8 * 8);
     }
     if (extras.measure_error) {
       max_error_ = 0.0;
@@ -119,6 +129,14 @@ class ring_phases {
   }
   chunk_plan plan_of(int chunk) const { return plan(ring_.size(chunk)); }
 
+  /// The scratch one hop sends from (piece i at i * piece_room()) and receives into (the
+  /// targets below, at their offset from receive_base()), in bytes.
+  std::size_t send_room() const { return send_room_; }
+  std::size_t receive_room() const { return receive_room_; }
+  std::size_t piece_room() const { return piece_room_; }
+  const std::byte* send_base() const { return send_; }
+  const std::byte* receive_base() const { return hop_; }
+
   /// This rank's chunk (ring chunk rank + 1, the one it owns at the allgather phase):
   /// reduce_scatter reads its result here.
   T* own_chunk() { return sums_ + ring_.begin(allgather_sent(0)); }
@@ -130,7 +148,7 @@ class ring_phases {
   std::span<const std::byte> reduce_scatter_send(int s, std::size_t piece) {
     const int chunk = reduce_scatter_sent(s);
     const chunk_plan pieces = plan_of(chunk);
-    std::byte* const out = slot_.send.data() + piece * piece_room_;
+    std::byte* const out = send_ + piece * piece_room_;
     // Step 0 sends this rank's own values; later steps the sums formed on arrival.
     const std::size_t length = encode_span(ring_.begin(chunk) + pieces.begin(piece), pieces.size(piece), s > 0, out);
     return {out, length};
@@ -144,7 +162,7 @@ class ring_phases {
       homomorphic_->add(ring_.begin(chunk) + at, n, hop_ + at * sizeof(T), length, who);
       return;
     }
-    decode_message(exec_, hop_ + at * sizeof(T), length, n, incoming_ + at, who);
+    decode_message<memory>(exec_, hop_ + at * sizeof(T), length, n, incoming_ + at, who);
     // The first (and only) arrival of this chunk at this rank: its sum is born here.
     T* const sums = sums_ + ring_.begin(chunk) + at;
     const T* const own = contribution(ring_.begin(chunk) + at);
@@ -165,9 +183,9 @@ class ring_phases {
     if (s == 0) {
       // This rank owns the final value of chunk rank + 1: compress it once; every rank, this
       // one included, decodes these same bytes.
-      std::byte* const out = slot_.send.data() + piece * piece_room_;
+      std::byte* const out = send_ + piece * piece_room_;
       length = encode_span(ring_.begin(chunk) + pieces.begin(piece), pieces.size(piece), !gathers_only_, out);
-      std::memcpy(slot, out, length);
+      copy_values<memory>(exec_, slot, static_cast<const std::byte*>(out), length);
       decode_final(slot, length, ring_.begin(chunk) + pieces.begin(piece), pieces.size(piece), who);
     }
     return {slot, length};
@@ -189,19 +207,18 @@ class ring_phases {
   std::size_t encode(const T* values, std::size_t count, std::byte* out) {
     const std::size_t raw = count * sizeof(T);
     if (may_compress() && count > 0) {
-      const std::size_t length = compress(exec_, host_values<const T>(values, count),
-                                          host_bytes(out, max_compressed_size<T>(count, codec_)), codec_);
+      const std::size_t length = compress(exec_, values_in<const T, memory>(values, count),
+                                          values_in<std::byte, memory>(out, max_compressed_size<T>(count, codec_)),
+                                          codec_);
       if (rule_.send_compressed(raw, length)) {
         if (max_error_ == max_error_) {  // measuring: decode what leaves (incoming_ is free while sending)
-          decode_message(exec_, out, length, count, incoming_, "kompress::measure_error");
-          for (std::size_t i = 0; i < count; ++i)
-            if (std::isfinite(values[i]))
-              max_error_ = std::max(max_error_, std::fabs(double(values[i]) - double(incoming_[i])));
+          decode_message<memory>(exec_, out, length, count, incoming_, "kompress::measure_error");
+          max_error_ = std::max(max_error_, max_difference<memory>(exec_, values, incoming_, count));
         }
         return length;
       }
     }
-    std::memcpy(out, values, raw);
+    copy_values<memory>(exec_, out, reinterpret_cast<const std::byte*>(values), raw);
     return raw;
   }
   bool may_compress() const { return rule_.may_compress(ring_.count * sizeof(T) / std::size_t(ring_.p())); }
@@ -218,7 +235,7 @@ class ring_phases {
   /// Decodes a message of final values [begin, begin + count) into the output.
   void decode_final(const std::byte* in, std::size_t length, std::size_t begin, std::size_t count, const char* who) {
     if (homomorphic_) homomorphic_->decode(in, length, count, output_ + begin, who);  // --- homomorphic hook ---
-    else decode_message(exec_, in, length, count, output_ + begin, who);
+    else decode_message<memory>(exec_, in, length, count, output_ + begin, who);
   }
 
   Exec exec_;
@@ -231,8 +248,9 @@ class ring_phases {
   std::size_t input_begin_ = 0;   ///< the position of input_[0] in the whole message
   bool gathers_only_ = false;     ///< allgather: input_ is the own chunk, no sums are formed
   T *sums_ = nullptr, *incoming_ = nullptr;
-  std::byte *hop_ = nullptr, *finals_ = nullptr;
-  std::size_t piece_room_ = 0;                          ///< send staging per piece
+  std::byte *send_ = nullptr, *hop_ = nullptr, *finals_ = nullptr;
+  std::size_t piece_room_ = 0;                          ///< send scratch per piece
+  std::size_t send_room_ = 0, receive_room_ = 0;
   std::vector<std::vector<std::size_t>> final_length_;  ///< per ring chunk, per piece
   double max_error_ = NAN;                              ///< measured when not NaN
   std::optional<homomorphic_sums<T, Exec>> homomorphic_;
@@ -251,11 +269,13 @@ class ring_allreduce_operation final : public operation {
  public:
   ring_allreduce_operation(const Exec& exec, ring_geometry geometry, wire_rule rule, compress_options codec,
                            double result_bound, const T* input, T* output, workspace_slot* leased, MPI_Comm comm,
-                           bool nonblocking, const char* who, ring_schedule schedule = ring_schedule::allreduce,
-                           const ring_extras& extras = {})
-      : who_(who), schedule_(schedule), output_(output), scratch_(leased, comm, nonblocking, who),
+                           bool nonblocking, transport how, const char* who,
+                           ring_schedule schedule = ring_schedule::allreduce, const ring_extras& extras = {})
+      : exec_(exec), who_(who), how_(how), schedule_(schedule), input_(input), output_(output),
+        scratch_(leased, comm, nonblocking, who),
         phases_(exec, geometry, rule, codec, *scratch_, input, output, extras, schedule == ring_schedule::allgather) {
     report_.absolute_bound = result_bound;
+    if (how_.staged) scratch_->reserve_staging(phases_.send_room(), phases_.receive_room());
     if (total_steps() > 0) start_step();
     else finish();
   }
@@ -285,18 +305,50 @@ class ring_allreduce_operation final : public operation {
   }
   int gather_step(int step) const { return schedule_ == ring_schedule::allreduce ? step - phase_steps() : step; }
 
-  /// reduce_scatter: the own chunk's sum is the result (the last arrival was added to it).
+  /// reduce_scatter: the own chunk's sum is the result (the last arrival was added to it). One
+  /// rank (staged calls take the ring there too): the result is the input.
   void finish() {
     if (failure_.aborting()) return;
-    if (schedule_ == ring_schedule::reduce_scatter && phases_.own_size() > 0)
-      std::memcpy(output_, phases_.own_result(), phases_.own_size() * sizeof(T));
+    using memory = typename Exec::memory_space;
+    const std::size_t count = phases_.geometry().count;
+    if (phases_.geometry().p() == 1) {
+      if (input_ != output_) copy_values<memory>(exec_, output_, input_, count);
+    } else if (schedule_ == ring_schedule::reduce_scatter && phases_.own_size() > 0) {
+      copy_values<memory>(exec_, output_, static_cast<const T*>(phases_.own_result()), phases_.own_size());
+    }
+    exec_.fence("kompress: ring result in place");
     report_.max_error = phases_.max_error();
+  }
+
+  /// Where this step's incoming piece `piece` lands (in the execution space's memory).
+  std::byte* landing(int piece) {
+    const bool scatter = this->scatter(step_);
+    const int s = scatter ? step_ : gather_step(step_);
+    const int in_chunk = scatter ? phases_.reduce_scatter_received(s) : phases_.allgather_received(s);
+    std::byte* const target = scatter ? phases_.reduce_scatter_target(s) : phases_.allgather_target(s);
+    return target + phases_.plan_of(in_chunk).begin(std::size_t(piece)) * sizeof(T);
+  }
+  /// The host staging twin of a receive address (the same offset from the scratch's start).
+  std::byte* staged_twin(const std::byte* target) const {
+    return scratch_->staged_receive.data() + (target - phases_.receive_base());
   }
 
   /// Piece `piece` of this step's incoming chunk arrived, `bytes` long.
   void arrived(int piece, std::size_t bytes) {
+    if (how_.staged) {
+      std::byte* const landed = landing(piece);
+      stage_in(exec_, landed, staged_twin(landed), bytes);
+    }
     if (scatter(step_)) phases_.reduce_scatter_arrived(step_, std::size_t(piece), bytes, who_);
     else phases_.allgather_arrived(gather_step(step_), std::size_t(piece), bytes, who_);
+  }
+
+  /// What MPI sends for outgoing piece `piece`: the payload, or its copy in host staging.
+  std::span<const std::byte> to_mpi(std::size_t piece, std::span<const std::byte> payload) {
+    if (!how_.staged) return payload;
+    std::byte* const staged = scratch_->staged_send.data() + piece * phases_.piece_room();
+    stage_out(exec_, staged, payload.data(), payload.size());
+    return {staged, payload.size()};
   }
 
   /// Posts this step's receives (one per piece), then encodes and sends the outgoing pieces
@@ -308,9 +360,9 @@ class ring_allreduce_operation final : public operation {
     const int out_chunk = scatter ? phases_.reduce_scatter_sent(s) : phases_.allgather_sent(s);
     const int in_chunk = scatter ? phases_.reduce_scatter_received(s) : phases_.allgather_received(s);
     posted_.emplace(failure_);  // the previous step's requests have all completed
-    post_chunk_receives(*posted_, phases_.plan_of(in_chunk), sizeof(T),
-                        scatter ? phases_.reduce_scatter_target(s) : phases_.allgather_target(s), ring.left(),
-                        scratch_->comm, who_, [](std::size_t piece) { return int(piece); });
+    std::byte* const target = scatter ? phases_.reduce_scatter_target(s) : phases_.allgather_target(s);
+    post_chunk_receives(*posted_, phases_.plan_of(in_chunk), sizeof(T), how_.staged ? staged_twin(target) : target,
+                        ring.left(), scratch_->comm, who_, [](std::size_t piece) { return int(piece); });
     const chunk_plan pieces = phases_.plan_of(out_chunk);
     bool compressed = false;
     send_chunks(
@@ -322,7 +374,7 @@ class ring_allreduce_operation final : public operation {
           compressed = compressed || payload.size() < pieces.size(piece) * sizeof(T);
           report_.wire_bytes += payload.size();
           ++report_.chunks;
-          return payload;
+          return to_mpi(piece, payload);
         },
         [&] { posted_->progress(false, who_, [&](int piece, std::size_t bytes) { arrived(piece, bytes); }); });
     report_.payload_bytes += ring.size(out_chunk) * sizeof(T);
@@ -330,8 +382,11 @@ class ring_allreduce_operation final : public operation {
     ++report_.messages;
   }
 
+  Exec exec_;
   const char* who_;
+  transport how_;
   ring_schedule schedule_;
+  const T* input_;
   T* output_;
   call_scratch scratch_;
   ring_phases<T, Exec> phases_;

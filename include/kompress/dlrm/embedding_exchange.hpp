@@ -245,7 +245,7 @@ class embedding_exchange {
                                 : (nonblocking ? "kompress::dlrm::embedding_exchange::ibackward"
                                                : "kompress::dlrm::embedding_exchange::backward");
     Kokkos::Profiling::ScopedRegion region(who);
-    kompress::detail::enter_collective<In, Out, kompress::detail::view_memory::reachable>(exec, comm_, who);
+    kompress::detail::enter_collective<In, Out>(exec, comm_, who);
     // The backward pass belongs to the iteration whose forward came last.
     const std::uint64_t iteration = fwd ? iteration_ : (iteration_ > 0 ? iteration_ - 1 : 0);
     std::vector<kompress::detail::peer_segments<T>> peers;

@@ -628,14 +628,9 @@ inline fingerprint call_fingerprint(collective_kind kind, bool nonblocking, std:
   return f;
 }
 
-/// Which memory a collective takes its Views in.
-enum class view_memory {
-  reachable,  ///< any memory the execution space reaches (alltoall(v), the DLRM exchange)
-  host,       ///< host memory and a host execution space (allreduce, allgather, reduce_scatter)
-};
-
-/// What every collective asks of its Views' types.
-template <class Exec, class SendView, class RecvView, view_memory Memory>
+/// What every collective asks of its Views' types: any memory the execution space reaches
+/// (host or device; the transport seam gets the bytes to MPI).
+template <class Exec, class SendView, class RecvView>
 constexpr void check_view_types() {
   static_assert(std::is_same_v<typename SendView::non_const_value_type, typename RecvView::non_const_value_type>,
                 "kompress collectives and dlrm exchange: input and output Views must hold the same element type");
@@ -644,20 +639,13 @@ constexpr void check_view_types() {
   static_assert(Kokkos::SpaceAccessibility<Exec, typename SendView::memory_space>::accessible &&
                     Kokkos::SpaceAccessibility<Exec, typename RecvView::memory_space>::accessible,
                 "kompress collectives and dlrm exchange: the Views must be accessible from the execution space");
-  if constexpr (Memory == view_memory::host) {
-    static_assert(host_memory_space<typename SendView::memory_space> &&
-                      host_memory_space<typename RecvView::memory_space> &&
-                      Kokkos::SpaceAccessibility<Exec, Kokkos::HostSpace>::accessible,
-                  "kompress::allreduce, allgather and reduce_scatter: the Views must be host-accessible and the "
-                  "execution space must run on the host (device Views: alltoall, alltoallv and the DLRM exchange)");
-  }
 }
 
 /// The start of every collective call: the Views' types checked, `exec` fenced so that MPI and
 /// the host read what work on it produced; returns the communicator's shape.
-template <class SendView, class RecvView, view_memory Memory = view_memory::host, class Exec>
+template <class SendView, class RecvView, class Exec>
 comm_shape enter_collective(const Exec& exec, MPI_Comm comm, const char* who) {
-  check_view_types<Exec, SendView, RecvView, Memory>();
+  check_view_types<Exec, SendView, RecvView>();
   exec.fence("kompress: before MPI or the host reads a user View");
   return shape_of(comm, who);
 }
