@@ -124,6 +124,10 @@ void add_halves(void* in, void* inout, int* count, MPI_Datatype*) {
   for (int i = 0; i < *count; ++i) b[i] = half(float(a[i]) + float(b[i]));
 }
 
+/// One MPI collective on `in` and `out` (host, or device under a CUDA-aware MPI) of a type and,
+/// for a sum, its op.
+using mpi_collective = std::function<void(void* in, void* out, MPI_Datatype type, MPI_Op sum)>;
+
 /// The plain-MPI and fp16 baselines of one collective on `n` values in, `n` values out
 /// (alltoall or allreduce), staged through pinned host memory unless MPI reads the Views.
 struct baselines {
@@ -150,9 +154,7 @@ struct baselines {
     MPI_Type_free(&half_type);
   }
 
-  /// collective(in, out) on host (or, direct, device) pointers of `count` elements per call.
-  template <class Collective>
-  void mpi(const values& in, const values& out, Collective&& collective) {
+  void mpi(const values& in, const values& out, const mpi_collective& collective) {
     if (direct) {
       exec().fence();
       collective(in.data(), out.data(), MPI_FLOAT, MPI_SUM);
@@ -166,8 +168,7 @@ struct baselines {
   }
   /// `staged_only`: the halves go through host memory even where MPI reads the Views (a
   /// user-defined MPI_Op runs on the host).
-  template <class Collective>
-  void fp16(const values& in, const values& out, Collective&& collective, bool staged_only = false) {
+  void fp16(const values& in, const values& out, const mpi_collective& collective, bool staged_only = false) {
     const auto down = half_in;
     const auto from = in;
     Kokkos::parallel_for("bench::to_half", Kokkos::RangePolicy<exec>(0, in.size()),

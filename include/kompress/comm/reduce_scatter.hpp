@@ -99,10 +99,9 @@ std::unique_ptr<operation> launch_reduce_scatter_ring(const Exec& exec, const Se
   codec.bound = absolute(hop);
   const ring_extras extras = ring_extras_for(options, hop, shape);
   // The phase leaves ring chunk rank + 1 reduced on this rank; rotation -1 makes it block rank.
-  return std::make_unique<ring_allreduce_operation<T, Exec>>(exec, ring_geometry{shape, send.size(), -1}, agreed.rule,
-                                                             codec, hop * terms, send.data(), recv.data(), slot, comm,
-                                                             nonblocking, agreed.how, who, ring_schedule::reduce_scatter,
-                                                             extras);
+  return std::make_unique<ring_allreduce_operation<T, Exec>>(
+      exec, ring_geometry{shape, send.size(), -1}, agreed.rule, codec, hop * terms, send.data(), recv.data(), slot, comm,
+      nonblocking, agreed.how, who, ring_schedule::reduce_scatter, extras);
 }
 
 template <class Exec, class SendView, class RecvView>

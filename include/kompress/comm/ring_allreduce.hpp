@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace kompress::inline v0::detail {
@@ -61,6 +62,8 @@ struct ring_extras {
 template <class T, class Exec>
 class ring_phases {
   using memory = typename Exec::memory_space;
+  /// The homomorphic reduction runs on the host; for device memory the callers refuse it first.
+  using homomorphic_exec = std::conditional_t<host_memory_space<memory>, Exec, Kokkos::DefaultHostExecutionSpace>;
 
  public:
   /// `input`: this rank's values, all `count` of them, or with `gathers_only` (allgather) its
@@ -80,7 +83,7 @@ class ring_phases {
     const std::size_t sums_bytes = (ring_.count + largest) * sizeof(T);
     const std::size_t homomorphic_bytes =
         extras.homomorphic
-            ? homomorphic_sums<T, Exec>::scratch_bytes(ring_.count, widest.chunk, codec_.block_size) + 8
+            ? homomorphic_sums<T, homomorphic_exec>::scratch_bytes(ring_.count, widest.chunk, codec_.block_size) + 8
             : 0;
     send_room_ = std::max<std::size_t>(1, widest.count()) * piece_room_;
     receive_room_ = (largest + ring_.count) * sizeof(T);
@@ -95,11 +98,13 @@ class ring_phases {
     for (int c = 0; c < ring_.p(); ++c) final_length_[std::size_t(c)].assign(plan(ring_.size(c)).count(), 0);
     // --- homomorphic reduction hook (comm/detail/homomorphic.hpp): it reads the input there ---
     if (extras.homomorphic) {
-      if (!host_memory_space<memory>)  // the callers reject it first, on every rank
+      if constexpr (host_memory_space<memory>) {
+        std::memcpy(sums_, input, ring_.count * sizeof(T));
+        homomorphic_.emplace(exec_, *extras.homomorphic, codec_.block_size, ring_.count, widest.chunk, sums_,
+                             room.decode + (sums_bytes + 7) / 8 * 8);
+      } else {
         throw invalid_argument("kompress: the homomorphic reduction runs on host memory only");
-      std::memcpy(sums_, input, ring_.count * sizeof(T));
-      homomorphic_.emplace(exec_, *extras.homomorphic, codec_.block_size, ring_.count, widest.chunk, sums_,
-                           room.decode + (sums_bytes + 7) / 8 * 8);
+      }
     }
     if (extras.measure_error) {
       max_error_ = 0.0;
@@ -253,7 +258,7 @@ class ring_phases {
   std::size_t send_room_ = 0, receive_room_ = 0;
   std::vector<std::vector<std::size_t>> final_length_;  ///< per ring chunk, per piece
   double max_error_ = NAN;                              ///< measured when not NaN
-  std::optional<homomorphic_sums<T, Exec>> homomorphic_;
+  std::optional<homomorphic_sums<T, homomorphic_exec>> homomorphic_;
 };
 
 /// Which phases a ring operation runs.

@@ -615,7 +615,8 @@ struct block_messages {
   template <class Exec>
   static double decode_error(const Exec& exec, const T* values, std::size_t count, const std::byte* stream,
                              std::size_t length) {
-    const Kokkos::View<T*, Memory> decoded(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::measured"), count);
+    const Kokkos::View<T*, Memory> decoded(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::measured"),
+                                           count);
     decompress(exec, values_in<const std::byte, Memory>(stream, length), decoded);
     return max_difference<Memory>(exec, values, decoded.data(), count);
   }
