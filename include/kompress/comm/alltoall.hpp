@@ -164,6 +164,7 @@ agreed_exchange agree_exchange(const Exec& exec, const SendView& send, const Rec
   agreed_exchange agreed{shape, wire_rule{options.mode, options.cost}, {}, nullptr, false,
                          transport_for<Exec, typename SendView::memory_space, typename RecvView::memory_space>(
                              options.transport)};
+  if (agreed.how.staged) agreed.rule.cost = options.cost.staged();  // the copies count in auto mode
   exchange_layout& layout = agreed.layout;
   agreement a;
   a.must_match = uniform ? "the element type, transfer mode, cost model, element count and whether the Views "

@@ -36,6 +36,21 @@ struct cost_model {
   std::uint64_t max_chunks = 64;               ///< no message in more chunks
   /// A fixed chunk size in bytes (0: from the model, chunk_bytes below).
   std::uint64_t fixed_chunk_bytes = 0;
+  /// A staged call's copies between its memory and host staging, one direction (PCIe 4.0 x16
+  /// with pinned buffers moves about 25 GB/s): where the transport seam stages a call, every
+  /// message crosses them twice, in series with the link (staged() below). 0: not counted.
+  double staging_bytes_per_second = 25e9;
+
+  /// The model of a staged call (docs/collectives.md, "The transport seam"): each message is
+  /// copied to host staging on the sender and from it on the receiver, so the link a message
+  /// sees is the link and two staging copies in series. Raw values pay the copies whole, a
+  /// stream ratio-times less: automatic mode compresses where the copies tip the balance.
+  cost_model staged() const {
+    cost_model model = *this;
+    if (staging_bytes_per_second > 0.0)
+      model.link_bytes_per_second = 1.0 / (1.0 / link_bytes_per_second + 2.0 / staging_bytes_per_second);
+    return model;
+  }
 
   /// The three stages of a compressed message of `bytes` at ratio `ratio`, seconds.
   double compress_seconds(double bytes) const { return bytes / compress_bytes_per_second; }

@@ -91,7 +91,8 @@ struct wire_rule {
     if (mode != transfer_mode::raw)
       f.add(cost.link_bytes_per_second).add(cost.compress_bytes_per_second).add(cost.decompress_bytes_per_second)
           .add(cost.min_message_bytes).add(cost.min_gain).add(std::uint64_t(cost.pipeline)).add(cost.chunk_seconds)
-          .add(cost.min_chunk_bytes).add(cost.max_chunks).add(cost.fixed_chunk_bytes);
+          .add(cost.min_chunk_bytes).add(cost.max_chunks).add(cost.fixed_chunk_bytes)
+          .add(cost.staging_bytes_per_second);
   }
   /// How a message of `values` elements is cut (one chunk unless it may be compressed).
   chunk_plan plan(std::size_t values, std::size_t value_bytes, std::uint64_t nominal_bytes) const {
