@@ -50,10 +50,6 @@
 
 namespace kompress::inline v0::detail {
 
-template <class T, class Memory = Kokkos::HostSpace>
-using host_values = Kokkos::View<T*, Memory, Kokkos::MemoryUnmanaged>;
-using host_bytes = Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-using const_host_bytes = Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
 /// Values and bytes in the memory a call works in (host or device), unmanaged.
 template <class T, class Memory>
 using values_in = Kokkos::View<T*, Memory, Kokkos::MemoryUnmanaged>;
