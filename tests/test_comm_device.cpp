@@ -106,22 +106,12 @@ TEST_CASE_TEMPLATE("alltoall on the execution space's memory, direct and staged,
 }
 
 TEST_CASE_TEMPLATE("alltoallv staged: zero and uneven counts, blocking and nonblocking", T, float, double) {
-  const int p = size_of(), me = rank_of();
-  const auto count = [](int from, int to) { return std::size_t((from + 2 * to) % 5) * 997; };
-  std::vector<std::size_t> send_counts(p), send_displs(p), recv_counts(p), recv_displs(p);
-  for (int j = 0; j < p; ++j) {
-    send_counts[j] = count(me, j);
-    recv_counts[j] = count(j, me);
-  }
-  std::exclusive_scan(send_counts.begin(), send_counts.end(), send_displs.begin(), std::size_t(0));
-  std::exclusive_scan(recv_counts.begin(), recv_counts.end(), recv_displs.begin(), std::size_t(0));
-  const auto values = make_data<T>(send_displs.back() + send_counts.back(), me + 7);
-  const std::size_t total = recv_displs.back() + recv_counts.back();
+  const uneven_layout layout;
+  const auto& [send_counts, send_displs, recv_counts, recv_displs] = layout;
+  const auto values = make_data<T>(layout.send_total(), rank_of() + 7);
+  const std::size_t total = layout.recv_total();
   host_view<T> expected("expected", total);
-  std::vector<int> sc(send_counts.begin(), send_counts.end()), sd(send_displs.begin(), send_displs.end());
-  std::vector<int> rc(recv_counts.begin(), recv_counts.end()), rd(recv_displs.begin(), recv_displs.end());
-  MPI_Alltoallv(values.data(), sc.data(), sd.data(), mpi_type<T>(), expected.data(), rc.data(), rd.data(),
-                mpi_type<T>(), MPI_COMM_WORLD);
+  layout.mpi_alltoallv(values.data(), expected.data());
   const auto send = to_device(values);
   for (const auto mode : {kompress::transfer_mode::compressed, kompress::transfer_mode::raw}) {
     for (const bool nonblocking : {false, true}) {

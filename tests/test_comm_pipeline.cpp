@@ -189,23 +189,12 @@ TEST_CASE_TEMPLATE("pipelined alltoall matches MPI_Alltoall within the bound", T
 }
 
 TEST_CASE_TEMPLATE("pipelined alltoallv with zero and uneven counts", T, float, double) {
-  const int p = size_of(), me = rank_of();
-  const auto count = [](int from, int to) { return std::size_t((from + 2 * to) % 5) * 997; };
-  std::vector<std::size_t> send_counts(p), send_displs(p), recv_counts(p), recv_displs(p);
-  for (int j = 0; j < p; ++j) {
-    send_counts[j] = count(me, j);
-    recv_counts[j] = count(j, me);
-  }
-  std::exclusive_scan(send_counts.begin(), send_counts.end(), send_displs.begin(), std::size_t(0));
-  std::exclusive_scan(recv_counts.begin(), recv_counts.end(), recv_displs.begin(), std::size_t(0));
-  const std::size_t total_send = send_displs.back() + send_counts.back();
-  const std::size_t total_recv = recv_displs.back() + recv_counts.back();
-  auto send = make_data<T>(total_send, me + 7);
+  const uneven_layout layout;
+  const auto& [send_counts, send_displs, recv_counts, recv_displs] = layout;
+  const std::size_t total_recv = layout.recv_total();
+  auto send = make_data<T>(layout.send_total(), rank_of() + 7);
   host_view<T> got("got", total_recv), expected("expected", total_recv);
-  std::vector<int> sc(send_counts.begin(), send_counts.end()), sd(send_displs.begin(), send_displs.end());
-  std::vector<int> rc(recv_counts.begin(), recv_counts.end()), rd(recv_displs.begin(), recv_displs.end());
-  MPI_Alltoallv(send.data(), sc.data(), sd.data(), mpi_type<T>(), expected.data(), rc.data(), rd.data(), mpi_type<T>(),
-                MPI_COMM_WORLD);
+  layout.mpi_alltoallv(send.data(), expected.data());
   for (const std::size_t chunk : {std::size_t(1000), std::size_t(0)})
     for (const bool nonblocking : {false, true}) {
       CAPTURE(chunk);

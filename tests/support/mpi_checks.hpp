@@ -9,8 +9,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <type_traits>
+#include <vector>
 
 namespace kompress::test {
 
@@ -33,6 +35,36 @@ template <class T>
 MPI_Datatype mpi_type() {
   return std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
 }
+
+/// An alltoallv layout with zero and uneven counts, in elements, blocks in rank order: rank r
+/// sends (r + 2 j) % 5 * 997 values to rank j.
+struct uneven_layout {
+  std::vector<std::size_t> send_counts, send_displs, recv_counts, recv_displs;
+
+  uneven_layout() {
+    const int p = size_of(), me = rank_of();
+    const auto count = [](int from, int to) { return std::size_t((from + 2 * to) % 5) * 997; };
+    for (int j = 0; j < p; ++j) {
+      send_counts.push_back(count(me, j));
+      recv_counts.push_back(count(j, me));
+    }
+    send_displs.resize(send_counts.size());
+    recv_displs.resize(recv_counts.size());
+    std::exclusive_scan(send_counts.begin(), send_counts.end(), send_displs.begin(), std::size_t(0));
+    std::exclusive_scan(recv_counts.begin(), recv_counts.end(), recv_displs.begin(), std::size_t(0));
+  }
+  std::size_t send_total() const { return send_displs.back() + send_counts.back(); }
+  std::size_t recv_total() const { return recv_displs.back() + recv_counts.back(); }
+
+  /// Plain MPI's answer: MPI_Alltoallv of `send` into `recv` with these counts.
+  template <class T>
+  void mpi_alltoallv(const T* send, T* recv) const {
+    const auto ints = [](const std::vector<std::size_t>& v) { return std::vector<int>(v.begin(), v.end()); };
+    const auto sc = ints(send_counts), sd = ints(send_displs), rc = ints(recv_counts), rd = ints(recv_displs);
+    MPI_Alltoallv(send, sc.data(), sd.data(), mpi_type<T>(), recv, rc.data(), rd.data(), mpi_type<T>(),
+                  MPI_COMM_WORLD);
+  }
+};
 
 /// Smooth data with a rank-dependent phase (the seed) and noise.
 template <class T>
