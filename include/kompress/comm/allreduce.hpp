@@ -94,9 +94,8 @@ agreed_ring enter_ring_collective(const Exec& exec, MPI_Comm comm, const collect
                                   const char* who) {
   agreed_ring agreed;
   agreed.shape = enter_collective<SendView, RecvView>(exec, comm, who);
-  agreed.rule = wire_rule{options.mode, options.cost};
   agreed.how = transport_for<Exec, typename SendView::memory_space, typename RecvView::memory_space>(options.transport);
-  if (agreed.how.staged) agreed.rule.cost = options.cost.staged();  // the copies count in auto mode
+  agreed.rule = wire_rule::for_call(options, agreed.how);
   return agreed;
 }
 

@@ -112,8 +112,10 @@ struct agreed_exchange {
   transport how{};  ///< how the bytes reach MPI (agreed: every rank staged or none)
 };
 
-/// Whether no message of the exchange may be compressed: then it is MPI's own collective.
+/// Whether no message of the exchange may be compressed and MPI reads the Views: then it is MPI's
+/// own collective (staged Views always take the engine).
 inline bool exchange_sends_raw(const agreed_exchange& agreed, std::size_t element_bytes) {
+  if (agreed.how.staged) return false;
   for (int peer = 0; peer < agreed.shape.size; ++peer)
     if (agreed.rule.may_compress(agreed.layout.send_counts[std::size_t(peer)] * element_bytes) ||
         agreed.rule.may_compress(agreed.layout.recv_counts[std::size_t(peer)] * element_bytes))
@@ -161,10 +163,9 @@ agreed_exchange agree_exchange(const Exec& exec, const SendView& send, const Rec
                                comm_workspace* workspace, bool nonblocking, bool persistent, const char* who) {
   using T = typename SendView::non_const_value_type;
   const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
-  agreed_exchange agreed{shape, wire_rule{options.mode, options.cost}, {}, nullptr, false,
-                         transport_for<Exec, typename SendView::memory_space, typename RecvView::memory_space>(
-                             options.transport)};
-  if (agreed.how.staged) agreed.rule.cost = options.cost.staged();  // the copies count in auto mode
+  const transport how =
+      transport_for<Exec, typename SendView::memory_space, typename RecvView::memory_space>(options.transport);
+  agreed_exchange agreed{shape, wire_rule::for_call(options, how), {}, nullptr, false, how};
   exchange_layout& layout = agreed.layout;
   agreement a;
   a.must_match = uniform ? "the element type, transfer mode, cost model, element count and whether the Views "
@@ -275,8 +276,8 @@ std::unique_ptr<operation> start_alltoall(const Exec& exec, const SendView& send
   if (agreed.carried) return finish_carried_exchange(send, recv, agreed, options, who);
   // Nothing to compress: at 2 ranks the engine's pairwise messages measured faster than
   // MPI_Alltoall after the same agreement; at more ranks MPI's own algorithm is far faster
-  // (docs/performance.md, "Persistent collectives"), where MPI can read the Views.
-  if (agreed.shape.size <= 2 || agreed.how.staged || !exchange_sends_raw(agreed, sizeof(T)))
+  // (docs/performance.md, "Persistent collectives").
+  if (agreed.shape.size <= 2 || !exchange_sends_raw(agreed, sizeof(T)))
     return launch_exchange(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
   auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
   const int count = int(agreed.layout.send_counts[0]);
@@ -301,9 +302,8 @@ std::unique_ptr<persistent_operation> init_exchange(const Exec& exec, const Send
   Kokkos::Profiling::ScopedRegion region(who);
   const agreed_exchange agreed = agree_exchange(exec, send, recv, std::forward<MakeLayout>(make_layout), uniform, comm,
                                                 options, nullptr, true, true, who);
-  // As the one-shot call: raw on 2 ranks, the engine's pairwise messages beat MPI_Alltoall;
-  // staged Views take the engine too.
-  if (!exchange_sends_raw(agreed, sizeof(T)) || agreed.shape.size == 2 || agreed.how.staged)
+  // As the one-shot call: raw on 2 ranks, the engine's pairwise messages beat MPI_Alltoall.
+  if (!exchange_sends_raw(agreed, sizeof(T)) || agreed.shape.size == 2)
     return std::make_unique<persistent_engine_collective<Exec>>(
         exec, comm,
         [=](workspace_slot& slot) {

@@ -30,8 +30,9 @@ enum class reduction_method {
   homomorphic,  ///< quantize once on one grid shared by all ranks; hops add the integer codes
 };
 
-/// How a collective's bytes reach MPI (docs/collectives.md, "The transport seam"). Local to a
-/// rank: ranks may differ, the bytes on the wire do not.
+/// How a collective's bytes reach MPI (docs/collectives.md, "The transport seam"). The bytes on
+/// the wire are the same either way; the ranks of a collective must agree on whether they stage
+/// (a mismatch is invalid_argument on every rank), those of the DLRM exchange may differ.
 enum class transport_mode {
   /// Host-accessible memory straight to MPI; device memory straight where the MPI reports that
   /// it moves CUDA memory itself (MPIX_Query_cuda_support), else staged.

@@ -139,7 +139,6 @@ class ring_phases {
   std::size_t send_room() const { return send_room_; }
   std::size_t receive_room() const { return receive_room_; }
   std::size_t piece_room() const { return piece_room_; }
-  const std::byte* send_base() const { return send_; }
   const std::byte* receive_base() const { return hop_; }
 
   /// This rank's chunk (ring chunk rank + 1, the one it owns at the allgather phase):
@@ -326,13 +325,7 @@ class ring_allreduce_operation final : public operation {
   }
 
   /// Where this step's incoming piece `piece` lands (in the execution space's memory).
-  std::byte* landing(int piece) {
-    const bool scatter = this->scatter(step_);
-    const int s = scatter ? step_ : gather_step(step_);
-    const int in_chunk = scatter ? phases_.reduce_scatter_received(s) : phases_.allgather_received(s);
-    std::byte* const target = scatter ? phases_.reduce_scatter_target(s) : phases_.allgather_target(s);
-    return target + phases_.plan_of(in_chunk).begin(std::size_t(piece)) * sizeof(T);
-  }
+  std::byte* landing(int piece) const { return receive_target_ + incoming_.begin(std::size_t(piece)) * sizeof(T); }
   /// The host staging twin of a receive address (the same offset from the scratch's start).
   std::byte* staged_twin(const std::byte* target) const {
     return scratch_->staged_receive.data() + (target - phases_.receive_base());
@@ -365,8 +358,9 @@ class ring_allreduce_operation final : public operation {
     const int out_chunk = scatter ? phases_.reduce_scatter_sent(s) : phases_.allgather_sent(s);
     const int in_chunk = scatter ? phases_.reduce_scatter_received(s) : phases_.allgather_received(s);
     posted_.emplace(failure_);  // the previous step's requests have all completed
-    std::byte* const target = scatter ? phases_.reduce_scatter_target(s) : phases_.allgather_target(s);
-    post_chunk_receives(*posted_, phases_.plan_of(in_chunk), sizeof(T), how_.staged ? staged_twin(target) : target,
+    receive_target_ = scatter ? phases_.reduce_scatter_target(s) : phases_.allgather_target(s);
+    incoming_ = phases_.plan_of(in_chunk);
+    post_chunk_receives(*posted_, incoming_, sizeof(T), how_.staged ? staged_twin(receive_target_) : receive_target_,
                         ring.left(), scratch_->comm, who_, [](std::size_t piece) { return int(piece); });
     const chunk_plan pieces = phases_.plan_of(out_chunk);
     bool compressed = false;
@@ -396,6 +390,8 @@ class ring_allreduce_operation final : public operation {
   call_scratch scratch_;
   ring_phases<T, Exec> phases_;
   int step_ = 0;
+  std::byte* receive_target_ = nullptr;  ///< where this step's arrivals land
+  chunk_plan incoming_{};                ///< how this step's arrival is cut
   collective_report report_;
   call_failure failure_;                   ///< shared by every step's requests
   std::optional<posted_messages> posted_;  // last: completed (or cancelled) before the buffers go

@@ -50,10 +50,6 @@
 
 namespace kompress::inline v0::detail {
 
-/// Values and bytes in the memory a call works in (host or device), unmanaged.
-template <class T, class Memory>
-using values_in = Kokkos::View<T*, Memory, Kokkos::MemoryUnmanaged>;
-
 /// Copies `count` values between two buffers of `Memory` that do not overlap, on `exec`.
 template <class Memory, class T, class Exec>
 void copy_values(const Exec& exec, T* to, const T* from, std::size_t count) {
@@ -89,6 +85,11 @@ struct wire_rule {
           .add(cost.min_message_bytes).add(cost.min_gain).add(std::uint64_t(cost.pipeline)).add(cost.chunk_seconds)
           .add(cost.min_chunk_bytes).add(cost.max_chunks).add(cost.fixed_chunk_bytes)
           .add(cost.staging_bytes_per_second);
+  }
+  /// The rule of a call whose bytes reach MPI as `how` says: a staged call's cost model counts
+  /// its copies through host staging (cost_model::staged), so automatic mode weighs them.
+  static wire_rule for_call(const collective_options& options, transport how) {
+    return {options.mode, how.staged ? options.cost.staged() : options.cost};
   }
   /// How a message of `values` elements is cut (one chunk unless it may be compressed).
   chunk_plan plan(std::size_t values, std::size_t value_bytes, std::uint64_t nominal_bytes) const {
@@ -404,8 +405,10 @@ class exchange_engine final : public operation {
     const int p = shape_.size, rank = shape_.rank;
     receive_offset_.assign(std::size_t(p), 0);
     send_offset_.assign(std::size_t(p), 0);
-    staged_receive_offset_.assign(std::size_t(p), 0);
-    staged_send_offset_.assign(std::size_t(p), 0);
+    if (how_.staged) {
+      staged_receive_offset_.assign(std::size_t(p), 0);
+      staged_send_offset_.assign(std::size_t(p), 0);
+    }
     std::size_t receive_bytes = 0, send_bytes = 0, staged_receive = 0, staged_send = 0;
     for (int peer = 0; peer < p; ++peer) {
       if (peer == rank) continue;
@@ -416,10 +419,12 @@ class exchange_engine final : public operation {
       send_offset_[std::size_t(peer)] = send_bytes;
       send_bytes += messages_.send_room(peer);
       // Staged, every message has its raw size in host memory: what is sent is never larger.
-      staged_receive_offset_[std::size_t(peer)] = staged_receive;
-      staged_receive += messages_.raw_bytes_from(peer);
-      staged_send_offset_[std::size_t(peer)] = staged_send;
-      staged_send += messages_.raw_bytes_to(peer);
+      if (how_.staged) {
+        staged_receive_offset_[std::size_t(peer)] = staged_receive;
+        staged_receive += messages_.raw_bytes_from(peer);
+        staged_send_offset_[std::size_t(peer)] = staged_send;
+        staged_send += messages_.raw_bytes_to(peer);
+      }
     }
     room_ = scratch_->template reserve_in<typename Exec::memory_space>(send_bytes, receive_bytes,
                                                                        messages_.decode_room());

@@ -68,8 +68,9 @@ transport transport_for(transport_mode mode) {
   }
 }
 
-template <class Memory>
-using byte_span_in = Kokkos::View<std::byte*, Memory, Kokkos::MemoryUnmanaged>;
+/// Values and bytes in the memory a call works in (host or device), unmanaged.
+template <class T, class Memory>
+using values_in = Kokkos::View<T*, Memory, Kokkos::MemoryUnmanaged>;
 using staging_space = Kokkos::SharedHostPinnedSpace;
 
 /// Copies `bytes` bytes from memory `exec` reaches into host staging, and waits: MPI reads them
@@ -77,8 +78,8 @@ using staging_space = Kokkos::SharedHostPinnedSpace;
 template <class Exec>
 void stage_out(const Exec& exec, std::byte* staging, const std::byte* from, std::size_t bytes) {
   if (bytes == 0) return;
-  Kokkos::deep_copy(exec, byte_span_in<staging_space>(staging, bytes),
-                    Kokkos::View<const std::byte*, typename Exec::memory_space, Kokkos::MemoryUnmanaged>(from, bytes));
+  Kokkos::deep_copy(exec, values_in<std::byte, staging_space>(staging, bytes),
+                    values_in<const std::byte, typename Exec::memory_space>(from, bytes));
   exec.fence("kompress: message staged for MPI");
 }
 
@@ -87,8 +88,8 @@ void stage_out(const Exec& exec, std::byte* staging, const std::byte* from, std:
 template <class Exec>
 void stage_in(const Exec& exec, std::byte* to, const std::byte* staging, std::size_t bytes) {
   if (bytes == 0) return;
-  Kokkos::deep_copy(exec, byte_span_in<typename Exec::memory_space>(to, bytes),
-                    Kokkos::View<const std::byte*, staging_space, Kokkos::MemoryUnmanaged>(staging, bytes));
+  Kokkos::deep_copy(exec, values_in<std::byte, typename Exec::memory_space>(to, bytes),
+                    values_in<const std::byte, staging_space>(staging, bytes));
   exec.fence("kompress: arrival copied from staging");
 }
 
