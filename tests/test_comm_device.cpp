@@ -37,10 +37,13 @@ device_view<T> to_device(const host_view<T>& values) {
   return view;
 }
 
-template <class T>
-host_view<T> to_host(const device_view<T>& view) {
+/// The elements of a contiguous View of any rank and memory space, in memory order, on the host.
+template <class View>
+host_view<typename View::non_const_value_type> to_host(const View& view) {
+  using T = typename View::non_const_value_type;
   host_view<T> values("host", view.size());
-  Kokkos::deep_copy(values, view);
+  Kokkos::deep_copy(values, Kokkos::View<const T*, typename View::memory_space, Kokkos::MemoryUnmanaged>(
+                                view.data(), view.size()));
   return values;
 }
 
@@ -217,12 +220,7 @@ std::pair<host_view<float>, host_view<float>> exchange_round(kompress::transport
     exchange.forward(Exec{}, in, out);
     exchange.backward(Exec{}, grad, grad_out);
   }
-  const auto flat = [](const matrix& m) {
-    host_view<float> values("host", m.size());
-    Kokkos::deep_copy(values, Kokkos::View<const float*, typename Exec::memory_space>(m.data(), m.size()));
-    return values;
-  };
-  return {flat(out), flat(grad_out)};
+  return {to_host(out), to_host(grad_out)};
 }
 
 }  // namespace
