@@ -329,12 +329,38 @@ stream_info inspect_header(const ExecutionSpace& exec, const InView& stream) {
   return detail::to_info(detail::parse_header(header, available, stream.size(), who));
 }
 
+namespace detail {
+
+/// decompress once the stream's `header` was read (read_header: parsed and checked once, by
+/// the caller): the output's type and count checked, then the chunks decoded.
+template <class ExecutionSpace, class InView, class OutView>
+void decompress_parsed(const ExecutionSpace& exec, const InView& in, const stream_header& header, const OutView& out,
+                       const char* who) {
+  using T = typename OutView::non_const_value_type;
+  require_element_type<T>(header, who);
+  if (header.count != out.size())
+    throw invalid_argument(std::string(who) + ": the stream holds " + std::to_string(header.count) +
+                           " values but the output View has " + std::to_string(out.size()));
+  value_codec<T> codec;
+  codec.step = header.quant_step;
+  codec.has_fill = (header.flags & flag_fill_value) != 0;
+  codec.fill_bits = static_cast<bits_t<T>>(header.fill_bits);
+  if (header.ratio()) {
+    decompress_ratio_chunks<T>(exec, in.data(), header, codec, out.data(), who, backend<ExecutionSpace>::tuning());
+    return;
+  }
+  dispatch_block_size(header.block_size, [&](auto block_size) {
+    decompress_chunks<T, decltype(block_size)::value>(exec, in.data(), header, codec, out.data(), who);
+  });
+}
+
+}  // namespace detail
+
 /// Decompresses `in` into `out`, which must be a contiguous View of the stream's element type
 /// with exactly the stream's element count. Throws format_error for a malformed stream, and
 /// then leaves `out` untouched unless the damage hides behind matching checksums.
 template <execution_space ExecutionSpace, byte_view InView, float_view OutView>
 void decompress(const ExecutionSpace& exec, const InView& in, const OutView& out) {
-  using T = typename OutView::non_const_value_type;
   constexpr const char* who = "kompress::decompress";
   static_assert(!std::is_const_v<typename OutView::value_type>,
                 "kompress::decompress: the output View must not be const");
@@ -346,24 +372,7 @@ void decompress(const ExecutionSpace& exec, const InView& in, const OutView& out
   detail::require_contiguous(in, who, "the input View");
   detail::require_contiguous(out, who, "the output View");
   detail::require_disjoint(in, out, who, "the input and output Views");
-  const detail::stream_header header = detail::read_header(in, who);
-  detail::require_element_type<T>(header, who);
-  if (header.count != out.size())
-    throw invalid_argument(std::string(who) + ": the stream holds " + std::to_string(header.count) +
-                           " values but the output View has " + std::to_string(out.size()));
-  detail::value_codec<T> codec;
-  codec.step = header.quant_step;
-  codec.has_fill = (header.flags & detail::flag_fill_value) != 0;
-  codec.fill_bits = static_cast<detail::bits_t<T>>(header.fill_bits);
-  if (header.ratio()) {
-    detail::decompress_ratio_chunks<T>(exec, in.data(), header, codec, out.data(), who,
-                                       detail::backend<ExecutionSpace>::tuning());
-    return;
-  }
-  detail::dispatch_block_size(header.block_size, [&](auto block_size) {
-    detail::decompress_chunks<T, decltype(block_size)::value>(exec, in.data(), header, codec,
-                                                              out.data(), who);
-  });
+  detail::decompress_parsed(exec, in, detail::read_header(in, who), out, who);
 }
 
 template <byte_view InView, float_view OutView>

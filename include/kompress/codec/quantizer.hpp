@@ -2,6 +2,7 @@
 // Quantization against an absolute bound, and the numbers that make the bound unconditional.
 // docs/error-bound.md gives the argument; the comments here name its steps.
 
+#include <kompress/bound.hpp>
 #include <kompress/detail/bytes.hpp>
 
 #include <cmath>
@@ -94,6 +95,15 @@ KOMPRESS_FUNCTION double relative_to_absolute(double r, double min, double max) 
     e = 2.0 * (r * half_range * (1.0 - 0x1p-50));
   }
   return is_finite(e) ? e : largest;
+}
+
+/// The absolute bound `bound` promises for values whose range is [min, max] (their finite
+/// values, the fill value left out; min > max when none): the bound itself when absolute; when
+/// relative, that fraction of the range. The one rule every layer resolves a bound by: the
+/// codec's kernels, absolute_bound, the collectives (over what each rank sends, or all ranks'
+/// values) and the DLRM exchange (per table).
+KOMPRESS_FUNCTION double resolve_bound(const error_bound& bound, double min, double max) {
+  return bound.mode == bound_mode::absolute ? bound.value : relative_to_absolute(bound.value, min, max);
 }
 
 /// Chooses the step and verification threshold for an absolute bound `bound`, given the

@@ -17,7 +17,8 @@
 // invalid_argument on every rank before any data moves.
 
 #include <kompress/comm/detail/engine.hpp>
-#include <kompress/comm/detail/mpi_operation.hpp>
+#include <kompress/comm/detail/mpi_collective.hpp>
+#include <kompress/comm/detail/small_calls.hpp>
 #include <kompress/comm/persistent.hpp>
 #include <kompress/detail/arguments.hpp>
 
@@ -123,44 +124,14 @@ inline bool exchange_sends_raw(const agreed_exchange& agreed, std::size_t elemen
   return true;
 }
 
-/// A raw exchange of small blocks rides the agreement: this rank's block to each peer, and
-/// where each peer's block lands. On two ranks any layout; on three to max_pairwise_ranks ranks
-/// alltoall's (one count, blocks in rank order), the same offer on every rank that passes the
-/// same count.
-template <class T>
-carried_payload exchange_payload(const agreed_exchange& agreed, const T* send, T* recv, bool uniform) {
-  const int p = agreed.shape.size;
-  const std::size_t limit = carried_limit(p);
-  if (p < 2 || limit == 0 || (p > 2 && !uniform) || !exchange_sends_raw(agreed, sizeof(T))) return {};
-  const exchange_layout& layout = agreed.layout;
-  const auto self = std::size_t(agreed.shape.rank);
-  if (p > 2) {
-    const std::size_t bytes = layout.send_counts[0] * sizeof(T);
-    if (bytes > limit) return {};
-    return {true, send, bytes, recv, bytes, send + layout.send_displs[self], recv + layout.recv_displs[self], bytes,
-            bytes, bytes};
-  }
-  const auto peer = std::size_t(1 - agreed.shape.rank);
-  const std::size_t send_bytes = layout.send_counts[peer] * sizeof(T);
-  const std::size_t arrival_bytes = layout.recv_counts[peer] * sizeof(T);
-  if (send_bytes > limit || arrival_bytes > limit) return {};
-  return {true,
-          send + layout.send_displs[peer],
-          send_bytes,
-          recv + layout.recv_displs[peer],
-          arrival_bytes,
-          send + layout.send_displs[self],
-          recv + layout.recv_displs[self],
-          layout.send_counts[self] * sizeof(T)};
-}
-
 /// The prologue of every alltoall(v): fence, check locally, agree. `make_layout(ranks)` builds
 /// the layout (it may throw; that is a local failure like any other). A persistent call agrees
 /// on that too (a rank in alltoall_init never meets one in ialltoall).
 template <class Exec, class SendView, class RecvView, class MakeLayout>
 agreed_exchange agree_exchange(const Exec& exec, const SendView& send, const RecvView& recv, MakeLayout&& make_layout,
                                bool uniform, MPI_Comm comm, const collective_options& options,
-                               comm_workspace* workspace, bool nonblocking, bool persistent, const char* who) {
+                               comm_workspace* workspace, bool nonblocking, bool persistent, const char* who,
+                               small_call<typename SendView::non_const_value_type>& data) {
   using T = typename SendView::non_const_value_type;
   const comm_shape shape = enter_collective<SendView, RecvView>(exec, comm, who);
   const transport how =
@@ -193,10 +164,12 @@ agreed_exchange agree_exchange(const Exec& exec, const SendView& send, const Rec
                         pair_term(peer, shape.rank, layout.recv_counts[std::size_t(peer)]);
     a.send_counts = &layout.send_counts;
     a.recv_counts = &layout.recv_counts;
-    if (!persistent && agreed.how.small_calls()) a.carry = exchange_payload(agreed, send.data(), recv.data(), uniform);
+    if (!persistent)
+      data = exchange_small_call(send.data(), recv.data(), layout, uniform, shape, agreed.how,
+                                 exchange_sends_raw(agreed, sizeof(T)));
   }
   a.fingerprint = f.value();
-  agreed.carried = agree(a, comm, who);
+  agreed.carried = agree(a, data, comm, who);
   if (workspace) workspace->taken(nonblocking);
   return agreed;
 }
@@ -238,128 +211,70 @@ inline collective_report raw_exchange_report(const agreed_exchange& agreed, std:
   return report;
 }
 
-/// An exchange whose blocks moved with the agreement (the peer's, and this rank's own copied
-/// meanwhile): done.
-template <class SendView, class RecvView>
-std::unique_ptr<operation> finish_carried_exchange(const SendView& send, const RecvView& recv,
-                                                   const agreed_exchange& agreed, const collective_options& options,
-                                                   const char* who) {
-  using T = typename SendView::non_const_value_type;
-  auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
-  op->mutable_report() = raw_exchange_report(agreed, sizeof(T), options);
-  return op;
-}
-
-/// Every alltoall(v): fence, check locally, agree, then exchange.
+/// Every alltoall(v): fence, check locally, agree, then the exchange: the blocks already moved
+/// with the agreement, MPI_Alltoall where nothing may be compressed (and
+/// raw_exchange_takes_engine says no), else kompress's engine (alltoallv always).
 template <class Exec, class SendView, class RecvView, class MakeLayout>
 std::unique_ptr<operation> start_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
                                           MakeLayout&& make_layout, bool uniform, MPI_Comm comm,
                                           const collective_options& options, comm_workspace* workspace,
                                           bool nonblocking, const char* who) {
+  using T = typename SendView::non_const_value_type;
   Kokkos::Profiling::ScopedRegion region(who);
+  small_call<T> data;
   const agreed_exchange agreed = agree_exchange(exec, send, recv, std::forward<MakeLayout>(make_layout), uniform, comm,
-                                                options, workspace, nonblocking, false, who);
-  if (agreed.carried) return finish_carried_exchange(send, recv, agreed, options, who);
-  return launch_exchange(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
+                                                options, workspace, nonblocking, false, who, data);
+  if (agreed.carried) return completed_call(send, recv, raw_exchange_report(agreed, sizeof(T), options), who);
+  if (!uniform || !exchange_sends_raw(agreed, sizeof(T)) || agreed.shape.size == 1 ||
+      raw_exchange_takes_engine(agreed.shape))
+    return launch_exchange(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
+  return start_mpi_collective(mpi_alltoall<T>{send.data(), recv.data(), int(agreed.layout.send_counts[0]), comm},
+                              send, recv, nonblocking, raw_exchange_report(agreed, sizeof(T), options), who);
 }
-
 
 template <class Exec, class SendView, class RecvView>
 std::unique_ptr<operation> start_alltoall(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                                           const collective_options& options, comm_workspace* workspace,
                                           bool nonblocking, const char* who) {
-  using T = typename SendView::non_const_value_type;
-  Kokkos::Profiling::ScopedRegion region(who);
-  const agreed_exchange agreed = agree_exchange(
+  return start_exchange(
       exec, send, recv, [&](int ranks) { return uniform_layout(send.size(), recv.size(), ranks, who); }, true, comm,
-      options, workspace, nonblocking, false, who);
-  if (agreed.carried) return finish_carried_exchange(send, recv, agreed, options, who);
-  // Nothing to compress: at 2 ranks the engine's pairwise messages measured faster than
-  // MPI_Alltoall after the same agreement; at more ranks MPI's own algorithm is far faster
-  // (docs/performance.md, "Persistent collectives").
-  if (agreed.shape.size <= 2 || !exchange_sends_raw(agreed, sizeof(T)))
-    return launch_exchange(exec, send, recv, agreed, agreed.slot, options, comm, nonblocking, who);
-  auto op = std::make_unique<mpi_request_operation<SendView, RecvView>>(send, recv, who);
-  const int count = int(agreed.layout.send_counts[0]);
-  if (nonblocking)
-    check_mpi(MPI_Ialltoall(send.data(), count, mpi_type<T>(), recv.data(), count, mpi_type<T>(), comm, op->handle()),
-              who, "MPI_Ialltoall");
-  else
-    check_mpi(MPI_Alltoall(send.data(), count, mpi_type<T>(), recv.data(), count, mpi_type<T>(), comm), who,
-              "MPI_Alltoall");
-  op->mutable_report() = raw_exchange_report(agreed, sizeof(T), options);
-  return op;
+      options, workspace, nonblocking, who);
 }
 
-/// alltoall_init and alltoallv_init: agreed once; when no message may be compressed (and there
-/// are more than 2 ranks), rounds are MPI's own persistent alltoall(v), else kompress's engine
-/// on the request's own scratch and communicator.
+/// alltoall_init and alltoallv_init: agreed once; when no message may be compressed (and
+/// raw_exchange_takes_engine says no), rounds are MPI's own persistent alltoall(v), else
+/// kompress's engine on the request's own scratch and communicator.
 template <class Exec, class SendView, class RecvView, class MakeLayout>
 std::unique_ptr<persistent_operation> init_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
                                                     MakeLayout&& make_layout, bool uniform, MPI_Comm comm,
                                                     const collective_options& options, const char* who) {
   using T = typename SendView::non_const_value_type;
   Kokkos::Profiling::ScopedRegion region(who);
+  small_call<T> unused;
   const agreed_exchange agreed = agree_exchange(exec, send, recv, std::forward<MakeLayout>(make_layout), uniform, comm,
-                                                options, nullptr, true, true, who);
-  // As the one-shot call: raw on 2 ranks, the engine's pairwise messages beat MPI_Alltoall.
-  if (!exchange_sends_raw(agreed, sizeof(T)) || agreed.shape.size == 2)
+                                                options, nullptr, true, true, who, unused);
+  if (!exchange_sends_raw(agreed, sizeof(T)) || raw_exchange_takes_engine(agreed.shape))
     return std::make_unique<persistent_engine_collective<Exec>>(
         exec, comm,
         [=](workspace_slot& slot) {
           return launch_exchange(exec, send, recv, agreed, &slot, options, slot.comm, true, who);
         },
         who);
-  const T* const in = send.data();
-  T* const out = recv.data();
   const collective_report report = raw_exchange_report(agreed, sizeof(T), options);
-  using mpi_collective = persistent_mpi_collective<Exec, SendView, RecvView>;
   if (uniform) {
-    const int count = int(agreed.layout.send_counts[0]);
-    return std::make_unique<mpi_collective>(
-        exec, send, recv,
-        [=](MPI_Request* r) {
-#if KOMPRESS_MPI_PERSISTENT_COLLECTIVES
-          return MPI_Alltoall_init(in, count, mpi_type<T>(), out, count, mpi_type<T>(), comm, MPI_INFO_NULL, r);
-#else
-          return MPI_Ialltoall(in, count, mpi_type<T>(), out, count, mpi_type<T>(), comm, r);
-#endif
-        },
-        KOMPRESS_MPI_PERSISTENT_COLLECTIVES ? "MPI_Alltoall_init" : "MPI_Ialltoall",
-        [=] { return MPI_Alltoall(in, count, mpi_type<T>(), out, count, mpi_type<T>(), comm); }, "MPI_Alltoall",
-        report, who);
+    const mpi_alltoall<T> call{send.data(), recv.data(), int(agreed.layout.send_counts[0]), comm};
+    return std::make_unique<persistent_mpi_collective<Exec, SendView, RecvView, mpi_alltoall<T>>>(exec, send, recv,
+                                                                                                  call, report, who);
   }
-  // MPI's int counts and displacements, alive as long as the request (MPI reads them at every
-  // start). The checks passed: every block lies within its View.
-  struct int_layout {
-    std::vector<int> send_counts, send_displs, recv_counts, recv_displs;
-  };
-  auto counts = std::make_shared<int_layout>();
-  const auto to_int = [](const std::vector<std::size_t>& values) {
-    return std::vector<int>(values.begin(), values.end());  // checked to fit before the agreement
-  };
-  counts->send_counts = to_int(agreed.layout.send_counts);
-  counts->send_displs = to_int(agreed.layout.send_displs);
-  counts->recv_counts = to_int(agreed.layout.recv_counts);
-  counts->recv_displs = to_int(agreed.layout.recv_displs);
-  return std::make_unique<mpi_collective>(
-      exec, send, recv,
-      [=](MPI_Request* r) {
-#if KOMPRESS_MPI_PERSISTENT_COLLECTIVES
-        return MPI_Alltoallv_init(in, counts->send_counts.data(), counts->send_displs.data(), mpi_type<T>(), out,
-                                  counts->recv_counts.data(), counts->recv_displs.data(), mpi_type<T>(), comm,
-                                  MPI_INFO_NULL, r);
-#else
-        return MPI_Ialltoallv(in, counts->send_counts.data(), counts->send_displs.data(), mpi_type<T>(), out,
-                              counts->recv_counts.data(), counts->recv_displs.data(), mpi_type<T>(), comm, r);
-#endif
-      },
-      KOMPRESS_MPI_PERSISTENT_COLLECTIVES ? "MPI_Alltoallv_init" : "MPI_Ialltoallv",
-      [=] {
-        return MPI_Alltoallv(in, counts->send_counts.data(), counts->send_displs.data(), mpi_type<T>(), out,
-                             counts->recv_counts.data(), counts->recv_displs.data(), mpi_type<T>(), comm);
-      },
-      "MPI_Alltoallv", report, who);
+  // The checks passed: every count and displacement fits MPI's int.
+  const auto ints = [](const std::vector<std::size_t>& values) { return std::vector<int>(values.begin(), values.end()); };
+  const exchange_layout& l = agreed.layout;
+  const mpi_alltoallv<T> call{send.data(), recv.data(),
+                              std::make_shared<const mpi_layout>(mpi_layout{ints(l.send_counts), ints(l.send_displs),
+                                                                            ints(l.recv_counts), ints(l.recv_displs)}),
+                              comm};
+  return std::make_unique<persistent_mpi_collective<Exec, SendView, RecvView, mpi_alltoallv<T>>>(exec, send, recv,
+                                                                                                 call, report, who);
 }
 
 template <class Exec, class SendView, class RecvView, class... Counts>

@@ -6,7 +6,7 @@
 // between ranks, or that one rank rejects, is an invalid_argument on every rank.
 
 #include <kompress/comm/cost_model.hpp>
-#include <kompress/comm/detail/agreement.hpp>
+#include <kompress/comm/detail/small_calls.hpp>
 #include <kompress/compress.hpp>
 #include <kompress/detail/mpi.hpp>
 

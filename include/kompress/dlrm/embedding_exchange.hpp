@@ -20,6 +20,7 @@
 // output in place and `exec` fenced. The exchange owns a workspace: after the first call of a
 // shape, no call allocates or duplicates a communicator. The exchange must outlive its requests.
 
+#include <kompress/comm/detail/small_calls.hpp>
 #include <kompress/comm/options.hpp>
 #include <kompress/comm/workspace.hpp>
 #include <kompress/detail/arguments.hpp>
@@ -177,9 +178,9 @@ class embedding_exchange {
 
   /// Table t's absolute bound this call. Raises invalid_argument (a local check of the call)
   /// for a bad bound_schedule value.
-  double table_bound(int t, direction dir, const error_bound& bound, double range, std::uint64_t iteration,
-                     const char* who) const {
-    double e = bound.mode == bound_mode::absolute ? bound.value : kompress::detail::relative_to_absolute(bound.value, 0.0, range);
+  double table_bound(int t, direction dir, const error_bound& bound, const kompress::detail::value_range& range,
+                     std::uint64_t iteration, const char* who) const {
+    double e = kompress::detail::resolve_bound(bound, range.min, range.max);
     if (!options_.table_weights.empty()) e *= options_.table_weights[std::size_t(t)];
     if (options_.bound_schedule) {
       const double scheduled = options_.bound_schedule(iteration, t, dir);
@@ -206,10 +207,10 @@ class embedding_exchange {
       if (fwd) {
         if (tab.owner == me) {
           // Send: rows of each peer's batch slice, this table's columns.
-          const double range =
+          const kompress::detail::value_range range =
               compress && codec.bound.mode == bound_mode::relative
                   ? kompress::detail::strided_range(exec, in_data + local_column_[t], mine, global_batch(), tab.dim)
-                  : 0.0;
+                  : kompress::detail::value_range{};
           const double e = table_bound(int(t), dir, codec.bound, range, iteration, who);
           for (int peer = 0; peer < p; ++peer)
             peers[std::size_t(peer)].send.push_back(
@@ -219,10 +220,10 @@ class embedding_exchange {
         peers[std::size_t(tab.owner)].receive.push_back({out_data + global_column_[t], total_width_, bl, tab.dim, 0.0});
       } else {
         // Send: this rank's slice of the gradient for table t, to its owner.
-        const double range =
+        const kompress::detail::value_range range =
             compress && codec.bound.mode == bound_mode::relative
                 ? kompress::detail::strided_range(exec, in_data + global_column_[t], total_width_, bl, tab.dim)
-                : 0.0;
+                : kompress::detail::value_range{};
         const double e = table_bound(int(t), dir, codec.bound, range, iteration, who);
         peers[std::size_t(tab.owner)].send.push_back({in_data + global_column_[t], total_width_, bl, tab.dim, e});
         if (tab.owner == me)

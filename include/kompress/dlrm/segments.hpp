@@ -53,11 +53,12 @@ void copy_rows(const Exec& exec, const T* from, std::size_t from_stride, T* to, 
                        });
 }
 
-/// The value range (max - min over the finite values; 0 if none) of a strided block, read on
-/// `exec` where the block is: a table's REL bound resolves against it.
+/// The value range of a strided block's finite values (empty if none), read on `exec` where the
+/// block is: a table's REL bound resolves against it.
 template <class Exec, class T>
-double strided_range(const Exec& exec, const T* base, std::size_t stride, std::size_t rows, std::size_t cols) {
-  if (rows == 0 || cols == 0) return 0.0;
+kompress::detail::value_range strided_range(const Exec& exec, const T* base, std::size_t stride, std::size_t rows,
+                                            std::size_t cols) {
+  if (rows == 0 || cols == 0) return {};
   Kokkos::MinMaxScalar<double> range;
   Kokkos::parallel_reduce(
       "kompress::dlrm::table_range", Kokkos::RangePolicy<Exec>(exec, 0, rows * cols),
@@ -69,7 +70,7 @@ double strided_range(const Exec& exec, const T* base, std::size_t stride, std::s
         }
       },
       Kokkos::MinMax<double>(range));
-  return range.min_val <= range.max_val ? range.max_val - range.min_val : 0.0;
+  return {range.min_val, range.max_val};  // the reduction's identity (+max, -max) when none is finite
 }
 
 /// Room for a packed message and its streams, rounded so the next peer's room stays aligned.
@@ -157,13 +158,14 @@ struct segment_messages {
     const std::byte* const end = landed + length;
     double bound = 0.0;
     for (const auto& s : segments) {
-      // format_error if damaged
-      const stream_info info = inspect(values_in<const std::byte, Memory>(at, std::size_t(end - at)));
+      // The header and chunk tables read and checked once (format_error if damaged).
+      const stream_header header = read_header(values_in<const std::byte, Memory>(at, std::size_t(end - at)), who);
+      const stream_info info = to_info(header);
       if (info.count != s.size() || info.compressed_bytes > std::size_t(end - at))
         throw format_error(std::string(who) + ": a segment from rank " + std::to_string(peer) + " holds " +
                            std::to_string(info.count) + " values; expected " + std::to_string(s.size()));
-      decompress(exec, values_in<const std::byte, Memory>(at, info.compressed_bytes),
-                 values_in<T, Memory>(scratch, s.size()));
+      decompress_parsed(exec, values_in<const std::byte, Memory>(at, info.compressed_bytes), header,
+                        values_in<T, Memory>(scratch, s.size()), who);
       copy_rows(exec, static_cast<const T*>(scratch), s.cols, s.base, s.stride, s.rows, s.cols);
       exec.fence("kompress::dlrm: segment unpacked");
       bound = std::max(bound, info.absolute_bound);

@@ -30,9 +30,7 @@ KOKKOS_INLINE_FUNCTION compression_plan<T> plan_compression(const stream_header&
   const double nan = from_bits<double>(0x7FF8000000000000ull);
   const double min = empty ? nan : static_cast<double>(from_order_key<T>(range.low()));
   const double max = empty ? nan : static_cast<double>(from_order_key<T>(range.high()));
-  const double abs_bound = base.mode == bound_mode::absolute
-                               ? base.user_bound
-                               : relative_to_absolute(base.user_bound, min, max);
+  const double abs_bound = resolve_bound(error_bound{base.mode, base.user_bound}, min, max);
   const double max_abs = empty ? 0.0 : Kokkos::fmax(Kokkos::fabs(min), Kokkos::fabs(max));
   plan.codec = make_value_codec<T>(abs_bound, max_abs);
   plan.codec.has_fill = (base.flags & flag_fill_value) != 0;

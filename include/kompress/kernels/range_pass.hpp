@@ -62,13 +62,12 @@ bits_t<T> fill_bits_of(const compress_options& options) {
   return options.fill_value ? to_bits(static_cast<T>(*options.fill_value)) : bits_t<T>(0);
 }
 
-/// The absolute bound of `options` for values whose range `keys` holds: the bound itself when
-/// absolute; when relative, that fraction of the range (kompress::absolute_bound's rule).
+/// The absolute bound of `options` for values whose range `keys` holds (resolve_bound).
 template <class T>
 double bound_for(const compress_options& options, const packed_range<T>& keys) {
   if (options.bound.mode == bound_mode::absolute) return options.bound.value;
   const value_range range = to_value_range(keys);
-  return relative_to_absolute(options.bound.value, range.min, range.max);
+  return resolve_bound(options.bound, range.min, range.max);
 }
 
 }  // namespace kompress::inline v0::detail

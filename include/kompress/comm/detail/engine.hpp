@@ -108,12 +108,14 @@ double decode_message(const Exec& exec, const std::byte* in, std::size_t length,
     return 0.0;
   }
   const values_in<const std::byte, Memory> stream(in, length);
-  const stream_info info = inspect(stream);  // format_error on a damaged stream
+  // The header and chunk tables read (from device memory: copied) and checked once.
+  const stream_header header = read_header(stream, who);  // format_error on a damaged stream
+  const stream_info info = to_info(header);
   if (info.count != count || info.compressed_bytes != length)
     throw format_error(std::string(who) + ": a received stream holds " + std::to_string(info.count) + " values in " +
                        std::to_string(info.compressed_bytes) + " bytes; expected " + std::to_string(count) +
                        " values in a message of " + std::to_string(length) + " bytes");
-  decompress(exec, stream, values_in<T, Memory>(out, count));
+  decompress_parsed(exec, stream, header, values_in<T, Memory>(out, count), who);
   return info.absolute_bound;
 }
 
