@@ -52,7 +52,8 @@ struct allreduce_call {
   void check(comm_shape) const {
     validate_options(options.codec, who);
     if (options.codec.fill_value)
-      throw invalid_argument(std::string(who) + ": a fill value has no meaning for a sum; leave codec.fill_value empty");
+      throw invalid_argument(std::string(who) +
+                             ": a fill value has no meaning for a sum; leave codec.fill_value empty");
     require_contiguous(send, who, "the send View");
     require_contiguous(recv, who, "the result View");
     if (send.size() != recv.size())

@@ -267,7 +267,9 @@ std::unique_ptr<persistent_operation> init_exchange(const Exec& exec, const Send
                                                                                                   call, report, who);
   }
   // The checks passed: every count and displacement fits MPI's int.
-  const auto ints = [](const std::vector<std::size_t>& values) { return std::vector<int>(values.begin(), values.end()); };
+  const auto ints = [](const std::vector<std::size_t>& values) {
+    return std::vector<int>(values.begin(), values.end());
+  };
   const exchange_layout& l = agreed.layout;
   const mpi_alltoallv<T> call{send.data(), recv.data(),
                               std::make_shared<const mpi_layout>(mpi_layout{ints(l.send_counts), ints(l.send_displs),

@@ -52,7 +52,8 @@ struct reduce_scatter_call {
   void check(comm_shape shape) const {
     validate_options(options.codec, who);
     if (options.codec.fill_value)
-      throw invalid_argument(std::string(who) + ": a fill value has no meaning for a sum; leave codec.fill_value empty");
+      throw invalid_argument(std::string(who) +
+                             ": a fill value has no meaning for a sum; leave codec.fill_value empty");
     require_contiguous(send, who, "the send View");
     require_contiguous(recv, who, "the receive View");
     if (send.size() != recv.size() * std::size_t(shape.size))
