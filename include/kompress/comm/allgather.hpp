@@ -30,25 +30,17 @@ namespace detail {
 
 /// allgather as the ring collectives' shell runs it (comm/detail/ring_collective.hpp).
 template <class Exec, class SendView, class RecvView>
-struct allgather_call {
-  using send_view = SendView;
-  using recv_view = RecvView;
-  using value_type = typename SendView::non_const_value_type;
+struct allgather_call : ring_call<Exec, SendView, RecvView> {
+  using base = ring_call<Exec, SendView, RecvView>;
+  using typename base::value_type;
+  using base::exec, base::send, base::recv, base::options, base::who;
   static constexpr collective_kind kind = collective_kind::allgather;
   static constexpr bool sums = false;
-
-  Exec exec;
-  SendView send;
-  RecvView recv;
-  collective_options options;
-  const char* who;
 
   std::size_t count() const { return send.size(); }
 
   void check(comm_shape shape) const {
-    validate_options(options.codec, who);
-    require_contiguous(send, who, "the send View");
-    require_contiguous(recv, who, "the receive View");
+    this->check_options_and_views(false, "the receive View");
     if (recv.size() != send.size() * std::size_t(shape.size))
       throw invalid_argument(std::string(who) + ": the receive View has " + std::to_string(recv.size()) +
                              " elements; expected " + std::to_string(shape.size) + " ranks times the send View's " +
@@ -59,8 +51,7 @@ struct allgather_call {
 
   /// MPI_Allgather itself for raw mode, a per-rank block too small to compress, and one rank.
   bool sends_raw(const agreed_ring& agreed) const {
-    return !agreed.how.staged &&
-           (agreed.shape.size == 1 || !agreed.rule.may_compress(send.size() * sizeof(value_type)));
+    return this->raw_for(agreed, send.size() * sizeof(value_type));
   }
   small_call<value_type> small_call_of(const agreed_ring& agreed) const {
     return allgather_small_call(send.data(), recv.data(), send.size(), agreed.shape, agreed.how, sends_raw(agreed));
@@ -95,7 +86,7 @@ struct allgather_call {
 template <execution_space Exec, float_view SendView, float_view RecvView>
 collective_report allgather(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                             const collective_options& options = {}, comm_workspace* workspace = nullptr) {
-  const detail::allgather_call<Exec, SendView, RecvView> call{exec, send, recv, options, "kompress::allgather"};
+  const detail::allgather_call<Exec, SendView, RecvView> call{{exec, send, recv, options, "kompress::allgather"}};
   return detail::complete(detail::start_ring_collective(call, comm, workspace, false));
 }
 
@@ -103,7 +94,7 @@ collective_report allgather(const Exec& exec, const SendView& send, const RecvVi
 template <execution_space Exec, float_view SendView, float_view RecvView>
 request iallgather(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                    const collective_options& options = {}, comm_workspace* workspace = nullptr) {
-  const detail::allgather_call<Exec, SendView, RecvView> call{exec, send, recv, options, "kompress::iallgather"};
+  const detail::allgather_call<Exec, SendView, RecvView> call{{exec, send, recv, options, "kompress::iallgather"}};
   return request(detail::start_ring_collective(call, comm, workspace, true));
 }
 
@@ -112,7 +103,7 @@ request iallgather(const Exec& exec, const SendView& send, const RecvView& recv,
 template <execution_space Exec, float_view SendView, float_view RecvView>
 persistent_request allgather_init(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                                   const collective_options& options = {}) {
-  const detail::allgather_call<Exec, SendView, RecvView> call{exec, send, recv, options, "kompress::allgather_init"};
+  const detail::allgather_call<Exec, SendView, RecvView> call{{exec, send, recv, options, "kompress::allgather_init"}};
   return persistent_request(detail::init_ring_collective(call, comm));
 }
 

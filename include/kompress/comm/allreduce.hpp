@@ -33,29 +33,18 @@ namespace detail {
 
 /// allreduce as the ring collectives' shell runs it (comm/detail/ring_collective.hpp).
 template <class Exec, class SendView, class RecvView>
-struct allreduce_call {
-  using send_view = SendView;
-  using recv_view = RecvView;
-  using value_type = typename SendView::non_const_value_type;
+struct allreduce_call : ring_call<Exec, SendView, RecvView> {
+  using base = ring_call<Exec, SendView, RecvView>;
+  using typename base::value_type;
+  using base::exec, base::send, base::recv, base::options, base::who;
   static constexpr collective_kind kind = collective_kind::allreduce;
   static constexpr bool sums = true;
-
-  Exec exec;
-  SendView send;
-  RecvView recv;
-  collective_options options;
-  const char* who;
 
   std::size_t count() const { return send.size(); }
   bool in_place() const { return static_cast<const void*>(send.data()) == static_cast<const void*>(recv.data()); }
 
   void check(comm_shape) const {
-    validate_options(options.codec, who);
-    if (options.codec.fill_value)
-      throw invalid_argument(std::string(who) +
-                             ": a fill value has no meaning for a sum; leave codec.fill_value empty");
-    require_contiguous(send, who, "the send View");
-    require_contiguous(recv, who, "the result View");
+    this->check_options_and_views(true, "the result View");
     if (send.size() != recv.size())
       throw invalid_argument(std::string(who) + ": the send View has " + std::to_string(send.size()) +
                              " elements, the result View " + std::to_string(recv.size()) + "; they must match");
@@ -67,9 +56,7 @@ struct allreduce_call {
   /// Exactly MPI_Allreduce (with one rank: the input itself) where the ring would compress
   /// nothing and MPI reads the Views (staged Views always take the ring).
   bool sends_raw(const agreed_ring& agreed) const {
-    const std::size_t bytes = send.size() * sizeof(value_type);
-    return !agreed.how.staged &&
-           (agreed.shape.size == 1 || !agreed.rule.may_compress(bytes / std::size_t(agreed.shape.size)));
+    return this->raw_for(agreed, send.size() * sizeof(value_type) / std::size_t(agreed.shape.size));
   }
   small_call<value_type> small_call_of(const agreed_ring& agreed) const {
     return allreduce_small_call(send.data(), recv.data(), send.size(), agreed.shape, agreed.how, sends_raw(agreed));
@@ -105,7 +92,7 @@ struct allreduce_call {
 template <execution_space Exec, float_view SendView, float_view RecvView>
 collective_report allreduce(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                             const collective_options& options = {}, comm_workspace* workspace = nullptr) {
-  const detail::allreduce_call<Exec, SendView, RecvView> call{exec, send, recv, options, "kompress::allreduce"};
+  const detail::allreduce_call<Exec, SendView, RecvView> call{{exec, send, recv, options, "kompress::allreduce"}};
   return detail::complete(detail::start_ring_collective(call, comm, workspace, false));
 }
 
@@ -120,7 +107,7 @@ collective_report allreduce(const Exec& exec, const View& data, MPI_Comm comm, c
 template <execution_space Exec, float_view SendView, float_view RecvView>
 request iallreduce(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                    const collective_options& options = {}, comm_workspace* workspace = nullptr) {
-  const detail::allreduce_call<Exec, SendView, RecvView> call{exec, send, recv, options, "kompress::iallreduce"};
+  const detail::allreduce_call<Exec, SendView, RecvView> call{{exec, send, recv, options, "kompress::iallreduce"}};
   return request(detail::start_ring_collective(call, comm, workspace, true));
 }
 
@@ -130,7 +117,7 @@ request iallreduce(const Exec& exec, const SendView& send, const RecvView& recv,
 template <execution_space Exec, float_view SendView, float_view RecvView>
 persistent_request allreduce_init(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                                   const collective_options& options = {}) {
-  const detail::allreduce_call<Exec, SendView, RecvView> call{exec, send, recv, options, "kompress::allreduce_init"};
+  const detail::allreduce_call<Exec, SendView, RecvView> call{{exec, send, recv, options, "kompress::allreduce_init"}};
   return persistent_request(detail::init_ring_collective(call, comm));
 }
 

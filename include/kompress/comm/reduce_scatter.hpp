@@ -34,28 +34,17 @@ namespace detail {
 
 /// reduce_scatter as the ring collectives' shell runs it (comm/detail/ring_collective.hpp).
 template <class Exec, class SendView, class RecvView>
-struct reduce_scatter_call {
-  using send_view = SendView;
-  using recv_view = RecvView;
-  using value_type = typename SendView::non_const_value_type;
+struct reduce_scatter_call : ring_call<Exec, SendView, RecvView> {
+  using base = ring_call<Exec, SendView, RecvView>;
+  using typename base::value_type;
+  using base::exec, base::send, base::recv, base::options, base::who;
   static constexpr collective_kind kind = collective_kind::reduce_scatter;
   static constexpr bool sums = true;
-
-  Exec exec;
-  SendView send;
-  RecvView recv;
-  collective_options options;
-  const char* who;
 
   std::size_t count() const { return recv.size(); }
 
   void check(comm_shape shape) const {
-    validate_options(options.codec, who);
-    if (options.codec.fill_value)
-      throw invalid_argument(std::string(who) +
-                             ": a fill value has no meaning for a sum; leave codec.fill_value empty");
-    require_contiguous(send, who, "the send View");
-    require_contiguous(recv, who, "the receive View");
+    this->check_options_and_views(true, "the receive View");
     if (send.size() != recv.size() * std::size_t(shape.size))
       throw invalid_argument(std::string(who) + ": the send View has " + std::to_string(send.size()) +
                              " elements; expected " + std::to_string(shape.size) + " ranks times the receive View's " +
@@ -66,8 +55,7 @@ struct reduce_scatter_call {
 
   /// MPI_Reduce_scatter_block itself for raw mode, a block too small to compress, and one rank.
   bool sends_raw(const agreed_ring& agreed) const {
-    return !agreed.how.staged &&
-           (agreed.shape.size == 1 || !agreed.rule.may_compress(recv.size() * sizeof(value_type)));
+    return this->raw_for(agreed, recv.size() * sizeof(value_type));
   }
   small_call<value_type> small_call_of(const agreed_ring& agreed) const {
     return reduce_scatter_small_call(send.data(), recv.data(), recv.size(), agreed.shape, agreed.how,
@@ -108,8 +96,8 @@ struct reduce_scatter_call {
 template <execution_space Exec, float_view SendView, float_view RecvView>
 collective_report reduce_scatter(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                                  const collective_options& options = {}, comm_workspace* workspace = nullptr) {
-  const detail::reduce_scatter_call<Exec, SendView, RecvView> call{exec, send, recv, options,
-                                                                   "kompress::reduce_scatter"};
+  const detail::reduce_scatter_call<Exec, SendView, RecvView> call{{exec, send, recv, options,
+                                                                   "kompress::reduce_scatter"}};
   return detail::complete(detail::start_ring_collective(call, comm, workspace, false));
 }
 
@@ -117,8 +105,8 @@ collective_report reduce_scatter(const Exec& exec, const SendView& send, const R
 template <execution_space Exec, float_view SendView, float_view RecvView>
 request ireduce_scatter(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                         const collective_options& options = {}, comm_workspace* workspace = nullptr) {
-  const detail::reduce_scatter_call<Exec, SendView, RecvView> call{exec, send, recv, options,
-                                                                   "kompress::ireduce_scatter"};
+  const detail::reduce_scatter_call<Exec, SendView, RecvView> call{{exec, send, recv, options,
+                                                                   "kompress::ireduce_scatter"}};
   return request(detail::start_ring_collective(call, comm, workspace, true));
 }
 
@@ -128,8 +116,8 @@ request ireduce_scatter(const Exec& exec, const SendView& send, const RecvView& 
 template <execution_space Exec, float_view SendView, float_view RecvView>
 persistent_request reduce_scatter_init(const Exec& exec, const SendView& send, const RecvView& recv, MPI_Comm comm,
                                        const collective_options& options = {}) {
-  const detail::reduce_scatter_call<Exec, SendView, RecvView> call{exec, send, recv, options,
-                                                                   "kompress::reduce_scatter_init"};
+  const detail::reduce_scatter_call<Exec, SendView, RecvView> call{{exec, send, recv, options,
+                                                                   "kompress::reduce_scatter_init"}};
   return persistent_request(detail::init_ring_collective(call, comm));
 }
 

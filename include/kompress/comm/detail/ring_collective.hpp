@@ -2,9 +2,8 @@
 // The shell the ring collectives (allreduce, allgather, reduce_scatter) share: the prologue
 // (Views' types, fence, transport, wire rule), the agreement, then MPI's own collective, the
 // small-call path or the compressing ring (comm/detail/ring.hpp), one-shot or persistent.
-// What tells the collectives apart is a description each header defines, holding the call's
-// execution space, Views, options and name:
-//   send_view, recv_view, value_type     the Views' types and their element type
+// What tells the collectives apart is a description each header defines, derived from
+// ring_call (the call's execution space, Views, options and name):
 //   kind, sums                           the collective (fingerprinted); sums: a reduction
 //   count()                              the element count every rank must pass alike
 //   check(shape)                         this rank's local checks of its arguments
@@ -21,6 +20,7 @@
 #include <kompress/comm/detail/small_calls.hpp>
 #include <kompress/comm/detail/transport.hpp>
 #include <kompress/comm/persistent.hpp>
+#include <kompress/detail/arguments.hpp>
 #include <kompress/kernels/range_pass.hpp>
 
 #include <memory>
@@ -36,6 +36,35 @@ struct agreed_ring {
   transport how{};  ///< how the bytes reach MPI (agreed: every rank staged or none)
   workspace_slot* slot = nullptr;
   bool carried = false;
+};
+
+/// What every ring collective's description holds, and what their checks share.
+template <class Exec, class SendView, class RecvView>
+struct ring_call {
+  using send_view = SendView;
+  using recv_view = RecvView;
+  using value_type = typename SendView::non_const_value_type;
+
+  Exec exec;
+  SendView send;
+  RecvView recv;
+  collective_options options;
+  const char* who;
+
+  /// Valid options (a sum has no fill value) and contiguous Views.
+  void check_options_and_views(bool sums, const char* recv_name) const {
+    validate_options(options.codec, who);
+    if (sums && options.codec.fill_value)
+      throw invalid_argument(std::string(who) +
+                             ": a fill value has no meaning for a sum; leave codec.fill_value empty");
+    require_contiguous(send, who, "the send View");
+    require_contiguous(recv, who, recv_name);
+  }
+  /// Whether MPI's own collective (or a small call) runs: no ring message of `message_bytes`
+  /// may be compressed and MPI reads the Views; with one rank always; staged Views never.
+  bool raw_for(const agreed_ring& agreed, std::size_t message_bytes) const {
+    return !agreed.how.staged && (agreed.shape.size == 1 || !agreed.rule.may_compress(message_bytes));
+  }
 };
 
 /// Fences, checks and agrees on what every rank must pass alike (the element count, type, mode,
