@@ -32,7 +32,7 @@
 //               [--block-size 32] [--codec fast|ratio] [--csv bench_codec.csv]
 //
 // --codec ratio measures the ratio codec (format 1.1) on each file as a View of its own shape
-// (its Lorenzo predictors follow it), and adds its targets (issue 14): PFPL's science-19
+// (its Lorenzo predictors follow it), and adds its targets: PFPL's science-19
 // geometric means, and SZx's and zfp's ratio on every file (codec.md's tables).
 //
 // The thread count is Kokkos's (OMP_NUM_THREADS); bench/run sets it to 2.
@@ -806,7 +806,7 @@ void print_baseline_table(const std::vector<file_result>& results, int threads) 
   }
 }
 
-// Issue 14's ratio targets, for --codec ratio. codec.md, "PFPL measured here" and "SZx and zfp
+// The ratio codec's targets, for --codec ratio. codec.md, "PFPL measured here" and "SZx and zfp
 // measured here, same run as kompress": PFPL's geometric means over the 19 science fields without
 // fill values, and SZx's and zfp's ratio on every file at REL 1e-2 / 1e-3 / 1e-4.
 struct reference_ratios {
@@ -864,7 +864,7 @@ void print_ratio_targets(const std::vector<file_result>& results, const options&
   };
   const auto ratio = [](const codec_result& c) { return c.ratio; };
   const double rels[3] = {1e-2, 1e-3, 1e-4}, pfpl[3] = {37.3, 15.3, 7.9};
-  std::printf(" Ratio codec (issue 14): science fields without fill values, geometric means\n");
+  std::printf(" Ratio codec: science fields without fill values, geometric means\n");
   std::printf("  (22 science fields, fills declared:");
   for (int k = 0; k < 3; ++k) {
     const auto i = bound_index(rels[k]);
@@ -1105,7 +1105,7 @@ int print_targets(const std::vector<file_result>& results, const options& opts, 
   line("science fields, REL 1e-4, >= 2x SZx (4.6)", geo(1e-4, science, ratio), 9.2, true);
   line("embedding files (word2vec, DLRM tables/lookups/grads), REL 1e-2, >= 6",
        geo(1e-2, embedding, ratio), 6.0, true);
-  // Issue 14: >= 2 GB/s compression and >= 4 GB/s decompression, one thread, science
+  // The targets: >= 2 GB/s compression and >= 4 GB/s decompression, one thread, science
   // geometric mean over every file and bound; at least SZx's compression speed per family.
   const auto geo_all = [&](const std::function<bool(const file_result&)>& keep_file,
                            const std::function<double(const codec_result&)>& field) {

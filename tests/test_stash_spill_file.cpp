@@ -1,4 +1,4 @@
-// The stash's spill file (issue 13 item 7): created exclusively and privately (mode 0600, never
+// The stash's spill file: created exclusively and privately (mode 0600, never
 // through a symlink or over an existing file), removed when the stash goes, and stale files of
 // dead processes cleaned only when they are certainly theirs. Small synthetic data: quick
 // enough for the sanitizer pass.

@@ -79,7 +79,7 @@ void write_seed(const std::filesystem::path& directory, const std::string& name,
               stream.size());
 }
 
-/// A decompression bomb (issue 13): valid checksums, a header claiming `count` values, every
+/// A decompression bomb: valid checksums, a header claiming `count` values, every
 /// chunk 0 bytes long (block size 128 and 65535 blocks per chunk keep the tables small). It
 /// must be rejected before anything is allocated; the fuzzer mutates it towards streams that
 /// are barely long enough. Checked to be rejected before it is written.

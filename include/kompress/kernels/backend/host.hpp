@@ -368,7 +368,7 @@ struct backend<Exec> {
     t.assemble_waves = max_assemble_waves;
     // The fast codec's compression in two launches, one worker per thread (fused_compression):
     // two threads 1.78 -> 1.91x one thread, one thread 2.36 -> 2.43 GB/s (nothing moves);
-    // docs/performance.md, "Issue 14: two threads".
+    // docs/performance.md, the two-thread sections of the CPU codec.
     t.fused_workers = -1;
     return t;
   }
