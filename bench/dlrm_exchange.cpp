@@ -13,7 +13,8 @@
 // ranks the last rank takes the rest.
 //
 // The batches: iteration 0 is the real held-out batch of the data folder (its forward lookups
-// as the pooled values, its loss gradient as the backward payload; tiled when --batch > 1024).
+// as the pooled values, its loss gradient as the backward payload; tiled when --batch exceeds
+// its samples, 1024 in the full set and 128 in the repository's sample).
 // Iterations 1.. draw lookups the way recommendation traffic looks: per table, a Zipf(s) law
 // over the rows (s = --zipf, popular rows chosen by a seeded permutation), 1 to --pooling
 // lookups per sample and table, summed (sum pooling); their backward payload is the real
@@ -48,7 +49,7 @@
 // in a private network namespace whose loopback is rate-limited with tc and sets
 // KOMPRESS_LINK_GBPS; without it the ranks talk over shared memory.
 
-#include "real_data.hpp"
+#include "data_sample.hpp"
 
 #include <kompress/dlrm.hpp>
 
@@ -225,13 +226,18 @@ struct batch {
 };
 
 batch real_batch(const layout& l) {
-  const auto forward = kompress::test::read_raw<float>("dlrm_flights_lookup_fwd_1024x10x128.f32");
-  const auto backward = kompress::test::read_raw<float>("dlrm_flights_lookup_grad_1024x10x128.f32");
+  // The full set's batch has 1024 samples, the repository's sample its first 128: tiled to the
+  // global batch either way.
+  const auto forward_file = kompress::test::find_array("dlrm_flights_lookup_fwd");
+  const auto backward_file = kompress::test::find_array("dlrm_flights_lookup_grad");
+  const auto forward = kompress::test::read_raw<float>(forward_file.name);
+  const auto backward = kompress::test::read_raw<float>(backward_file.name);
   const std::size_t row = l.tables * l.dim, samples = forward.size() / row;
-  if (samples != 1024 || backward.size() != forward.size() || row != 1280)
-    throw std::runtime_error("dlrm_exchange: the lookup files are not [1024 x 10 x 128]");
+  if (forward_file.shape.size() != 3 || forward_file.shape[1] * forward_file.shape[2] != row ||
+      backward_file.shape != forward_file.shape)
+    throw std::runtime_error("dlrm_exchange: the lookup files are not [samples x 10 x 128] both");
   batch b;
-  b.label = l.global_batch == samples ? "real batch" : "real batch (tiled)";
+  b.label = l.global_batch == samples ? "real batch" : "real batch (tiled from " + std::to_string(samples) + ")";
   b.pooled.resize(l.global_batch * row);
   b.gradient.resize(l.global_batch * row);
   for (std::size_t s = 0; s < l.global_batch; ++s) {

@@ -1,7 +1,7 @@
 // The compressed collectives against plain MPI, element by element, within the documented
 // bound; run under mpiexec -n 1, 2, 3 and 4.
 
-#include "real_data.hpp"
+#include "data_sample.hpp"
 
 #include <kompress/comm.hpp>
 
@@ -118,7 +118,8 @@ TEST_CASE_TEMPLATE("alltoall: a REL bound resolves over the blocks to other rank
 
 TEST_CASE("alltoall of real embedding rows and activations") {
   const int p = size_of(), me = rank_of();
-  for (const char* file : {"dlrm_flights_lookup_fwd_1024x10x128.f32", "act_mlp_relu2_out_1024x1024.f32"}) {
+  for (const char* stem : {"dlrm_flights_lookup_fwd", "act_mlp_relu2_out"}) {
+    const std::string file = kompress::test::find_array(stem).name;
     const auto all = kompress::test::read_raw<float>(file);
     const std::size_t per_rank = all.size() / std::size_t(p) / std::size_t(p) * std::size_t(p);
     host_view<float> send("send", per_rank), got("got", per_rank), expected("expected", per_rank);

@@ -1,13 +1,16 @@
 // support/real_data.hpp: the data folder is found, every array is listed with the right
-// shape, type, family and fill value, and a missing file is a clear error.
+// shape, type, family and fill value, a missing file is a clear error, and the repository's
+// sample is what data/README.md says it is.
 #include <doctest/doctest.h>
 
-#include "real_data.hpp"
+#include "support/data_checks.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -90,29 +93,34 @@ TEST_CASE("float_data_files lists every array, sorted, with shape, dtype and fam
           f.elements() * (f.dtype == "f32" ? 4u : 8u));
   }
   // The data README: 22 scientific fields here (24 are described; two are held out), the
-  // word2vec and three DLRM embedding files, 7 activations and 3 gradients.
-  CHECK(per_family["science"] >= 22);
+  // word2vec and three DLRM embedding files, 7 activations and 3 gradients; the repository's
+  // sample: 5 fields, 4 embedding arrays, 3 activations and a gradient (data/README.md).
+  const bool sample = kt::data_is_sample();
+  CHECK(per_family["science"] >= (sample ? 5 : 22));
   CHECK(per_family["embedding"] >= 4);
-  CHECK(per_family["activation"] >= 10);
+  CHECK(per_family["activation"] >= (sample ? 4 : 10));
   CHECK(per_family.size() == 3);
 
-  const auto* erai = find(files, "erai_z_2x3x241x480.f32");
-  REQUIRE(erai != nullptr);
-  CHECK(erai->shape == std::vector<std::size_t>{2, 3, 241, 480});
-  CHECK(erai->family == "science");
-  CHECK_FALSE(erai->fill_value.has_value());
+  const auto* hacc = find(files, "hacc_x_32768.f32");
+  REQUIRE(hacc != nullptr);
+  CHECK(hacc->shape == std::vector<std::size_t>{32768});
+  CHECK(hacc->family == "science");
+  CHECK_FALSE(hacc->fill_value.has_value());
 
-  const auto* mpas = find(files, "mpas_surface_pressure_163842.f64");
-  REQUIRE(mpas != nullptr);
-  CHECK(mpas->dtype == "f64");
-  CHECK(mpas->shape == std::vector<std::size_t>{163842});
+  const auto* uvel = find(files, "mitgcm_ocean_uvel_15x40x90.f64");
+  REQUIRE(uvel != nullptr);
+  CHECK(uvel->dtype == "f64");
+  CHECK(uvel->shape == std::vector<std::size_t>{15, 40, 90});
 
-  const auto* dlrm = find(files, "dlrm_flights_lookup_grad_1024x10x128.f32");
-  REQUIRE(dlrm != nullptr);
-  CHECK(dlrm->family == "embedding");
-  const auto* grad = find(files, "grad_mlp_fc1_out_1024x1024.f32");
-  REQUIRE(grad != nullptr);
-  CHECK(grad->family == "activation");
+  // Sliced in the sample: found by their stems, with the sample's shape in the name.
+  const auto dlrm = kt::find_array("dlrm_flights_lookup_grad");
+  CHECK(dlrm.family == "embedding");
+  CHECK(dlrm.shape == std::vector<std::size_t>{sample ? 128u : 1024u, 10, 128});
+  const auto grad = kt::find_array("grad_mlp_fc1_out");
+  CHECK(grad.family == "activation");
+  CHECK(grad.shape[1] == 1024);
+  CHECK_THROWS_AS(kt::find_array("no_such_array"), std::runtime_error);
+  CHECK_THROWS_AS(kt::find_array("grad_mlp"), std::runtime_error);  // a stem is the whole name but its shape
 
   // Only the arrays are listed, not the word list, the JSON files or the uint8 MNIST files.
   CHECK(find(files, "emb_word2vec_googlenews_8000x300.words.txt") == nullptr);
@@ -126,7 +134,9 @@ TEST_CASE("fill values match the arrays: present where listed, nothing fill-like
       {"foam_ocean_v_24x128x128.f32", 1e35f},
       {"nemo_orca2_sst_5x149x182.f32", 1e20f},
   };
-  int with_fill = 0;
+  int with_fill = 0, expected_with_fill = 0;
+  for (const auto& [name, fill] : expected_fill) expected_with_fill += std::filesystem::exists(kt::data_dir() / name);
+  CHECK(expected_with_fill == (kt::data_is_sample() ? 1 : 3));
   for (const auto& f : kt::float_data_files()) {
     CAPTURE(f.name);
     const auto found = f.dtype == "f32" ? fill_like_values(kt::read_raw<float>(f.name))
@@ -144,7 +154,7 @@ TEST_CASE("fill values match the arrays: present where listed, nothing fill-like
       CHECK(found.empty());
     }
   }
-  CHECK(with_fill == 3);
+  CHECK(with_fill == expected_with_fill);
 }
 
 TEST_CASE("read_raw reads little-endian arrays and checks the element size") {
@@ -154,7 +164,11 @@ TEST_CASE("read_raw reads little-endian arrays and checks the element size") {
   const auto [min, max] = std::minmax_element(values.begin(), values.end());
   CHECK(*min == doctest::Approx(0.213285).epsilon(1e-6));
   CHECK(*max == doctest::Approx(5.05322).epsilon(1e-6));
+}
 
+TEST_CASE("read_raw reads the MNIST labels, and rejects a file that is not whole elements") {
+  KOMPRESS_TEST_NEEDS_DATA("mnist_t10k_labels_10000.u8");
+  KOMPRESS_TEST_NEEDS_DATA("emb_word2vec_googlenews_8000x300.words.txt");
   const auto labels = kt::read_raw<unsigned char>("mnist_t10k_labels_10000.u8");
   CHECK(labels.size() == 10000u);
   CHECK(*std::max_element(labels.begin(), labels.end()) == 9);
@@ -192,4 +206,52 @@ TEST_CASE("KOMPRESS_DATA_DIR selects the folder; an empty or missing folder is a
     CHECK(message.find("absent") != std::string::npos);
     CHECK(message.find("KOMPRESS_DATA_DIR") != std::string::npos);
   }
+}
+
+TEST_CASE("a missing array is skipped with a reason on the repository's sample and an error elsewhere") {
+  if (kt::data_is_sample()) {
+    const auto why = kt::missing_from_sample("nemo_orca2_sst");
+    REQUIRE(why.has_value());
+    CHECK(why->find("nemo_orca2_sst") != std::string::npos);
+    CHECK(why->find("KOMPRESS_DATA_DIR") != std::string::npos);
+    CHECK(kt::missing_from_sample("mnist_t10k_labels_10000.u8").has_value());
+  } else {
+    CHECK_THROWS_AS(kt::missing_from_sample("no_such_array"), std::runtime_error);
+    CHECK_THROWS_AS(kt::missing_from_sample("no_such_file.f32"), std::runtime_error);
+  }
+  CHECK_FALSE(kt::missing_from_sample("pop_temp").has_value());
+  CHECK_FALSE(kt::missing_from_sample("pop_temp_384x320.f32").has_value());
+}
+
+TEST_CASE("the repository's sample is the leading bytes of the full set's files, within 10 MB") {
+  const std::filesystem::path sample_dir = KOMPRESS_SAMPLE_DATA_DIR;
+  REQUIRE(std::filesystem::is_regular_file(sample_dir / "sample.json"));
+  REQUIRE(std::filesystem::is_regular_file(sample_dir / "README.md"));
+  std::uintmax_t bytes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(sample_dir)) bytes += entry.file_size();
+  CHECK(bytes <= 10'000'000);
+  if (kt::data_is_sample()) {
+    MESSAGE("skipped: comparing the sample with the full data set needs the full set (set KOMPRESS_DATA_DIR)");
+    return;
+  }
+  const auto read_bytes = [](const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::vector<kt::data_file_info> sample;
+  {
+    scoped_env env("KOMPRESS_DATA_DIR", sample_dir.string());
+    sample = kt::float_data_files();
+  }
+  CHECK(sample.size() == 13);
+  for (const auto& file : sample) {
+    CAPTURE(file.name);
+    const auto full = kt::find_array(std::string(kt::detail::stem_of(file.name)));
+    CHECK(full.dtype == file.dtype);
+    CHECK(std::equal(full.shape.begin() + 1, full.shape.end(), file.shape.begin() + 1, file.shape.end()));
+    CHECK(file.shape[0] <= full.shape[0]);
+    const std::string kept = read_bytes(sample_dir / file.name);
+    CHECK(kept == read_bytes(kt::data_file(full.name)).substr(0, kept.size()));
+  }
+  CHECK(read_bytes(sample_dir / "dlrm_flights_meta.json") == read_bytes(kt::data_file("dlrm_flights_meta.json")));
 }

@@ -4,7 +4,7 @@
 #include <kompress/stash.hpp>
 
 #include "support/codec_checks.hpp"
-#include "real_data.hpp"
+#include "support/data_checks.hpp"
 
 #include <doctest/doctest.h>
 
@@ -22,6 +22,9 @@ namespace {
 using exec_space = Kokkos::DefaultExecutionSpace;
 using memory_space = exec_space::memory_space;
 using stash_type = kompress::stash<exec_space>;
+
+// The MLP's second ReLU output, 1024 x 1024 (the sample's 128 rows repeated; data/README.md).
+std::vector<float> relu_activation() { return kompress::test::read_array<float>("act_mlp_relu2_out", 1024 * 1024); }
 
 template <class T>
 std::vector<T> random_values(std::size_t count, unsigned seed, double zero_fraction = 0.5) {
@@ -355,7 +358,7 @@ TEST_CASE("stash: handles used twice, after drop, empty or from another stash ar
 TEST_CASE("stash: stats follow saves and drops in LIFO and in any order") {
   const exec_space exec;
   stash_type stash(exec, options(std::size_t(32) << 20, std::size_t(1) << 20));
-  const auto values = kompress::test::read_raw<float>("act_mlp_relu2_out_1024x1024.f32");
+  const auto values = relu_activation();
   const auto view = to_view(values);
   const auto empty_pool = stash.stats().pool_bytes;
   std::vector<kompress::stash_handle> handles;
@@ -397,7 +400,7 @@ TEST_CASE("stash: no Kokkos allocation per save or restore once warm") {
   CAPTURE(async);
   const exec_space exec;
   stash_type stash(exec, options(std::size_t(24) << 20, std::size_t(1) << 20));
-  const auto values = kompress::test::read_raw<float>("act_cnn_s3_relu_out_128x64x8x8.f32");
+  const auto values = kompress::test::read_array<float>("act_cnn_s3_relu_out", 128 * 64 * 8 * 8);
   const auto view = to_view(values);
   Kokkos::View<float*, memory_space> back("back", values.size());
   auto step = [&] {  // a forward pass saving three activations, a backward pass restoring them
@@ -424,10 +427,11 @@ TEST_CASE("stash: no Kokkos allocation per save or restore once warm") {
 // --- concurrency -------------------------------------------------------------------------------------
 
 TEST_CASE("stash: concurrent saves and restores on two execution space instances") {
+  KOMPRESS_TEST_NEEDS_DATA("act_cnn_stem_conv_out_128x16x32x32.f32");
   const exec_space exec;
   const auto instances = Kokkos::Experimental::partition_space(exec, 1, 1);
   stash_type stash(exec, options(std::size_t(64) << 20, std::size_t(512) << 10));
-  const auto relu = kompress::test::read_raw<float>("act_mlp_relu2_out_1024x1024.f32");
+  const auto relu = relu_activation();
   const auto conv = kompress::test::read_raw<float>("act_cnn_stem_conv_out_128x16x32x32.f32");
   const auto relu_view = to_view(relu);
   const auto conv_view = to_view(conv);
@@ -481,7 +485,7 @@ TEST_CASE("stash: concurrent saves and restores on two execution space instances
 
 TEST_CASE("stash: save_async stores what save stores, and settles on fence, restore, info and drop") {
   const exec_space exec;
-  const auto values = kompress::test::read_raw<float>("act_mlp_relu2_out_1024x1024.f32");
+  const auto values = relu_activation();
   const auto view = to_view(values);
   const auto bound = kompress::relative(1e-2);
   const std::size_t raw = values.size() * sizeof(float);
@@ -534,7 +538,7 @@ TEST_CASE("stash: save_async stores what save stores, and settles on fence, rest
 
 TEST_CASE("stash: save_async makes room by settling, and saves synchronously when it cannot") {
   const exec_space exec;
-  const auto values = kompress::test::read_raw<float>("act_mlp_relu2_out_1024x1024.f32");
+  const auto values = relu_activation();
   const auto view = to_view(values);
   const auto bound = kompress::relative(1e-2);
   const std::size_t worst = kompress::max_compressed_size<float>(values.size());

@@ -4,7 +4,7 @@
 #include <kompress/stash.hpp>
 
 #include "support/codec_checks.hpp"
-#include "real_data.hpp"
+#include "support/data_checks.hpp"
 
 #include <doctest/doctest.h>
 
@@ -24,10 +24,11 @@ using stash_type = kompress::stash<exec_space>;
 
 constexpr std::size_t KiB = 1024, MiB = 1024 * 1024;
 
-std::vector<float> relu() { return kompress::test::read_raw<float>("act_mlp_relu2_out_1024x1024.f32"); }
-std::vector<float> conv() {
-  return kompress::test::read_raw<float>("act_cnn_stem_conv_out_128x16x32x32.f32");
-}
+// The budgets below are sized for these two arrays: the MLP's second ReLU output (1024 x 1024;
+// the sample's 128 rows repeated) and a convolution's output, which only the full set has.
+constexpr const char* conv_file = "act_cnn_stem_conv_out_128x16x32x32.f32";
+std::vector<float> relu() { return kompress::test::read_array<float>("act_mlp_relu2_out", 1024 * 1024); }
+std::vector<float> conv() { return kompress::test::read_raw<float>(conv_file); }
 
 Kokkos::View<float*, memory_space> to_view(const std::vector<float>& values) {
   Kokkos::View<float*, memory_space> view("values", values.size());
@@ -100,6 +101,7 @@ TEST_CASE("stash budget: options are checked when the stash is made") {
 }
 
 TEST_CASE("stash budget: the default policy throws budget_exceeded with the numbers, keeping nothing") {
+  KOMPRESS_TEST_NEEDS_DATA(conv_file);
   const exec_space exec;
   const auto values = relu();
   const auto view = to_view(values);
@@ -136,6 +138,7 @@ TEST_CASE("stash budget: the default policy throws budget_exceeded with the numb
 }
 
 TEST_CASE("stash budget: spill to host keeps every byte and restores bit-identically") {
+  KOMPRESS_TEST_NEEDS_DATA(conv_file);
   const exec_space exec;
   const auto a = relu(), b = conv();
   const auto view_a = to_view(a), view_b = to_view(b);
@@ -227,6 +230,7 @@ TEST_CASE("stash budget: a looser bound within the ceiling, recorded per entry")
 }
 
 TEST_CASE("stash budget: in place or through the workspace, the streams are the same") {
+  KOMPRESS_TEST_NEEDS_DATA(conv_file);
   const exec_space exec;
   const auto values = conv();
   const auto view = to_view(values);

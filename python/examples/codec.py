@@ -6,7 +6,7 @@ import numpy as np
 import kompress
 
 data = os.environ.get("KOMPRESS_DATA_DIR", "../shared/data")
-x = np.fromfile(f"{data}/era5_t2m_uk_744x33x49.f32", np.float32).reshape(744, 33, 49)
+x = np.fromfile(f"{data}/nyx_temperature_32x32x32.f32", np.float32).reshape(32, 32, 32)
 
 stream = kompress.compress(x, rel=1e-3)           # a uint8 array: the self-describing stream
 info = kompress.inspect(stream)                   # count, dtype, absolute_bound, ratio, ...

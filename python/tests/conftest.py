@@ -14,14 +14,31 @@ except ImportError:  # pragma: no cover
 
 
 def data_dir() -> pathlib.Path:
-    path = pathlib.Path(os.environ.get("KOMPRESS_DATA_DIR", pathlib.Path(__file__).parents[3] / "shared" / "data"))
+    """$KOMPRESS_DATA_DIR, else the full set (../shared/data beside the repository) where it
+    exists, else the repository's sample (data/, data/README.md)."""
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    full = repo.parent / "shared" / "data"
+    path = pathlib.Path(os.environ.get("KOMPRESS_DATA_DIR") or (full if full.is_dir() else repo / "data"))
     if not (path / "manifest.json").is_file():
         pytest.fail(f"the test data is not at {path} (set KOMPRESS_DATA_DIR)")
     return path
 
 
+def needs(name: str) -> None:
+    """Skips the calling test (or module) when `name` is absent from the repository's sample,
+    which holds only part of the full set; fails when it is absent from any other folder."""
+    folder = data_dir()
+    if (folder / name).exists():
+        return
+    if (folder / "sample.json").is_file():
+        pytest.skip(f"needs {name}, which only the full data set has; {folder} is the repository's sample "
+                    "(set KOMPRESS_DATA_DIR to the full set, ../shared/data)", allow_module_level=True)
+    pytest.fail(f"{name} is not in the data folder {folder} (set KOMPRESS_DATA_DIR)")
+
+
 def load(name: str) -> np.ndarray:
-    """A file of the shared data, read in place, in its shape and dtype (manifest.json)."""
+    """A file of the data folder, read in place, in its shape and dtype (manifest.json)."""
+    needs(name)
     entry = next(e for e in json.loads((data_dir() / "manifest.json").read_text()) if e["file"] == name)
     return np.fromfile(data_dir() / name, dtype="<" + {"float32": "f4", "float64": "f8"}[entry["dtype"]]).reshape(
         entry["shape"])

@@ -13,7 +13,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import kompress
 import kompress.torch
-from conftest import load
+from conftest import load, needs
 
 comm = MPI.COMM_WORLD
 p, me = comm.Get_size(), comm.Get_rank()
@@ -29,6 +29,7 @@ def teardown_module():
 
 
 def data():
+    needs("mnist_t10k_images_10000x28x28.u8")
     images = np.fromfile(load.__globals__["data_dir"]() / "mnist_t10k_images_10000x28x28.u8", np.uint8)
     labels = np.fromfile(load.__globals__["data_dir"]() / "mnist_t10k_labels_10000.u8", np.uint8)
     x = torch.from_numpy(images.reshape(-1, 784)[:2048].astype(np.float32) / 255)

@@ -13,7 +13,7 @@ import torch
 
 import kompress
 import kompress.torch
-from conftest import assert_within, data_dir
+from conftest import assert_within, data_dir, needs
 
 EPOCHS = int(os.environ.get("KOMPRESS_MNIST_EPOCHS", "2"))
 TRAIN = int(os.environ.get("KOMPRESS_MNIST_TRAIN", "1024"))
@@ -23,6 +23,7 @@ SEED = int(os.environ.get("KOMPRESS_MNIST_SEED", "1"))
 
 
 def mnist():
+    needs("mnist_t10k_images_10000x28x28.u8")
     images = np.fromfile(data_dir() / "mnist_t10k_images_10000x28x28.u8", np.uint8).reshape(-1, 784)
     labels = np.fromfile(data_dir() / "mnist_t10k_labels_10000.u8", np.uint8)
     return (torch.from_numpy(images[:TRAIN].astype(np.float32) / 255),
@@ -93,6 +94,7 @@ def test_mnist_mlp_with_and_without_compressed_activations():
 
 
 def test_restored_activations_are_within_the_bound_and_pass_through_rules():
+    needs("act_mlp_fc1_out_1024x1024.f32")
     x = torch.from_numpy(np.fromfile(data_dir() / "act_mlp_fc1_out_1024x1024.f32", np.float32)
                          .reshape(1024, 1024)[:256].copy()).requires_grad_()
     w = torch.nn.Parameter(torch.randn(1024, 64) * 0.03)
