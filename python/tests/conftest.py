@@ -44,6 +44,16 @@ def load(name: str) -> np.ndarray:
         entry["shape"])
 
 
+def load_array(stem: str) -> np.ndarray:
+    """The array called `stem` whatever its shape ("era5_t2m_uk": the full set's 744 hours or
+    the sample's first 64), as load reads it."""
+    names = [e["file"] for e in json.loads((data_dir() / "manifest.json").read_text())
+             if e["file"].rsplit(".", 1)[0].rsplit("_", 1)[0] == stem]
+    if len(names) != 1:
+        pytest.fail(f"{len(names)} arrays called {stem}_<shape> in {data_dir()}")
+    return load(names[0])
+
+
 def assert_within(x, y, bound: float) -> None:
     """|x - x'| <= bound, exactly (in double), NaN where NaN was; no slack."""
     x = np.asarray(x, dtype=np.float64).reshape(-1)

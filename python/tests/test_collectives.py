@@ -6,7 +6,7 @@ import torch
 from mpi4py import MPI
 
 import kompress
-from conftest import assert_same_on_every_rank, assert_within, load
+from conftest import assert_same_on_every_rank, assert_within, load_array
 
 comm = MPI.COMM_WORLD
 p, me = comm.Get_size(), comm.Get_rank()
@@ -29,7 +29,7 @@ def test_one_rank_is_a_local_copy():
 
 def field(n, dtype, seed):
     """Rank-dependent slices of a real field (smooth, so compression pays)."""
-    x = load("era5_t2m_uk_744x33x49.f32").reshape(-1).astype(dtype)
+    x = load_array("era5_t2m_uk").reshape(-1).astype(dtype)
     start = (seed * 7919 + me * 104729) % (x.size - n)
     return np.ascontiguousarray(x[start:start + n])
 
