@@ -330,7 +330,7 @@ void run_file(file_result& r, const options& opts, const host_exec& one, const h
   const kompress::stash_options stash_options{.budget_bytes = std::size_t(96) << 20,
                                               .codec = {.block_size = opts.block_size}};
   kompress::stash<host_exec> stash(all, stash_options);
-  kompress::stash<host_exec> staged(all, stash_options, {.compress_in_place = false});
+  auto staged = kompress::detail::tuned_stash(all, stash_options, {.compress_in_place = false});
   for (const double bound : opts.bounds) {
     method_result m;
     char name[32];

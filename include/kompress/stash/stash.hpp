@@ -95,6 +95,17 @@ inline std::size_t segment_values(std::size_t segment_bytes, std::size_t element
 
 }  // namespace detail
 
+template <class ExecutionSpace>
+class stash;
+
+namespace detail {
+
+/// A stash with a tuning other than its backend's default (what bench/stash compares).
+template <class ExecutionSpace>
+stash<ExecutionSpace> tuned_stash(const ExecutionSpace& exec, const stash_options& options,
+                                  const stash_tuning& tuning);
+
+}  // namespace detail
 
 template <class ExecutionSpace = Kokkos::DefaultExecutionSpace>
 class stash {
@@ -106,9 +117,8 @@ class stash {
   using memory_space = typename ExecutionSpace::memory_space;
 
   /// Allocates the pool (options.budget_bytes in memory_space) on `exec`; waits for `exec`.
-  stash(const ExecutionSpace& exec, const stash_options& options,
-        const detail::stash_tuning& tuning = detail::default_stash_tuning<ExecutionSpace>())
-      : state_(std::make_unique<state>(exec, options, tuning)) {}
+  stash(const ExecutionSpace& exec, const stash_options& options)
+      : stash(exec, options, detail::default_stash_tuning<ExecutionSpace>()) {}
   explicit stash(const stash_options& options) : stash(ExecutionSpace{}, options) {}
 
   stash(stash&&) noexcept = default;
@@ -241,7 +251,18 @@ class stash {
   }
 
   std::unique_ptr<state> state_;
+
+  stash(const ExecutionSpace& exec, const stash_options& options, const detail::stash_tuning& tuning)
+      : state_(std::make_unique<state>(exec, options, tuning)) {}
+  friend stash detail::tuned_stash<ExecutionSpace>(const ExecutionSpace&, const stash_options&,
+                                                   const detail::stash_tuning&);
 };
+
+template <class ExecutionSpace>
+stash<ExecutionSpace> detail::tuned_stash(const ExecutionSpace& exec, const stash_options& options,
+                                          const stash_tuning& tuning) {
+  return stash<ExecutionSpace>(exec, options, tuning);
+}
 
 // ----------------------------------------------------------------------------------------------
 // The implementation. The entry table and the counters sit behind one mutex, each tier guards
