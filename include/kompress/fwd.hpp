@@ -30,6 +30,8 @@ class invalid_handle;
 // comm/: the collectives (kompress/comm.hpp)
 enum class transfer_mode;
 enum class allreduce_bound;
+enum class reduction_method;
+enum class transport_mode;
 struct cost_model;
 struct collective_options;
 struct collective_report;
@@ -41,6 +43,7 @@ class comm_workspace;
 struct budget_policy;
 struct stash_options;
 struct stash_handle;
+struct stash_placement;
 struct stash_stats;
 struct stash_entry_info;
 template <class ExecutionSpace>

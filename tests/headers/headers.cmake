@@ -19,6 +19,12 @@ foreach(header IN LISTS kompress_public_headers)
   endif()
 endforeach()
 
+# fwd.hpp's declarations agree with the definitions (an enum's underlying type, a class key).
+set(source "${CMAKE_CURRENT_BINARY_DIR}/headers/fwd_then_definitions.cpp")
+file(CONFIGURE OUTPUT "${source}" CONTENT
+     "#include <kompress/fwd.hpp>\n#include <kompress/kompress.hpp>\n#include <kompress/dlrm.hpp>\n")
+list(APPEND mpi_header_sources "${source}")
+
 add_library(kompress_header_check OBJECT EXCLUDE_FROM_ALL ${header_sources})
 target_link_libraries(kompress_header_check PRIVATE kompress::kompress)
 kompress_target_defaults(kompress_header_check)
@@ -33,3 +39,7 @@ endif()
 add_test(NAME headers_self_contained
   COMMAND "${CMAKE_COMMAND}" --build "${CMAKE_BINARY_DIR}" --target ${header_targets})
 set_tests_properties(headers_self_contained PROPERTIES LABELS "build" TIMEOUT 900)
+
+add_test(NAME headers_namespaces
+  COMMAND "${CMAKE_COMMAND}" "-DINCLUDE_DIR=${PROJECT_SOURCE_DIR}/include" -P "${CMAKE_CURRENT_LIST_DIR}/namespaces.cmake")
+set_tests_properties(headers_namespaces PROPERTIES LABELS "build")

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 /// What compression decides from the value range: the header's data-dependent fields and the
 /// codec. A pure function of (base header, range), evaluated on the device by every kernel
@@ -119,4 +119,4 @@ struct chunk_decoder {
   }
 };
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

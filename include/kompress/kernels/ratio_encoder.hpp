@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <string>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 /// Encodes ratio chunk `chunk` at its worst-case slot and records its length and checksum.
 /// Each call keeps its scratch (ratio_scratch, about 54 KiB) on its own stack.
@@ -176,4 +176,4 @@ void decompress_ratio_chunks(const Exec& exec, const std::byte* in, const stream
     throw_format(who, "malformed ratio chunk " + std::to_string(first_bad));
 }
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

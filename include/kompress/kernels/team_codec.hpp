@@ -21,7 +21,7 @@
 
 #include <cstdint>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 /// The chunk end table's words while a team compression runs: not known yet, the chunk's own
 /// length (with this flag), or its end, which is also the word's final value.
@@ -332,4 +332,4 @@ std::uint64_t team_decode_chunks(const Exec& exec, std::uint64_t chunks,
   return first_bad;
 }
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

@@ -11,7 +11,7 @@
 
 #ifdef KOKKOS_ENABLE_CUDA
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 template <>
 struct backend<Kokkos::Cuda> : portable_backend<Kokkos::Cuda> {
@@ -26,6 +26,6 @@ struct backend<Kokkos::Cuda> : portable_backend<Kokkos::Cuda> {
   }
 };
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail
 
 #endif

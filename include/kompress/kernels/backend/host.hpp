@@ -35,7 +35,7 @@
 #endif
 #endif
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
 template <class T, int BlockSize>
@@ -515,4 +515,4 @@ struct backend<Exec> {
   }
 };
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

@@ -34,7 +34,7 @@
 
 #include <cstdint>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 /// The portable backend's members, for backends that change only some of them to derive from.
 template <class Exec>
@@ -103,4 +103,4 @@ struct portable_backend {
 template <class Exec>
 struct backend : portable_backend<Exec> {};
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace kompress::detail {
+namespace kompress::inline v0::detail {
 
 /// Which compilation of the codec's loops a kernel runs (the value range and the chunk
 /// encoder for compression, the chunk decoder for decompression). All write the same bytes
@@ -57,4 +57,4 @@ struct kernel_tuning {
   int team_size = default_team_size;
 };
 
-}  // namespace kompress::detail
+}  // namespace kompress::inline v0::detail

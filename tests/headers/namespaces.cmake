@@ -1,0 +1,27 @@
+# Every header opens kompress's namespaces through the ABI namespace by its own spelling
+# ("namespace kompress::inline v0::detail {" or "namespace kompress {" then "inline namespace
+# v0 {"), never "namespace kompress::detail {", which lands in v0 only if an earlier include
+# happened to declare it there. Run as: cmake -DINCLUDE_DIR=<include> -P namespaces.cmake
+file(GLOB_RECURSE headers "${INCLUDE_DIR}/kompress/*.hpp")
+set(bad "")
+foreach(header IN LISTS headers)
+  file(STRINGS "${header}" lines)
+  set(after_kompress FALSE)
+  foreach(line IN LISTS lines)
+    if(after_kompress AND NOT line MATCHES "^inline namespace v0 {")
+      list(APPEND bad "${header}: 'namespace kompress {' not followed by 'inline namespace v0 {'")
+    endif()
+    set(after_kompress FALSE)
+    if(line MATCHES "^namespace kompress {")
+      set(after_kompress TRUE)
+    elseif(line MATCHES "^namespace kompress::" AND NOT line MATCHES "^namespace kompress::inline v0")
+      list(APPEND bad "${header}: ${line}")
+    endif()
+  endforeach()
+endforeach()
+if(bad)
+  list(JOIN bad "\n  " text)
+  message(FATAL_ERROR "kompress namespaces not opened through v0:\n  ${text}")
+endif()
+list(LENGTH headers count)
+message(STATUS "${count} headers open kompress's namespaces through v0")
