@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The network-limited sweep of bench_collectives (docs/collectives.md, "The network-limited test
-# bed"): for every link and rank count, the MPI job runs in a private network namespace of its
-# own; for the TCP links its loopback is rate-limited with tc and MPICH is forced onto TCP
-# over it. Writes one CSV, one log per run, and plots speedup vs message size per link rate.
+# The network-limited sweep of bench_collectives (docs/performance.md, "The test bed"): for
+# every link and rank count, the MPI job runs in a private network namespace of its own; for
+# the TCP links its loopback is rate-limited with tc and MPICH is forced onto TCP over it.
+# Writes one CSV, one log per run, and plots speedup vs message size per link rate.
 #
 #   bench/collectives_sweep.sh <build_dir> [options] [-- args for bench_collectives]
 #     --links "1 2.5 5 10 shm"  link rates in Gb/s; "shm" = unlimited shared memory (no tc, MPICH's

@@ -1,6 +1,7 @@
 #pragma once
-// The compressed collectives (need MPI; link kompress::mpi): alltoall, alltoallv and
-// allreduce on Kokkos Views, blocking, nonblocking and persistent, compressed on the wire within a bound.
+// The compressed collectives (need MPI; link kompress::mpi): alltoall, alltoallv, allreduce,
+// allgather and reduce_scatter on Kokkos Views, blocking, nonblocking and persistent,
+// compressed on the wire within a bound.
 // Includes the codec they are built on, not the stash.
 
 #include <kompress/version.hpp>

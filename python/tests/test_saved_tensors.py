@@ -2,8 +2,8 @@
 examples/stash_training.cpp (784-1024-1024-10, ReLU, Adam with warmup and cosine decay)
 trained in PyTorch from the same initial weights and data order with and without the hooks.
 The final training loss (of the final weights, over the training set) must be within 1%, and
-the saved-activation memory at least 4x smaller at REL 1e-2. A short run (ctest); the
-numbers in docs/performance.md come from KOMPRESS_MNIST_EPOCHS=5 KOMPRESS_MNIST_TRAIN=8000."""
+the saved-activation memory at least 4x smaller at REL 1e-2. docs/performance.md's table is
+this short run (ctest); KOMPRESS_MNIST_EPOCHS=5 KOMPRESS_MNIST_TRAIN=8000 make the longer one."""
 import math
 import os
 
