@@ -26,7 +26,8 @@
 //
 // Output: fixed-width tables on stdout (kompress; kompress beside zfp; the baselines; a
 // per-family speed summary against SZx's numbers) and a CSV (--csv) with one row per file x
-// bound and geometric-mean rows per family, then the issue's targets marked MET / NOT MET.
+// bound and geometric-mean rows per family, then the targets (docs/performance.md, "Codec
+// (CPU)") marked MET / NOT MET.
 //
 //   bench_codec [--files a,b] [--bounds 1e-2,1e-3,1e-4] [--reps 5] [--min-time-ms 10]
 //               [--block-size 32] [--codec fast|ratio] [--csv bench_codec.csv]
@@ -1065,8 +1066,8 @@ void print_speed_summary(const std::vector<file_result>& results, const options&
   }
 }
 
-// The targets of the issue (docs: shared/design/codec.md, "SZx measured here" and "Numbers to
-// beat"). Returns the number not met.
+// The codec's targets (docs/performance.md; the SZx numbers from shared/design/codec.md, "SZx
+// measured here" and "Numbers to beat"). Returns the number not met.
 int print_targets(const std::vector<file_result>& results, const options& opts, int threads) {
   std::printf("\nTargets (SZx numbers: codec.md, \"SZx measured here\": blocked mode, 1 thread, "
               "same data and machine)\n\n");

@@ -21,7 +21,7 @@
 // after a warm-up, each repetition lasting --min-time-ms. Max error / range is the max abs
 // error over the file's value range: comparable to a REL bound.
 //
-// Output: a table on stdout, a CSV (--csv), then the issue's targets at REL 1e-2 over the act_*
+// Output: a table on stdout, a CSV (--csv), then the targets at REL 1e-2 over the act_*
 // files (ratio >= 6x each, save >= 1 GB/s and restore >= 2 GB/s on one core) marked MET / NOT
 // MET. Targets not met are reported, not failed; a broken bound fails the run.
 //
