@@ -27,7 +27,7 @@
 // The recipe: Adam, its learning rate rising linearly from 0 to --lr over the first --warmup of
 // all steps (a fraction: 0.2, one epoch of five), then decaying to 0 along a cosine over the
 // rest (--schedule constant keeps it at --lr after the warmup; --warmup 0 --schedule constant is
-// the plain Adam 1e-3 of earlier versions). Both halves are needed for the plain and stashed
+// plain Adam at 1e-3). Both halves are needed for the plain and stashed
 // runs to end close together: with a constant rate the end point is a different sample of the
 // training's scatter in each run, and without the warmup the runs can part early (docs/stash.md,
 // "Training through the stash", has the measurements).
