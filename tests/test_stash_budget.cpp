@@ -234,8 +234,8 @@ TEST_CASE("stash budget: in place or through the workspace, the streams are the 
   const exec_space exec;
   const auto values = conv();
   const auto view = to_view(values);
-  stash_type in_place(exec, small(16 * MiB), {.compress_in_place = true});
-  stash_type staged(exec, small(16 * MiB), {.compress_in_place = false});
+  auto in_place = kompress::detail::tuned_stash(exec, small(16 * MiB), {.compress_in_place = true});
+  auto staged = kompress::detail::tuned_stash(exec, small(16 * MiB), {.compress_in_place = false});
   const auto a = in_place.save(exec, view, kompress::relative(1e-3));
   const auto b = staged.save(exec, view, kompress::relative(1e-3));
   CHECK(in_place.info(a).stored_bytes == staged.info(b).stored_bytes);
