@@ -19,6 +19,8 @@ OPTIONS = [{"mode": "raw"}, {"abs": 1e-3}, {"rel": 1e-3}, {"mode": "auto", "rel"
 def field(n, dtype, seed):
     """Rank- and round-dependent slices of a real field."""
     x = load_array("era5_t2m_uk").reshape(-1).astype(dtype)
+    if x.size <= n:  # the repository's sample holds 64 of the 744 hours: repeat them
+        x = np.resize(x, n + 1)
     start = (seed * 7919 + me * 104729) % (x.size - n)
     return np.ascontiguousarray(x[start:start + n])
 
