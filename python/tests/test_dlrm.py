@@ -8,16 +8,13 @@ from mpi4py import MPI
 
 import kompress
 import kompress.torch
-from conftest import assert_within, load_array
+from conftest import assert_within, load_array, repeat_rows
 
 comm = MPI.COMM_WORLD
 p, me = comm.Get_size(), comm.Get_rank()
 local_batch = 48
-fwd = load_array("dlrm_flights_lookup_fwd")      # [batch, table, dim]: 1024 samples, the sample's 128
-grad = load_array("dlrm_flights_lookup_grad")
-repeats = -(-p * local_batch // fwd.shape[0])    # the sample's samples repeated up to the batch
-fwd = np.concatenate([fwd] * repeats)[: p * local_batch]
-grad = np.concatenate([grad] * repeats)[: p * local_batch]
+fwd = repeat_rows(load_array("dlrm_flights_lookup_fwd"), p * local_batch)[: p * local_batch]  # [batch, table, dim]
+grad = repeat_rows(load_array("dlrm_flights_lookup_grad"), p * local_batch)[: p * local_batch]
 dims = [128, 64, 128, 32, 128, 128, 16, 128, 96, 128]   # the real tables' first columns
 tables = [(t % p, d) for t, d in enumerate(dims)]
 mine = [t for t in range(len(dims)) if t % p == me]

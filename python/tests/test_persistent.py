@@ -9,7 +9,7 @@ import torch
 from mpi4py import MPI
 
 import kompress
-from conftest import assert_same_on_every_rank, assert_within, load_array
+from conftest import assert_same_on_every_rank, assert_within, load_array, repeat_rows
 
 comm = MPI.COMM_WORLD
 p, me = comm.Get_size(), comm.Get_rank()
@@ -18,9 +18,7 @@ OPTIONS = [{"mode": "raw"}, {"abs": 1e-3}, {"rel": 1e-3}, {"mode": "auto", "rel"
 
 def field(n, dtype, seed):
     """Rank- and round-dependent slices of a real field."""
-    x = load_array("era5_t2m_uk").reshape(-1).astype(dtype)
-    if x.size <= n:  # the repository's sample holds 64 of the 744 hours: repeat them
-        x = np.resize(x, n + 1)
+    x = repeat_rows(load_array("era5_t2m_uk").reshape(-1).astype(dtype), n + 1)
     start = (seed * 7919 + me * 104729) % (x.size - n)
     return np.ascontiguousarray(x[start:start + n])
 
