@@ -1,14 +1,17 @@
 # kompress_add_test: one doctest executable, registered with ctest.
 #
-#   kompress_add_test(NAME <name> SOURCES <file>...
+#   kompress_add_test(NAME <name> {SOURCES <file>... | EXECUTABLE <built>} [ARGS <arg>...]
 #                     [MPI_RANKS <n>...] [LABELS <label>...] [TIMEOUT <seconds>])
 #
 # Builds the executable test_<name> from SOURCES, linked with doctest, kompress::kompress and
 # support/real_data.hpp (the real data), plus the shared main (tests/support/doctest_main.cpp, which
-# holds Kokkos initialized for the run). Without MPI_RANKS it registers the ctest test <name>.
+# holds Kokkos initialized for the run). With EXECUTABLE instead of SOURCES it builds nothing and
+# registers the executable test_<built> that an earlier kompress_add_test(NAME <built>) built
+# (the same suite run with other ARGS, such as a doctest filter). ARGS follow the executable on
+# its command line. Without MPI_RANKS it registers the ctest test <name>.
 # With MPI_RANKS it links kompress::mpi and the MPI main (tests/support/doctest_mpi_main.cpp)
 # instead and registers <name>.np<N> for each N, run as
-#   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} N ${MPIEXEC_PREFLAGS} test_<name> ${MPIEXEC_POSTFLAGS}
+#   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} N ${MPIEXEC_PREFLAGS} test_<name> ${MPIEXEC_POSTFLAGS} <ARGS>
 # If MPI was not found, an MPI test is not built and a message says so.
 #
 # Every test gets OMP_NUM_THREADS (KOMPRESS_TEST_THREADS, split between the ranks, at least 1),
@@ -57,12 +60,12 @@ function(kompress_test_environment out_var ranks)
 endfunction()
 
 function(kompress_add_test)
-  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME;TIMEOUT" "SOURCES;MPI_RANKS;LABELS")
+  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME;TIMEOUT;EXECUTABLE" "SOURCES;ARGS;MPI_RANKS;LABELS")
   if(arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "kompress_add_test: unknown arguments: ${arg_UNPARSED_ARGUMENTS}")
   endif()
-  if(NOT arg_NAME OR NOT arg_SOURCES)
-    message(FATAL_ERROR "kompress_add_test: NAME and SOURCES are required")
+  if(NOT arg_NAME OR (NOT arg_SOURCES AND NOT arg_EXECUTABLE) OR (arg_SOURCES AND arg_EXECUTABLE))
+    message(FATAL_ERROR "kompress_add_test: NAME and either SOURCES or EXECUTABLE are required")
   endif()
   if(NOT arg_TIMEOUT)
     set(arg_TIMEOUT ${KOMPRESS_TEST_TIMEOUT})
@@ -77,17 +80,24 @@ function(kompress_add_test)
     return()
   endif()
 
-  set(target test_${arg_NAME})
-  add_executable(${target} ${arg_SOURCES})
-  kompress_target_defaults(${target})
-  if(arg_MPI_RANKS)
-    target_link_libraries(${target} PRIVATE kompress_doctest_mpi_main kompress::mpi)
+  if(arg_EXECUTABLE)
+    set(target test_${arg_EXECUTABLE})
+    if(NOT TARGET ${target})
+      message(FATAL_ERROR "kompress_add_test(${arg_NAME}): no test executable ${target} was built before")
+    endif()
   else()
-    target_link_libraries(${target} PRIVATE kompress_doctest_main)
+    set(target test_${arg_NAME})
+    add_executable(${target} ${arg_SOURCES})
+    kompress_target_defaults(${target})
+    if(arg_MPI_RANKS)
+      target_link_libraries(${target} PRIVATE kompress_doctest_mpi_main kompress::mpi)
+    else()
+      target_link_libraries(${target} PRIVATE kompress_doctest_main)
+    endif()
   endif()
 
   if(NOT arg_MPI_RANKS)
-    add_test(NAME ${arg_NAME} COMMAND ${target})
+    add_test(NAME ${arg_NAME} COMMAND ${target} ${arg_ARGS})
     kompress_test_environment(environment 1)
     set_tests_properties(${arg_NAME} PROPERTIES
       ENVIRONMENT "${environment}" LABELS "${arg_LABELS}" TIMEOUT ${arg_TIMEOUT})
@@ -97,7 +107,7 @@ function(kompress_add_test)
     set(test ${arg_NAME}.np${ranks})
     add_test(NAME ${test}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${ranks} ${MPIEXEC_PREFLAGS}
-              $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS})
+              $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS} ${arg_ARGS})
     kompress_test_environment(environment ${ranks})
     set_tests_properties(${test} PROPERTIES
       ENVIRONMENT "${environment}" LABELS "mpi;${arg_LABELS}" TIMEOUT ${arg_TIMEOUT}
