@@ -6,7 +6,7 @@
 // and the value range's integer min/max on eight floats' keys (SSE2 has no 32-bit signed
 // min/max and no 64-bit compare). Streams and decoded values are identical either way: the
 // range is integer arithmetic, and no product in the codec can be fused with anything
-// (docs/error-bound.md, "Verification"); the golden checksums in tests/test_format.cpp and
+// (docs/error-bound.md, "Verification"); the golden checksums in tests/codec/format.cpp and
 // codec_adversarial's encoder and decoder comparisons check it. Not compiled when the whole
 // build already targets AVX2 (nothing to gain), in device compilers, or under the sanitizers
 // (their pass then covers the portable code).

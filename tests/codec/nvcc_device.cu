@@ -3,7 +3,7 @@
 // functions nvcc compiled; where a GPU is present, the kernels run too and must produce the
 // host's bytes exactly (the format's promise: the same stream on every backend).
 //
-//   nvcc -std=c++20 -I include tests/cuda/codec_device.cu -o codec_device && ./codec_device
+//   nvcc -std=c++20 -I include tests/codec/nvcc_device.cu -o codec_device && ./codec_device
 
 #include <kompress/codec/chunk.hpp>
 

@@ -5,7 +5,7 @@
 // sides are the host and the same checks hold.
 //
 // The golden inputs come from integer arithmetic and exact scalings only (no libm), so that
-// they are the same on every machine. test_format.cpp and test_codec_ratio.cpp pin the other
+// they are the same on every machine. format.cpp and ratio.cpp (beside this file) pin the other
 // golden streams; their round trips run on the default space too.
 
 #include "support/codec_checks.hpp"
