@@ -127,7 +127,7 @@ inline std::vector<std::size_t> parse_shape(std::string_view stem) {
 // Fill (missing) values kept as stored in the arrays. Hard-coded from the data README and
 // manifest.json ("fill_values": 9.969209968386869e+36, 1.0000000409184788e+35 and
 // 1.0000000200408773e+20 are these float32 values widened to double); no other array has a
-// fill-like value (|x| >= 1e19). tests/test_data_support.cpp checks them against the arrays.
+// fill-like value (|x| >= 1e19). tests/support/data_support.cpp checks them against the arrays.
 inline std::optional<double> fill_value_of(std::string_view name) {
   if (name.starts_with("pop_temp_")) return static_cast<double>(9.96921e36f);
   if (name.starts_with("foam_ocean_v_")) return static_cast<double>(1e35f);
