@@ -113,7 +113,7 @@ def test_allreduce_matches_mpi4py(dtype, n, options):
         else:
             recv = np.full_like(send, np.nan)
             report = kompress.allreduce(send, recv, comm, **options)
-        # The report's bound, plus the rounding of two summation orders (tests/test_comm.cpp).
+        # The report's bound, plus the rounding of two summation orders (tests/comm/allreduce.cpp).
         eps = np.finfo(dtype).eps
         err = np.abs(recv.astype(np.float64) - expected.astype(np.float64))
         assert np.all(err <= report.absolute_bound + 2.0 * p * eps * magnitude.astype(np.float64)), variant
@@ -164,7 +164,7 @@ def test_reduce_scatter_matches_mpi4py(dtype, n, options):
         terms = p if options.get("reduction") == "homomorphic" else p - 1
         if "abs" in options and p > 1 and n > 0:
             assert report.absolute_bound <= terms * options["abs"] * (1 + 1e-12)
-        # The bound plus the rounding of two summation orders (tests/test_comm_homomorphic.cpp).
+        # The bound plus the rounding of two summation orders (tests/comm/homomorphic_checks.hpp).
         eps = np.finfo(dtype).eps
         err = np.abs(recv.astype(np.float64) - expected.astype(np.float64))
         slack = 2.0 * p * eps * (magnitude.astype(np.float64) + report.absolute_bound)

@@ -41,7 +41,7 @@ def run_round(request, k):
 
 
 def check_sum(recv, expected, magnitude, bound, dtype):
-    """The bound plus the rounding of two summation orders (tests/test_comm.cpp), and the same
+    """The bound plus the rounding of two summation orders (tests/comm/allreduce.cpp), and the same
     bytes on every rank."""
     eps = np.finfo(dtype).eps
     err = np.abs(recv.astype(np.float64) - expected.astype(np.float64))

@@ -3,8 +3,8 @@
 // kompress::test::collective_calls.counting, every call of MPI_(I)allreduce, MPI_(I)allgather,
 // MPI_(I)reduce_scatter_block, MPI_Alltoall and MPI-4's persistent *_init forms of the first
 // three adds one to collective_calls.count, then runs the PMPI function. For tests that check
-// which path a kompress call took. It defines the MPI functions: include it in one source file
-// of a test executable only.
+// which path a kompress call took. The MPI functions are defined in counted_collectives.cpp:
+// link it into the test executable (once) and include this header where the count is read.
 
 #include <mpi.h>
 
@@ -22,56 +22,3 @@ inline void count_collective() {
 }
 
 }  // namespace kompress::test
-
-extern "C" {
-int MPI_Allreduce(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  kompress::test::count_collective();
-  return PMPI_Allreduce(in, out, count, type, op, comm);
-}
-int MPI_Iallreduce(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
-                   MPI_Request* request) {
-  kompress::test::count_collective();
-  return PMPI_Iallreduce(in, out, count, type, op, comm, request);
-}
-int MPI_Allgather(const void* in, int in_count, MPI_Datatype in_type, void* out, int out_count, MPI_Datatype out_type,
-                  MPI_Comm comm) {
-  kompress::test::count_collective();
-  return PMPI_Allgather(in, in_count, in_type, out, out_count, out_type, comm);
-}
-int MPI_Iallgather(const void* in, int in_count, MPI_Datatype in_type, void* out, int out_count,
-                   MPI_Datatype out_type, MPI_Comm comm, MPI_Request* request) {
-  kompress::test::count_collective();
-  return PMPI_Iallgather(in, in_count, in_type, out, out_count, out_type, comm, request);
-}
-int MPI_Reduce_scatter_block(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  kompress::test::count_collective();
-  return PMPI_Reduce_scatter_block(in, out, count, type, op, comm);
-}
-int MPI_Ireduce_scatter_block(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
-                              MPI_Request* request) {
-  kompress::test::count_collective();
-  return PMPI_Ireduce_scatter_block(in, out, count, type, op, comm, request);
-}
-int MPI_Alltoall(const void* in, int in_count, MPI_Datatype in_type, void* out, int out_count, MPI_Datatype out_type,
-                 MPI_Comm comm) {
-  kompress::test::count_collective();
-  return PMPI_Alltoall(in, in_count, in_type, out, out_count, out_type, comm);
-}
-#if MPI_VERSION >= 4
-int MPI_Allreduce_init(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
-                       MPI_Info info, MPI_Request* request) {
-  kompress::test::count_collective();
-  return PMPI_Allreduce_init(in, out, count, type, op, comm, info, request);
-}
-int MPI_Allgather_init(const void* in, int in_count, MPI_Datatype in_type, void* out, int out_count,
-                       MPI_Datatype out_type, MPI_Comm comm, MPI_Info info, MPI_Request* request) {
-  kompress::test::count_collective();
-  return PMPI_Allgather_init(in, in_count, in_type, out, out_count, out_type, comm, info, request);
-}
-int MPI_Reduce_scatter_block_init(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
-                                  MPI_Info info, MPI_Request* request) {
-  kompress::test::count_collective();
-  return PMPI_Reduce_scatter_block_init(in, out, count, type, op, comm, info, request);
-}
-#endif
-}

@@ -1,0 +1,240 @@
+#pragma once
+// What the comm suites (tests/comm/*.cpp) share beyond support/mpi_checks.hpp: the bounds the
+// senders and the agreement resolve, the option sets and sizes several collectives are run
+// with, the rounds of a persistent request, the pipelined calls' options, the ring collectives
+// on the execution space's memory, and test data.
+
+#include <kompress/comm.hpp>
+
+#include "support/device_views.hpp"
+#include "support/mpi_checks.hpp"
+
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace kompress::test {
+
+// --- bounds -------------------------------------------------------------------------------------
+
+/// The absolute bound a sender applies: ABS as given, REL over its whole send View.
+template <class T>
+double sender_bound(const host_view<T>& send, const kompress::error_bound& bound) {
+  if (bound.mode == kompress::bound_mode::absolute) return bound.value;
+  double lo = INFINITY, hi = -INFINITY;
+  for (std::size_t i = 0; i < send.size(); ++i)
+    if (std::isfinite(send(i))) {
+      lo = std::min(lo, double(send(i)));
+      hi = std::max(hi, double(send(i)));
+    }
+  return lo <= hi ? bound.value * (hi - lo) : 0.0;
+}
+
+/// Every rank's sender bound, indexed by rank.
+inline std::vector<double> all_bounds(double mine) {
+  std::vector<double> bounds(size_of());
+  MPI_Allgather(&mine, 1, MPI_DOUBLE, bounds.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  return bounds;
+}
+
+/// The largest of every rank's `value`.
+inline double max_over_ranks(double value) {
+  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return value;
+}
+
+/// The absolute bound of every compression of a ring collective: ABS as given, REL over all
+/// ranks' send Views together.
+template <class T>
+double agreed_bound(const host_view<T>& send, const kompress::error_bound& bound) {
+  if (bound.mode == kompress::bound_mode::absolute) return bound.value;
+  double lo = INFINITY, hi = -INFINITY;
+  for (std::size_t i = 0; i < send.size(); ++i) {
+    lo = std::min(lo, double(send(i)));
+    hi = std::max(hi, double(send(i)));
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return lo <= hi ? bound.value * (hi - lo) : 0.0;
+}
+
+/// What the options mean for the transfer: raw (exact, MPI's own) or compressed.
+inline bool may_compress(const kompress::collective_options& options) {
+  return options.mode != kompress::transfer_mode::raw;
+}
+
+// --- options ------------------------------------------------------------------------------------
+
+inline const kompress::collective_options raw{.mode = kompress::transfer_mode::raw};
+inline const kompress::collective_options abs_options{.codec = {.bound = kompress::absolute(1e-3)}};
+
+/// The one-shot allgather and reduce_scatter are checked with each of these.
+inline const kompress::collective_options ring_option_sets[] = {
+    {.codec = {.bound = kompress::relative(1e-3)}},
+    {.codec = {.bound = kompress::absolute(1e-3)}},
+    {.codec = {.bound = kompress::absolute(1e-2)}, .reduction_bound = kompress::allreduce_bound::total},
+    {.codec = {.bound = kompress::absolute(1e-3)}, .mode = kompress::transfer_mode::raw},
+    {.codec = {.bound = kompress::absolute(1e-3)}, .mode = kompress::transfer_mode::automatic},
+};
+
+// --- persistent requests ------------------------------------------------------------------------
+
+/// Rounds of each persistent request.
+inline constexpr int persistent_rounds = 3;
+
+/// The persistent collectives are checked with each of these, at each of persistent_sizes.
+inline const kompress::collective_options persistent_option_sets[] = {
+    {.codec = {.bound = kompress::relative(1e-3)}},
+    {.codec = {.bound = kompress::absolute(1e-3)}},
+    {.codec = {.bound = kompress::absolute(1e-3)}, .mode = kompress::transfer_mode::raw},
+    // automatic at the default model: raw at these sizes
+    {.codec = {.bound = kompress::absolute(1e-3)}, .mode = kompress::transfer_mode::automatic},
+    // automatic over a slow link: compressed
+    {.codec = {.bound = kompress::relative(1e-3)},
+     .mode = kompress::transfer_mode::automatic,
+     .cost = {.link_bytes_per_second = 1e5, .min_message_bytes = 0}},
+};
+inline constexpr std::size_t persistent_sizes[] = {0, 1, 33, 5000};
+
+/// New values in the same View for each round (the point of a persistent request).
+template <class T>
+void refill(const host_view<T>& view, int seed, int round) {
+  const auto fresh = make_data<T>(view.size(), seed + 1000 * round, 10.0 + 5.0 * round);
+  Kokkos::deep_copy(view, fresh);
+}
+
+/// One round of `request`, completed three different ways over the rounds.
+inline const kompress::collective_report& run_round(kompress::persistent_request& request, int round) {
+  switch (round % 3) {
+    case 0:
+      request.start();
+      CHECK(request.active());
+      return request.wait();
+    case 1:
+      request.start();
+      while (!request.test()) {
+      }
+      CHECK(!request.active());
+      return request.report();
+    default: return request.run();
+  }
+}
+
+// --- pipelined calls ----------------------------------------------------------------------------
+
+/// The absolute bound of the pipelined calls.
+inline constexpr double pipelined_abs_bound = 1e-3;
+
+/// Compressed mode with chunks of `chunk_bytes` (0: the cost model's own chunks, made small
+/// enough to cut test-sized messages).
+inline kompress::collective_options chunked(std::size_t chunk_bytes) {
+  kompress::collective_options o{.codec = {.bound = kompress::absolute(pipelined_abs_bound)}};
+  if (chunk_bytes > 0) {
+    o.cost.fixed_chunk_bytes = chunk_bytes;
+  } else {
+    o.cost.min_chunk_bytes = 4096;
+    o.cost.chunk_seconds = 1e-6;
+  }
+  return o;
+}
+
+/// The report of `blocking()`, or of the request `start()` returns, polled with test() to the end.
+template <class T>
+kompress::collective_report finish(bool nonblocking, auto&& blocking, auto&& start) {
+  if (!nonblocking) return blocking();
+  kompress::request r = start();
+  while (!r.test()) {
+  }
+  return r.wait();
+}
+
+/// Chunk sizes in bytes: one value, a chunk that is no multiple of the codec's block, one of
+/// exactly 1024 values, and the cost model's own (0).
+inline constexpr std::size_t chunk_sizes[] = {sizeof(double), 1000, 4096, 0};
+
+/// A pipelined (i)alltoall against MPI_Alltoall: the block to itself exact, the others within
+/// pipelined_abs_bound, one message per peer cut into the chunks the options fix.
+template <class T>
+void check_pipelined_alltoall(std::size_t per_peer, const kompress::collective_options& options, bool nonblocking) {
+  const int p = size_of(), me = rank_of();
+  auto send = make_data<T>(per_peer * std::size_t(p), me + 1);
+  host_view<T> expected("expected", send.size()), got("got", send.size());
+  MPI_Alltoall(send.data(), int(per_peer), mpi_type<T>(), expected.data(), int(per_peer), mpi_type<T>(),
+               MPI_COMM_WORLD);
+  const auto report = finish<T>(
+      nonblocking, [&] { return kompress::alltoall(host{}, send, got, MPI_COMM_WORLD, options); },
+      [&] { return kompress::ialltoall(host{}, send, got, MPI_COMM_WORLD, options); });
+  std::size_t violations = 0;
+  for (std::size_t k = 0; k < send.size(); ++k) {
+    const double e = k / per_peer == std::size_t(me) ? 0.0 : pipelined_abs_bound;  // the block to itself is exact
+    violations += !(std::fabs(double(got(k)) - double(expected(k))) <= e);
+  }
+  CHECK(violations == 0);
+  CHECK(report.messages == std::uint64_t(per_peer && p > 1 ? p - 1 : 0));
+  if (per_peer > 0 && p > 1) {
+    const std::size_t chunk = options.cost.fixed_chunk_bytes / sizeof(T);
+    if (chunk > 0) CHECK(report.chunks == std::uint64_t(p - 1) * ((per_peer + chunk - 1) / chunk));
+    CHECK(report.absolute_bound <= pipelined_abs_bound);
+  }
+}
+
+// --- the execution space's memory ---------------------------------------------------------------
+
+enum class form { blocking, nonblocking, persistent };
+
+/// Runs one ring collective (allreduce, allgather or reduce_scatter) on Views in the execution
+/// space's memory in the given form; returns the result on the host.
+template <class T, class Call, class ICall, class Init>
+host_view<T> run_ring(form how, const device_view<T>& send, std::size_t out_size, Call&& call, ICall&& icall,
+                      Init&& init) {
+  device_view<T> got("got", out_size);
+  switch (how) {
+    case form::blocking: call(send, got); break;
+    case form::nonblocking: icall(send, got).wait(); break;
+    case form::persistent: {
+      kompress::persistent_request rounds = init(send, got);
+      for (int round = 0; round < 2; ++round) rounds.run();
+    } break;
+  }
+  return to_host(got);
+}
+
+/// How many |got - expected| exceed `bound` plus the rounding of two summation orders (none
+/// without magnitudes).
+template <class T>
+std::size_t count_beyond(const host_view<T>& got, const host_view<T>& expected, const host_view<T>& magnitude,
+                         double bound) {
+  std::size_t bad = 0;
+  constexpr double eps = std::numeric_limits<T>::epsilon();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double slack = magnitude.size() ? 2.0 * size_of() * eps * double(magnitude(i)) : 0.0;
+    bad += !(std::fabs(double(got(i)) - double(expected(i))) <= bound + slack);
+  }
+  return bad;
+}
+
+// --- data ---------------------------------------------------------------------------------------
+
+/// A plain sine wave of amplitude 5 (no noise), rank-dependent through the seed.
+inline host_view<float> sine_values(std::size_t n, int seed) {
+  host_view<float> v("data", n);
+  for (std::size_t i = 0; i < n; ++i) v(i) = float(std::sin(0.01 * double(i) + seed) * 5.0);
+  return v;
+}
+
+/// NaN every 97 values, alternating infinities every 211 from 13, -0.0 every 301 from 50.
+template <class T>
+void sprinkle_special_values(host_view<T>& v) {
+  for (std::size_t i = 0; i < v.size(); i += 97) v(i) = std::numeric_limits<T>::quiet_NaN();
+  for (std::size_t i = 13; i < v.size(); i += 211) v(i) = (i / 211) % 2 ? std::numeric_limits<T>::infinity()
+                                                                       : -std::numeric_limits<T>::infinity();
+  for (std::size_t i = 50; i < v.size(); i += 301) v(i) = T(-0.0);
+}
+
+}  // namespace kompress::test

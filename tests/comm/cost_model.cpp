@@ -1,0 +1,104 @@
+// The cost model: measure_cost_model's rates, the same on every rank, and its agreement on the
+// probe size; the chunk plan of pipelined messages and the model's chunk count; and automatic
+// mode's weighing of a staged call's copies on the execution space's memory. Run under mpiexec
+// -n 1, 2, 3 and 4.
+
+#include <kompress/comm.hpp>
+
+#include "comm/checks.hpp"
+#include "support/device_views.hpp"
+#include "support/mpi_checks.hpp"
+
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+using namespace kompress::test;  // support/mpi_checks.hpp, support/device_views.hpp, comm/checks.hpp
+
+TEST_CASE("measure_cost_model gives every rank the same positive rates") {
+  const auto model = kompress::measure_cost_model(host{}, MPI_COMM_WORLD, 1u << 20);
+  double rates[3] = {model.link_bytes_per_second, model.compress_bytes_per_second, model.decompress_bytes_per_second};
+  for (const double rate : rates) CHECK((std::isfinite(rate) && rate > 0.0));
+  double highest[3];
+  MPI_Allreduce(rates, highest, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  for (int i = 0; i < 3; ++i) CHECK(highest[i] == rates[i]);
+}
+
+TEST_CASE("measure_cost_model agrees on its probe size: a mismatch or a rejected size fails on every rank") {
+  if (size_of() > 1)
+    CHECK_THROWS_WITH_AS(kompress::measure_cost_model(host{}, MPI_COMM_WORLD, (1u << 16) + 4 * unsigned(rank_of())),
+                         doctest::Contains("ranks disagree on probe_bytes"), kompress::invalid_argument);
+  // More than one MPI message holds, on the last rank only: nothing allocated, no rank waits.
+  const bool last = rank_of() == size_of() - 1;
+  CHECK_THROWS_AS(kompress::measure_cost_model(host{}, MPI_COMM_WORLD, last ? std::size_t(3) << 30 : 1u << 16),
+                  kompress::invalid_argument);
+  // The next call matches on every rank.
+  CHECK(kompress::measure_cost_model(host{}, MPI_COMM_WORLD, 1u << 16).compress_bytes_per_second > 0.0);
+}
+
+TEST_CASE("chunk plan: sizes, counts and the cost model's chunk count") {
+  using kompress::detail::chunk_plan;
+  const chunk_plan empty{0, 5};
+  CHECK(empty.count() == 0);
+  const chunk_plan plan{10, 4};
+  CHECK(plan.count() == 3);
+  CHECK(plan.begin(2) == 8);
+  CHECK(plan.size(0) == 4);
+  CHECK(plan.size(2) == 2);
+
+  kompress::cost_model cost;
+  cost.link_bytes_per_second = 0.125e9;  // 1 Gb/s
+  CHECK(cost.chunks(0) == 1);
+  CHECK(cost.chunks(64 * 1024) == 1);  // under two minimal chunks
+  const std::uint64_t big = 16u << 20;
+  CHECK(cost.chunks(big) > 1);
+  CHECK(cost.chunks(big) <= cost.max_chunks);
+  CHECK(cost.chunk_bytes(big) >= cost.min_chunk_bytes);
+  // Pipelined, the model predicts less than the three stages one after the other.
+  kompress::cost_model serial = cost;
+  serial.pipeline = false;
+  CHECK(serial.chunks(big) == 1);
+  CHECK(cost.compressed_seconds(big, 4.0) < serial.compressed_seconds(big, 4.0));
+  // A plan: raw messages go whole; fixed chunks as stated; model chunks a multiple of 1024 values.
+  CHECK(kompress::detail::plan_chunks(cost, false, 1u << 22, 4, 16u << 20).count() == 1);
+  kompress::cost_model fixed = cost;
+  fixed.fixed_chunk_bytes = 1000;
+  const auto f = kompress::detail::plan_chunks(fixed, true, 1001, 4, 4004);
+  CHECK(f.chunk == 250);
+  CHECK(f.count() == 5);
+  const auto m = kompress::detail::plan_chunks(cost, true, (16u << 20) / 4, 4, 16u << 20);
+  CHECK(m.chunk % kompress::detail::chunk_granule == 0);
+  CHECK(m.count() == cost.chunks(big));
+}
+
+TEST_CASE("automatic mode counts a staged call's copies: compressing pays where the copies outweigh the link") {
+  // A link far faster than the codec needs: raw wins when MPI reads the Views; staged through
+  // copies of 1 GB/s each way, a stream half the size halves them, and compressing wins.
+  const int p = size_of(), me = rank_of();
+  if (p < 2) return;
+  const std::size_t per_peer = 1 << 18;
+  const auto values = make_data<float>(per_peer * std::size_t(p), me + 11);
+  const auto send = to_device(values);
+  kompress::collective_options options{.codec = {.bound = kompress::absolute(1e-3)},
+                                       .mode = kompress::transfer_mode::automatic};
+  options.cost.link_bytes_per_second = 1e12;
+  options.cost.compress_bytes_per_second = 1e12;
+  options.cost.decompress_bytes_per_second = 1e12;
+  options.cost.staging_bytes_per_second = 1e9;
+  for (const auto transport : {kompress::transport_mode::direct, kompress::transport_mode::staged}) {
+    if (transport == kompress::transport_mode::direct && !kompress::detail::host_memory_space<exec_space::memory_space>)
+      continue;  // a device without a device-aware MPI cannot be read directly
+    options.transport = transport;
+    device_view<float> got("got", send.size());
+    const auto report = kompress::alltoall(exec_space{}, send, got, MPI_COMM_WORLD, options);
+    device_view<float> sum("sum", send.size());
+    const auto ring = kompress::allreduce(exec_space{}, send, sum, MPI_COMM_WORLD, options);
+    CAPTURE(int(transport));
+    const bool staged = transport == kompress::transport_mode::staged;
+    CHECK(report.compressed_messages == (staged ? std::uint64_t(p - 1) : 0u));
+    CHECK((ring.compressed_messages > 0) == staged);
+  }
+}
