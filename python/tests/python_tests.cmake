@@ -22,10 +22,33 @@ set(kompress_python_env
   "OMPI_MCA_rmaps_base_oversubscribe=1" "PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe")
 set(pytest ${Python_EXECUTABLE} -m pytest -q -rs -p no:cacheprovider)
 
+# The same environment on the repository's sample (data/README.md): what a clone without the
+# full set runs. Only where the build reads another folder, so the sample path is guarded in CI.
+set(kompress_python_sample_env "${kompress_python_env}")
+list(TRANSFORM kompress_python_sample_env REPLACE "^KOMPRESS_DATA_DIR=.*$"
+     "KOMPRESS_DATA_DIR=${PROJECT_SOURCE_DIR}/data")
+cmake_path(COMPARE "${KOMPRESS_DATA_DIR}" NOT_EQUAL "${PROJECT_SOURCE_DIR}/data" kompress_python_sample_pass)
+
+# kompress_python_test(<name> <file> [RANKS <n>...] [LABELS <label>...] [TIMEOUT <s>] [SAMPLE])
+# registers python.<name> (or python.<name>.np<N> per rank count); SAMPLE adds
+# python.sample.<name> (on two ranks where RANKS has 2), the file run on the repository's sample.
 function(kompress_python_test name file)
-  cmake_parse_arguments(PARSE_ARGV 2 arg "" "TIMEOUT" "RANKS;LABELS")
+  cmake_parse_arguments(PARSE_ARGV 2 arg "SAMPLE" "TIMEOUT" "RANKS;LABELS")
   if(NOT arg_TIMEOUT)
     set(arg_TIMEOUT 120)
+  endif()
+  if(arg_SAMPLE AND kompress_python_sample_pass)
+    set(test python.sample.${name})
+    if(2 IN_LIST arg_RANKS)
+      add_test(NAME ${test}
+        COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS}
+                ${pytest} -x "${tests_dir}/${file}" ${MPIEXEC_POSTFLAGS})
+      set_tests_properties(${test} PROPERTIES PROCESSORS 2 LABELS "python;mpi;sample")
+    else()
+      add_test(NAME ${test} COMMAND ${pytest} "${tests_dir}/${file}")
+      set_tests_properties(${test} PROPERTIES LABELS "python;sample")
+    endif()
+    set_tests_properties(${test} PROPERTIES ENVIRONMENT "${kompress_python_sample_env}" TIMEOUT ${arg_TIMEOUT})
   endif()
   if(NOT arg_RANKS)
     add_test(NAME python.${name} COMMAND ${pytest} "${tests_dir}/${file}")
@@ -43,17 +66,17 @@ function(kompress_python_test name file)
   endforeach()
 endfunction()
 
-kompress_python_test(codec test_codec.py)
+kompress_python_test(codec test_codec.py SAMPLE)
 kompress_python_test(errors test_errors.py)
-kompress_python_test(collectives test_collectives.py RANKS 1 2 4)
-kompress_python_test(persistent test_persistent.py RANKS 1 2 4)
+kompress_python_test(collectives test_collectives.py RANKS 1 2 4 SAMPLE)
+kompress_python_test(persistent test_persistent.py RANKS 1 2 4 SAMPLE)
 # A bad argument on one rank: an error on every rank, and the next call matches (the agreement
 # of a pair, and of every pair on three and four ranks).
 kompress_python_test(one_rank_bad test_one_rank_bad.py RANKS 2 3 4)
-kompress_python_test(dlrm test_dlrm.py RANKS 1 2 4)
-kompress_python_test(ddp test_ddp.py RANKS 2)
-kompress_python_test(stash test_stash.py)
-kompress_python_test(saved_tensors test_saved_tensors.py TIMEOUT 300)
+kompress_python_test(dlrm test_dlrm.py RANKS 1 2 4 SAMPLE)
+kompress_python_test(ddp test_ddp.py RANKS 2 SAMPLE)
+kompress_python_test(stash test_stash.py SAMPLE)
+kompress_python_test(saved_tensors test_saved_tensors.py TIMEOUT 300 SAMPLE)
 
 # README's Python install, as written (python/tests/install_check.sh): a virtual environment
 # at the repository root (.venv, ignored by git, reused by the next run), the package built
