@@ -135,37 +135,17 @@ TEST_CASE_TEMPLATE("allgather carries NaN, infinities and -0.0 exactly", T, floa
 // --- pipelined ------------------------------------------------------------------------------------
 
 TEST_CASE_TEMPLATE("pipelined allgather matches MPI_Allgather within its bound", T, float, double) {
-  for (const std::size_t chunk : chunk_sizes)
-    for (const std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(250), std::size_t(1023),
-                                std::size_t(5000), std::size_t(60001)})
-      for (const bool nonblocking : {false, true}) {
-        CAPTURE(chunk);
-        CAPTURE(n);
-        CAPTURE(nonblocking);
-        if (chunk == sizeof(double) && n > 1023) continue;  // thousands of one-value messages: slow, not new
-        check_pipelined_allgather<T>(n, chunked(chunk), nonblocking);
-      }
+  const auto check = [](std::size_t n, const auto& options, bool nonblocking) {
+    check_pipelined_allgather<T>(n, options, nonblocking);
+  };
+  for_each_pipelined_case({0, 1, 250, 1023, 5000, 60001}, 1023, check);
 }
 
 TEST_CASE_TEMPLATE("the ratio codec on the wire: allgather, whole and pipelined, any block size option", T, float,
                    double) {
-  // The ratio codec's streams have their own worst case (block size 32 whatever block_size
-  // says): the staging of every path must be sized for it, not for the fast codec's block.
-  constexpr std::size_t whole = std::size_t(-1);
-  for (const int block_size : {32, 128})
-    for (const std::size_t chunk : {std::size_t(1000), whole})
-      for (const std::size_t n : {std::size_t(1), std::size_t(4099)})
-        for (const bool nonblocking : {false, true}) {
-          CAPTURE(block_size);
-          CAPTURE(chunk);
-          CAPTURE(n);
-          CAPTURE(nonblocking);
-          auto options = chunked(chunk == whole ? 0 : chunk);
-          options.cost.pipeline = chunk != whole;
-          options.codec.codec = kompress::codec_mode::ratio;
-          options.codec.block_size = block_size;
-          check_pipelined_allgather<T>(n, options, nonblocking);
-        }
+  for_each_ratio_codec_case([](std::size_t n, const auto& options, bool nonblocking) {
+    check_pipelined_allgather<T>(n, options, nonblocking);
+  });
 }
 
 // --- persistent -----------------------------------------------------------------------------------

@@ -220,52 +220,23 @@ TEST_CASE("one rank: allreduce is the identity, as in plain MPI") {
 // --- pipelined ------------------------------------------------------------------------------------
 
 TEST_CASE_TEMPLATE("pipelined allreduce matches MPI_Allreduce within its bound", T, float, double) {
-  for (const std::size_t chunk : chunk_sizes)
-    for (const std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(250), std::size_t(1023),
-                                std::size_t(5000), std::size_t(60001)})
-      for (const bool nonblocking : {false, true}) {
-        CAPTURE(chunk);
-        CAPTURE(n);
-        CAPTURE(nonblocking);
-        if (chunk == sizeof(double) && n > 1023) continue;  // thousands of one-value messages: slow, not new
-        check_pipelined_allreduce<T>(n, chunked(chunk), nonblocking);
-      }
+  const auto check = [](std::size_t n, const auto& options, bool nonblocking) {
+    check_pipelined_allreduce<T>(n, options, nonblocking);
+  };
+  for_each_pipelined_case({0, 1, 250, 1023, 5000, 60001}, 1023, check);
 }
 
 TEST_CASE_TEMPLATE("pipelined homomorphic allreduce: codes added piece by piece", T, float, double) {
-  // Pieces that are no multiple of a block (1000 bytes) and many pieces per hop: the codes of
-  // one chunk's pieces are sent while the next chunk's pieces arrive and are added.
-  for (const std::size_t chunk : {std::size_t(1000), std::size_t(4096), std::size_t(0)})
-    for (const std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(1023), std::size_t(60001)})
-      for (const bool nonblocking : {false, true}) {
-        CAPTURE(chunk);
-        CAPTURE(n);
-        CAPTURE(nonblocking);
-        auto options = chunked(chunk);
-        options.reduction = kompress::reduction_method::homomorphic;
-        check_pipelined_allreduce<T>(n, options, nonblocking);
-      }
+  for_each_pipelined_homomorphic_case([](std::size_t n, const auto& options, bool nonblocking) {
+    check_pipelined_allreduce<T>(n, options, nonblocking);
+  });
 }
 
 TEST_CASE_TEMPLATE("the ratio codec on the wire: allreduce, whole and pipelined, any block size option", T, float,
                    double) {
-  // The ratio codec's streams have their own worst case (block size 32 whatever block_size
-  // says): the staging of every path must be sized for it, not for the fast codec's block.
-  constexpr std::size_t whole = std::size_t(-1);
-  for (const int block_size : {32, 128})
-    for (const std::size_t chunk : {std::size_t(1000), whole})
-      for (const std::size_t n : {std::size_t(1), std::size_t(4099)})
-        for (const bool nonblocking : {false, true}) {
-          CAPTURE(block_size);
-          CAPTURE(chunk);
-          CAPTURE(n);
-          CAPTURE(nonblocking);
-          auto options = chunked(chunk == whole ? 0 : chunk);
-          options.cost.pipeline = chunk != whole;
-          options.codec.codec = kompress::codec_mode::ratio;
-          options.codec.block_size = block_size;
-          check_pipelined_allreduce<T>(n, options, nonblocking);
-        }
+  for_each_ratio_codec_case([](std::size_t n, const auto& options, bool nonblocking) {
+    check_pipelined_allreduce<T>(n, options, nonblocking);
+  });
 }
 
 // --- persistent -----------------------------------------------------------------------------------

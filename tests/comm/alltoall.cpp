@@ -254,16 +254,10 @@ TEST_CASE("one rank: alltoall and alltoallv are a local copy, as in plain MPI") 
 // --- pipelined ------------------------------------------------------------------------------------
 
 TEST_CASE_TEMPLATE("pipelined alltoall matches MPI_Alltoall within the bound", T, float, double) {
-  for (const std::size_t chunk : chunk_sizes)
-    for (const std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(125), std::size_t(1024), std::size_t(4099),
-                                std::size_t(40000)})
-      for (const bool nonblocking : {false, true}) {
-        CAPTURE(chunk);
-        CAPTURE(n);
-        CAPTURE(nonblocking);
-        if (chunk == sizeof(double) && n > 1024) continue;  // thousands of one-value messages: slow, not new
-        check_pipelined_alltoall<T>(n, chunked(chunk), nonblocking);
-      }
+  const auto check = [](std::size_t n, const auto& options, bool nonblocking) {
+    check_pipelined_alltoall<T>(n, options, nonblocking);
+  };
+  for_each_pipelined_case({0, 1, 125, 1024, 4099, 40000}, 1024, check);
 }
 
 TEST_CASE_TEMPLATE("pipelined alltoallv with zero and uneven counts", T, float, double) {
@@ -298,23 +292,9 @@ TEST_CASE_TEMPLATE("pipelined alltoallv with zero and uneven counts", T, float, 
 
 TEST_CASE_TEMPLATE("the ratio codec on the wire: alltoall, whole and pipelined, any block size option", T, float,
                    double) {
-  // The ratio codec's streams have their own worst case (block size 32 whatever block_size
-  // says): the staging of every path must be sized for it, not for the fast codec's block.
-  constexpr std::size_t whole = std::size_t(-1);
-  for (const int block_size : {32, 128})
-    for (const std::size_t chunk : {std::size_t(1000), whole})
-      for (const std::size_t n : {std::size_t(1), std::size_t(4099)})
-        for (const bool nonblocking : {false, true}) {
-          CAPTURE(block_size);
-          CAPTURE(chunk);
-          CAPTURE(n);
-          CAPTURE(nonblocking);
-          auto options = chunked(chunk == whole ? 0 : chunk);
-          options.cost.pipeline = chunk != whole;
-          options.codec.codec = kompress::codec_mode::ratio;
-          options.codec.block_size = block_size;
-          check_pipelined_alltoall<T>(n, options, nonblocking);
-        }
+  for_each_ratio_codec_case([](std::size_t n, const auto& options, bool nonblocking) {
+    check_pipelined_alltoall<T>(n, options, nonblocking);
+  });
 }
 
 // --- persistent -----------------------------------------------------------------------------------

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <vector>
 
@@ -157,6 +158,61 @@ kompress::collective_report finish(bool nonblocking, auto&& blocking, auto&& sta
 /// Chunk sizes in bytes: one value, a chunk that is no multiple of the codec's block, one of
 /// exactly 1024 values, and the cost model's own (0).
 inline constexpr std::size_t chunk_sizes[] = {sizeof(double), 1000, 4096, 0};
+
+/// The pipelined grid: every chunk size above, the counts `counts`, blocking and nonblocking;
+/// `check(n, options, nonblocking)` for each, but chunks of one value only up to `max_one_value`
+/// values (thousands of one-value messages: slow, and nothing new).
+template <class Check>
+void for_each_pipelined_case(std::initializer_list<std::size_t> counts, std::size_t max_one_value, Check&& check) {
+  for (const std::size_t chunk : chunk_sizes)
+    for (const std::size_t n : counts)
+      for (const bool nonblocking : {false, true}) {
+        CAPTURE(chunk);
+        CAPTURE(n);
+        CAPTURE(nonblocking);
+        if (chunk == sizeof(double) && n > max_one_value) continue;
+        check(n, chunked(chunk), nonblocking);
+      }
+}
+
+/// The homomorphic reduction pipelined: pieces that are no multiple of a block (1000 bytes) and
+/// many pieces per hop, so that the codes of one chunk's pieces are sent while the next chunk's
+/// pieces arrive and are added; `check(n, options, nonblocking)` for each case.
+template <class Check>
+void for_each_pipelined_homomorphic_case(Check&& check) {
+  for (const std::size_t chunk : {std::size_t(1000), std::size_t(4096), std::size_t(0)})
+    for (const std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(1023), std::size_t(60001)})
+      for (const bool nonblocking : {false, true}) {
+        CAPTURE(chunk);
+        CAPTURE(n);
+        CAPTURE(nonblocking);
+        auto options = chunked(chunk);
+        options.reduction = kompress::reduction_method::homomorphic;
+        check(n, options, nonblocking);
+      }
+}
+
+/// The ratio codec on the wire, whole and pipelined, block size options 32 and 128: its streams
+/// have their own worst case (block size 32 whatever block_size says), and the staging of every
+/// path must be sized for it, not for the fast codec's block; `check(n, options, nonblocking)`.
+template <class Check>
+void for_each_ratio_codec_case(Check&& check) {
+  constexpr std::size_t whole = std::size_t(-1);
+  for (const int block_size : {32, 128})
+    for (const std::size_t chunk : {std::size_t(1000), whole})
+      for (const std::size_t n : {std::size_t(1), std::size_t(4099)})
+        for (const bool nonblocking : {false, true}) {
+          CAPTURE(block_size);
+          CAPTURE(chunk);
+          CAPTURE(n);
+          CAPTURE(nonblocking);
+          auto options = chunked(chunk == whole ? 0 : chunk);
+          options.cost.pipeline = chunk != whole;
+          options.codec.codec = kompress::codec_mode::ratio;
+          options.codec.block_size = block_size;
+          check(n, options, nonblocking);
+        }
+}
 
 /// A pipelined (i)alltoall against MPI_Alltoall: the block to itself exact, the others within
 /// pipelined_abs_bound, one message per peer cut into the chunks the options fix.
