@@ -2,8 +2,10 @@
 # The DLRM training comparison (python/examples/dlrm_training.py, docs/dlrm.md) on N ranks over
 # a rate-limited link or shared memory, with Open MPI (the MPI of Debian's torch and mpi4py).
 #
-#   bench/dlrm_training.sh <python_build_dir> [--link GBPS|shm] [--ranks N] [training args...]
+#   bench/dlrm_training.sh <python_build_dir> [--link GBPS|shm] [--ranks N] [--program FILE] [args...]
 #
+# --program runs another training program of python/examples on the same test bed, started by
+# mpirun the same way (ddp_training.py: DDP's gradient hooks on gloo, docs/performance.md).
 # <python_build_dir> is the package's build tree (build/python: scripts/dev's python_tests step,
 # docs/python.md). With --link GBPS (default 1) the job runs in a private network namespace
 # (`unshare --net`: nothing but its own loopback) whose loopback tc limits to GBPS Gb/s, and
@@ -15,16 +17,18 @@ set -euo pipefail
 
 log() { printf 'dlrm_training: %s\n' "$*" >&2; }
 
-[ $# -ge 1 ] || { sed -n '2,13p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
 build_dir=$(cd "$1" && pwd); shift
 link=1
 ranks=4
+program=""
 inside=""
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --link) link=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
+    --program) program=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift 2 ;;
     --inside-namespace) inside=1; shift ;;  # internal: we are in the namespace already
     --) shift; args+=("$@"); break ;;
     *) args+=("$1"); shift ;;
@@ -37,7 +41,7 @@ package=$build_dir/python/package
 export PYTHONPATH=$package OMP_NUM_THREADS=1 OMP_PROC_BIND=false KOMPRESS_NUM_THREADS=1 \
   OPENBLAS_NUM_THREADS=1 KOKKOS_DISABLE_WARNINGS=1 PYTHONWARNINGS=ignore \
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-program=$repo/python/examples/dlrm_training.py
+program=${program:-$repo/python/examples/dlrm_training.py}
 mpirun=(mpirun.openmpi --oversubscribe -n "$ranks")
 
 burst_for() { awk -v r="$1" 'BEGIN { kb = r * 410; if (kb < 512) kb = 512; printf "%dkb", kb }'; }
@@ -70,7 +74,8 @@ fi
 if [ "$link" != shm ]; then
   if unshare --net sh -c "ip link set lo up && $shape" 2>/dev/null; then
     log "$ranks ranks in a private network namespace, loopback limited to $link Gb/s with tc, Open MPI over TCP"
-    exec unshare --net "$0" "$build_dir" --link "$link" --ranks "$ranks" --inside-namespace -- "$@"
+    exec unshare --net "$0" "$build_dir" --link "$link" --ranks "$ranks" --program "$program" \
+      --inside-namespace -- "$@"
   fi
   log "could not set up a private network namespace with a rate-limited loopback here (needs root"
   log "with CAP_SYS_ADMIN and CAP_NET_ADMIN, and tc); running over shared memory instead"

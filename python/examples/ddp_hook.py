@@ -1,5 +1,6 @@
 """DistributedDataParallel with its gradient buckets averaged by kompress's compressed
-allreduce instead of an exact one (mpirun -n 2 python3 ddp_hook.py)."""
+allreduce instead of an exact one, over DDP's own process group (mpirun -n 2 python3
+ddp_hook.py; under torchrun, init_process_group("gloo") alone)."""
 import tempfile
 
 import torch
@@ -15,7 +16,7 @@ dist.init_process_group("gloo", init_method=f"file://{store}/store", rank=comm.r
 
 torch.manual_seed(0)
 model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))
-state = kompress.torch.AllreduceHookState(comm, rel=1e-3)
+state = kompress.torch.AllreduceHookState(rel=1e-3)   # DDP's process group; or (comm, ...): MPI
 model.register_comm_hook(state, kompress.torch.allreduce_hook)
 
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)

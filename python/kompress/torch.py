@@ -13,69 +13,107 @@ import weakref as _weakref
 
 import numpy as _np
 import torch as _torch
+import torch.distributed as _dist
 
 import kompress as _k
+from kompress._group_allreduce import GroupAllreduce as _GroupAllreduce, GroupReport
 
-__all__ = ["AllreduceHookState", "allreduce_hook", "compressed_activations", "EmbeddingAllToAll"]
+__all__ = ["AllreduceHookState", "allreduce_hook", "GroupReport", "compressed_activations", "EmbeddingAllToAll"]
 
 
 # --- DDP communication hook ---------------------------------------------------------------
 
 class AllreduceHookState:
-    """State of :func:`allreduce_hook`: the communicator and the bound.
+    """State of :func:`allreduce_hook`: where the buckets are summed, and the bound.
 
     Args:
-        comm: the mpi4py communicator whose ranks are the DDP ranks, in the same order
-            (default COMM_WORLD).
+        comm: the ranks to sum over, DDP's ranks in the same order. A torch.distributed
+            process group (gloo, NCCL, MPI), or None for the default one (DDP's own): the hook
+            exchanges compressed bytes with torch.distributed's collectives on a worker thread and
+            returns a Future that completes when the bucket is summed, so buckets overlap with the
+            rest of the backward pass. Or an mpi4py communicator: the hook runs
+            kompress.allreduce (MPI) to completion inside the backward pass.
         abs / rel: the bound of each compression (default rel=1e-3, relative to the range of
-            each bucket's values at each hop). See kompress.allreduce.
-        mode: 'compressed', 'raw' (plain MPI_Allreduce) or 'auto' (compress where ``cost`` says
-            it pays).
-        reduction_bound: 'per_hop' or 'total' (the averaged gradient within the bound).
+            the bucket's values over all ranks). See kompress.allreduce.
+        mode: 'compressed', 'raw' (the plain allreduce of ``comm``) or 'auto' (compress where
+            ``cost`` says it pays; a default kompress.CostModel() on a process group).
+        reduction_bound: 'per_hop' (the averaged gradient within world_size times the bound) or
+            'total' (within the bound).
 
-    After each bucket, ``last_report`` holds the kompress.Report of its allreduce, and
-    ``wire_bytes`` / ``payload_bytes`` accumulate over the whole run.
+    After each bucket, ``last_report`` holds the report of its allreduce (a kompress.Report, or
+    on a process group a kompress.torch.GroupReport with the same fields), and ``wire_bytes`` /
+    ``payload_bytes`` accumulate over the whole run.
     """
 
     def __init__(self, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
                  block_size=32, cost=None):
+        who = "kompress.torch.AllreduceHookState"
+        if mode not in ("compressed", "raw", "auto"):
+            raise _k.InvalidArgument(f"{who}: mode must be 'compressed', 'raw' or 'auto' (got {mode!r})")
+        if reduction_bound not in ("per_hop", "total"):
+            raise _k.InvalidArgument(f"{who}: reduction_bound must be 'per_hop' or 'total' (got {reduction_bound!r})")
         if comm is None:
-            from mpi4py import MPI
-            comm = MPI.COMM_WORLD
+            if not _dist.is_available() or not _dist.is_initialized():
+                raise _k.InvalidArgument(f"{who}: no communicator given and torch.distributed's default process "
+                                         "group is not initialised (init_process_group first, or pass a group or "
+                                         "an mpi4py communicator)")
+            comm = _dist.group.WORLD
         self.comm = comm
         self.abs, self.rel = abs, (1e-3 if abs is None and rel is None else rel)
         self.mode, self.reduction_bound, self.block_size, self.cost = mode, reduction_bound, block_size, cost
         self.last_report = None
         self.payload_bytes = 0
         self.wire_bytes = 0
+        self._group = _GroupAllreduce(comm) if _is_process_group(comm) else None
+
+    def __getstate__(self):
+        # A process group and a thread do not pickle (as PowerSGDState, the state keeps the rest);
+        # unpickled, it sums over the default process group.
+        state = dict(self.__dict__)
+        if state.pop("_group", None) is not None:
+            state["comm"] = None
+        return state
 
     def __setstate__(self, state):  # DDP pickles hook states for some code paths
         self.__dict__.update(state)
+        if "_group" not in state:
+            if self.comm is None:
+                self.comm = _dist.group.WORLD
+            self._group = _GroupAllreduce(self.comm) if _is_process_group(self.comm) else None
+
+
+def _is_process_group(comm) -> bool:
+    return _dist.is_available() and isinstance(comm, _dist.ProcessGroup)
 
 
 def allreduce_hook(state: AllreduceHookState, bucket) -> _torch.futures.Future[_torch.Tensor]:
-    """Averages the bucket's gradients over the ranks with kompress's compressed allreduce.
+    """Averages the bucket's gradients over the ranks, compressed within an error bound.
 
     Where ``fp16_compress_hook`` casts each gradient to half precision (an error relative to
     each value, with no bound on the sum), this compresses the bucket within an error bound:
     every averaged gradient differs from the exact average by at most
-    ``state.last_report.absolute_bound / world_size`` (per_hop: each hop's compression is
-    within the bound, the sum within world_size times it).
+    ``state.last_report.absolute_bound`` (per_hop: world_size times the bound, each value
+    compressed once on its way to the rank that sums it and once on its way back; total: the
+    bound). Every rank ends with the same bytes, so the replicas stay identical. Only
+    float32/float64 CPU buckets; anything else is an InvalidArgument on every rank.
 
-    The allreduce runs on ``state.comm`` (MPI), not on DDP's process group, so the hook blocks
-    in the backward pass (the GIL released) and returns a completed future; DDP's process group
-    (e.g. gloo) still does the parameter broadcast. Only float32/float64 CPU buckets.
+    On a process group (the default) the hook returns at once and the Future completes when the
+    bucket is summed; on an mpi4py communicator it blocks (GIL released) and returns a completed
+    Future. docs/python.md, "The DDP communication hook", describes both.
 
     Example::
 
-        >>> state = kompress.torch.AllreduceHookState(MPI.COMM_WORLD, rel=1e-3)
+        >>> state = kompress.torch.AllreduceHookState(rel=1e-3)   # DDP's process group
         >>> ddp_model.register_comm_hook(state, kompress.torch.allreduce_hook)
     """
+    who = "kompress.torch.allreduce_hook"
     buffer = bucket.buffer()
-    if buffer.dtype not in (_torch.float32, _torch.float64):
-        who = "kompress.torch.allreduce_hook"
+    if state._group is not None:
+        return _group_hook(state, buffer, who)
+    if buffer.device.type != "cpu" or buffer.dtype not in (_torch.float32, _torch.float64):
         _k._raise_on_every_rank(_k.InvalidArgument(f"{who}: the bucket must hold float32 or float64 gradients "
-                                                   f"(got {buffer.dtype})"), state.comm, who)
+                                                   f"in CPU memory (got {buffer.dtype} on {buffer.device})"),
+                                state.comm, who)
     size = state.comm.Get_size()
     flat = buffer if buffer.is_contiguous() else buffer.contiguous()
     flat.div_(size)
@@ -83,12 +121,34 @@ def allreduce_hook(state: AllreduceHookState, bucket) -> _torch.futures.Future[_
                           reduction_bound=state.reduction_bound, block_size=state.block_size, cost=state.cost)
     if flat.data_ptr() != buffer.data_ptr():
         buffer.copy_(flat)
-    state.last_report = report
-    state.payload_bytes += report.payload_bytes
-    state.wire_bytes += report.wire_bytes
+    _account(state, report)
     future = _torch.futures.Future()
     future.set_result(buffer)
     return future
+
+
+def _account(state, report):
+    state.last_report = report
+    state.payload_bytes += report.payload_bytes
+    state.wire_bytes += report.wire_bytes
+
+
+def _group_hook(state, buffer, who):
+    flat = buffer if buffer.is_contiguous() else buffer.contiguous()
+    if flat.is_floating_point() and flat.device.type == "cpu":
+        flat.div_(_dist.get_world_size(state.comm))
+    cost = state.cost if state.cost is not None or state.mode != "auto" else _k.CostModel()
+
+    def run():
+        report = state._group.allreduce(flat, abs=state.abs, rel=state.rel, mode=state.mode,
+                                        reduction_bound=state.reduction_bound, block_size=state.block_size,
+                                        cost=cost, who=who)
+        if flat.data_ptr() != buffer.data_ptr():
+            buffer.copy_(flat)
+        _account(state, report)
+        return buffer
+
+    return state._group.submit(run)
 
 
 # --- saved-tensor hooks -----------------------------------------------------------------------
