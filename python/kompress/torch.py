@@ -17,6 +17,7 @@ import torch.distributed as _dist
 
 import kompress as _k
 from kompress._group_allreduce import GroupAllreduce as _GroupAllreduce, GroupReport
+from kompress._group_exchange import GroupEmbeddingExchange as _GroupEmbeddingExchange
 
 __all__ = ["AllreduceHookState", "allreduce_hook", "GroupReport", "compressed_activations", "EmbeddingAllToAll"]
 
@@ -304,25 +305,31 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
 
 # --- the DLRM embedding exchange ----------------------------------------------------------
 
+def _exchange(exchange, forward, x, who):
+    """One direction of the exchange: (output, report) from either backend."""
+    if isinstance(exchange, _GroupEmbeddingExchange):
+        return exchange.run(forward, x, who)
+    shape = (exchange.local_batch, exchange.total_width) if forward else (exchange.global_batch, exchange.local_width)
+    out = _torch.empty(shape, dtype=x.dtype)
+    return out, (exchange.forward(x, out) if forward else exchange.backward(x, out))
+
+
 class _ExchangeFunction(_torch.autograd.Function):
     @staticmethod
     def forward(ctx, pooled_local, exchange, reports):
         x = pooled_local.detach()
         if not x.is_contiguous():
             x = x.contiguous()
-        out = _torch.empty((exchange.local_batch, exchange.total_width), dtype=x.dtype)
-        reports["forward"] = exchange.forward(x, out)
+        out, reports["forward"] = _exchange(exchange, True, x, "kompress.torch.EmbeddingAllToAll")
         ctx.exchange, ctx.reports = exchange, reports
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        exchange = ctx.exchange
         g = grad.detach()
         if not g.is_contiguous():
             g = g.contiguous()
-        out = _torch.empty((exchange.global_batch, exchange.local_width), dtype=g.dtype)
-        ctx.reports["backward"] = exchange.backward(g, out)
+        out, ctx.reports["backward"] = _exchange(ctx.exchange, False, g, "kompress.torch.EmbeddingAllToAll.backward")
         return out, None, None
 
 
@@ -335,17 +342,25 @@ class EmbeddingAllToAll(_torch.nn.Module):
 
     Args: as kompress.EmbeddingExchange (tables as (owner, dim) pairs, local_batch, comm,
     forward_abs/forward_rel, backward_abs/backward_rel, table_weights, bound_schedule, ...).
-    ``last_reports`` holds the kompress.Report of the last forward and backward exchange.
+    ``comm``: a torch.distributed process group (the exchange runs on its all_to_all_single,
+    same layout and bounds: docs/python.md), an mpi4py communicator (kompress.EmbeddingExchange
+    over MPI), or None: the default process group where torch.distributed is initialised, else
+    MPI.COMM_WORLD. ``last_reports`` holds the report of the last forward and backward exchange.
     Every rank must call it in the same order (it is a collective, blocking in both passes).
     """
 
     def __init__(self, tables, local_batch, comm=None, **options):
         super().__init__()
-        self.exchange = _k.EmbeddingExchange(tables, local_batch, comm, **options)
+        if comm is None and _dist.is_available() and _dist.is_initialized():
+            comm = _dist.group.WORLD
+        if _is_process_group(comm):
+            self.exchange = _GroupEmbeddingExchange(tables, local_batch, comm, **options)
+        else:
+            self.exchange = _k.EmbeddingExchange(tables, local_batch, comm, **options)
         self.last_reports = {}
 
     def forward(self, pooled_local):
-        if pooled_local.device.type != "cpu":
+        if pooled_local.device.type != "cpu" and not isinstance(self.exchange, _GroupEmbeddingExchange):
             who = "kompress.torch.EmbeddingAllToAll"
             _k._raise_on_every_rank(_k.InvalidArgument(f"{who}: only CPU tensors are supported yet"),
                                     self.exchange.comm, who)

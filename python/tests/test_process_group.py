@@ -1,9 +1,10 @@
-"""The DDP communication hook on a torch.distributed process group (gloo), no MPI: world sizes 1,
-2 and 4, each a set of processes started by torch.multiprocessing. Each averaged bucket within
-the hook's reported bound of the exact average and the same bytes on every rank; DDP trained
-with the hook ends within 1% of the exact allreduce's loss; the hook returns before the bucket
-is summed; a rank with other settings or a bad bucket is an error on every rank, and the next
-bucket is summed."""
+"""The DDP communication hook and the DLRM module on a torch.distributed process group (gloo),
+no MPI: world sizes 1, 2 and 4, each a set of processes started by torch.multiprocessing. Each
+averaged bucket within the hook's reported bound of the exact average and the same bytes on
+every rank; DDP trained with the hook ends within 1% of the exact allreduce's loss; the hook
+returns before the bucket is summed; a rank with other settings or a bad bucket is an error on
+every rank, and the next bucket is summed. The DLRM module: each value within its table's
+bound in both directions, and bad arguments an error on every rank."""
 import os
 import pickle
 import tempfile
@@ -189,6 +190,76 @@ def ddp_trains_like_the_exact_allreduce(p, me):
               f"wire/payload {state.wire_bytes}/{state.payload_bytes}", flush=True)
 
 
+DIMS = [128, 64, 128, 32, 128, 128, 16, 128, 96, 128]   # the real tables' first columns
+
+
+def exchange_checks(p, me):
+    """The DLRM module on the process group: docs/dlrm.md's layout, each value within its
+    table's bound (REL forward: against the table's values over the global batch; backward:
+    against each sender's slice), own tables exact, gradients through autograd."""
+    import kompress
+    import kompress.torch as kt
+    from conftest import repeat_rows
+    local_batch = 32
+    rows = p * local_batch
+    fwd = torch.from_numpy(repeat_rows(load_array("dlrm_flights_lookup_fwd"), rows)[:rows].copy())
+    grad = torch.from_numpy(repeat_rows(load_array("dlrm_flights_lookup_grad"), rows)[:rows].copy())
+    tables = [(t % p, d) for t, d in enumerate(DIMS)]
+    mine = [t for t in range(len(DIMS)) if t % p == me]
+    my_rows = slice(me * local_batch, (me + 1) * local_batch)
+    pooled = torch.cat([fwd[:, t, :DIMS[t]] for t in mine], 1) if mine else torch.empty(rows, 0)
+    module = kt.EmbeddingAllToAll(tables, local_batch, forward_rel=1e-2, backward_rel=1e-2)
+    assert isinstance(module.exchange, kompress.torch._GroupEmbeddingExchange)
+    x = pooled.clone().requires_grad_(True)
+    out = module(x)
+    assert out.shape == (local_batch, sum(DIMS))
+    start = 0
+    for t, d in enumerate(DIMS):
+        exact = fwd[my_rows, t, :d]
+        got = out[:, start:start + d].detach()
+        values = fwd[:, t, :d]
+        bound = 1e-2 * float(values.max() - values.min())
+        if tables[t][0] == me:
+            assert torch.equal(got, exact), f"own table {t} not exact"
+        else:
+            assert float((got.double() - exact.double()).abs().max()) <= bound, f"table {t} forward"
+        start += d
+    report = module.last_reports["forward"]
+    if p > 1:
+        assert 0 < report.wire_bytes < report.payload_bytes and report.absolute_bound > 0
+    # Backward: the gradient of each table's columns comes back to its owner.
+    g = torch.cat([grad[my_rows, t, :d] for t, d in enumerate(DIMS)], 1)
+    out.backward(g)
+    local = 0
+    for t in mine:
+        d = DIMS[t]
+        for q in range(p):
+            q_rows = slice(q * local_batch, (q + 1) * local_batch)
+            exact = grad[q_rows, t, :d]
+            got = x.grad[q_rows, local:local + d]
+            if q == me:
+                assert torch.equal(got, exact)
+            else:
+                bound = 1e-2 * float(exact.max() - exact.min())
+                assert float((got.double() - exact.double()).abs().max()) <= bound, f"table {t} backward from {q}"
+        local += d
+    # A wrong shape on one rank: an error on every rank, nothing written; the next call works.
+    bad = pooled[:-1] if me == 0 else pooled
+    with pytest.raises(kompress.InvalidArgument if me == 0 or p == 1 else kompress.PeerError):
+        module(bad)
+    module(pooled)
+    # Settings that differ between ranks: an error on every rank when the module is made.
+    if p > 1:
+        with pytest.raises(kompress.InvalidArgument, match="different"):
+            kt.EmbeddingAllToAll(tables, local_batch, forward_rel=1e-2 if me else 1e-3)
+    # A schedule multiplier that is not valid: an InvalidArgument where it is computed, and
+    # PeerError elsewhere (only owners compute forward bounds).
+    if p > 1:
+        schedule = kt.EmbeddingAllToAll(tables, local_batch, bound_schedule=lambda i, t, d: -1.0 if me == 0 else 1.0)
+        with pytest.raises(kompress.InvalidArgument if me == 0 else kompress.PeerError):
+            schedule(pooled)
+
+
 # --- the process groups ---------------------------------------------------------------------------
 
 def _rank(me, p, store, check):
@@ -213,13 +284,14 @@ def hook_on_a_group(p, me):
     hook_returns_before_the_sum(p, me)
     bad_settings_fail_on_every_rank(p, me)
     state_pickles(p, me)
+    exchange_checks(p, me)
 
 
 @pytest.mark.parametrize("p", WORLD_SIZES)
 def test_hook_on_a_gloo_group(p):
     """Buckets within the bound and identical on every rank, the Future completed later, bad
-    settings an error on every rank, the state pickled (one set of processes for all of them:
-    starting torch in each costs seconds)."""
+    settings an error on every rank, the state pickled; the DLRM module's exchange (one set of
+    processes for all of them: starting torch in each costs seconds)."""
     run_on(p, hook_on_a_group)
 
 
