@@ -143,6 +143,7 @@ def train(variant, args, train_set, held_out, p, me):
 
 def run(me, p, args, rendezvous):
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("USE_LIBUV", "0")  # Debian's torch has no libuv for the TCP store
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", init_method=rendezvous, rank=me, world_size=p)
     train_set, held_out = data(pathlib.Path(args.data))
