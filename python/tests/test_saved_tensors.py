@@ -13,7 +13,7 @@ import torch
 
 import kompress
 import kompress.torch
-from conftest import assert_within, data_dir, needs
+from conftest import assert_within, data_dir, load_array, needs
 
 EPOCHS = int(os.environ.get("KOMPRESS_MNIST_EPOCHS", "2"))
 TRAIN = int(os.environ.get("KOMPRESS_MNIST_TRAIN", "1024"))
@@ -121,6 +121,30 @@ def test_restored_activations_are_within_the_bound_and_pass_through_rules():
     assert x.grad is not None and w.grad is not None
     del loss
     assert hooks.stats().entries == 0
+
+
+def _saves_in_one_step(model, x):
+    """How many activations the hooks compressed in a forward and backward of ``model``."""
+    with kompress.torch.compressed_activations(rel=1e-2, min_numel=1024) as hooks:
+        model(x).square().mean().backward()
+        return hooks.stats().saves
+
+
+def test_where_the_hooks_apply():
+    """docs/python.md, "Where the hooks apply": eager code and torch.compile (aot_eager) give the
+    hooks every saved activation; checkpointed regions give them only their inputs. A torch
+    whose compiled graphs bypassed the hooks would fail here instead of silently saving
+    uncompressed."""
+    from torch.utils.checkpoint import checkpoint
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                                torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    x = torch.from_numpy(load_array("act_mlp_relu2_out").reshape(-1, 256)[:128].copy())
+    eager = _saves_in_one_step(model, x)
+    assert eager >= 3, eager  # the input and the two ReLU outputs (the Linear outputs only feed ReLU)
+    assert _saves_in_one_step(torch.compile(model, backend="aot_eager"), x) == eager
+    region = _saves_in_one_step(lambda v: checkpoint(model, v, use_reentrant=False), x)
+    assert region < eager, (region, eager)
 
 
 def test_budget_policies_apply():
