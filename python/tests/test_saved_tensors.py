@@ -53,7 +53,8 @@ def train(hooks_factory):
     warmup = max(1, round(0.2 * steps))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / (steps - warmup))))
+        opt,
+        lambda s: (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / (steps - warmup))))
     generator = torch.Generator().manual_seed(SEED + 1)
     peak = 0
     hooks = hooks_factory()
