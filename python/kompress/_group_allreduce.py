@@ -203,7 +203,8 @@ class GroupAllreduce:
                     part = flat[own_a:own_b]
                 else:
                     n = int(incoming[q])
-                    part = _decompress_or_copy(streams[offset:offset + n], received)
+                    _decompress_or_copy(streams[offset:offset + n], received)
+                    part = received
                     offset += n
                 partial = part.clone() if partial is None else partial.add_(part)
             # Allgather: the owner's sum, compressed once, decoded by every rank.
@@ -223,7 +224,7 @@ class GroupAllreduce:
 
         own = own_b - own_a
         report.payload_bytes = (flat.numel() - own + (p - 1) * own) * item_bytes
-        report.wire_bytes = _sent(lengths) + (p - 1) * longest
+        report.wire_bytes = int(lengths.sum()) + (p - 1) * longest
         report.messages = 2 * (p - 1)
         report.compressed_messages = compressed + (p - 1) * (length < own * item_bytes)
         return report
@@ -241,11 +242,14 @@ def _compress_or_copy(values: torch.Tensor, out: torch.Tensor, options) -> int:
     return raw
 
 
-def _decompress_or_copy(message: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+def _decompress_or_copy(message: torch.Tensor, out: torch.Tensor) -> bool:
+    """Decodes what _compress_or_copy wrote into ``out`` (contiguous, of the values' count);
+    returns whether it was a stream."""
     if message.numel() == out.numel() * out.element_size():
-        out.view(torch.uint8).copy_(message)
-        return out
-    return _k.decompress(message, out=out)
+        out.view(-1).view(torch.uint8).copy_(message)
+        return False
+    _k.decompress(message, out=out)
+    return True
 
 
 # torch 2.9 renamed all_gather_into_tensor (the older name warns).
@@ -254,10 +258,6 @@ _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather
 
 def _all_gather(out: torch.Tensor, value: torch.Tensor, group) -> None:
     _all_gather_single(out, value, group=group)
-
-
-def _sent(lengths: torch.Tensor) -> int:
-    return int(lengths.clamp(min=0).sum())
 
 
 def _raise_if_failed(failure, lengths: torch.Tensor, who: str, step: str):

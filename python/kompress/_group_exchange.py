@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 import kompress as _k
-from kompress._group_allreduce import GroupReport, _finite_range, _relative_to_absolute
+from kompress._group_allreduce import (_LARGEST, GroupReport, _compress_or_copy, _decompress_or_copy, _finite_range,
+                                       _np_dtype, _relative_to_absolute)
 
 _DTYPES = {torch.float32: 1.0, torch.float64: 2.0}
 
@@ -113,7 +113,6 @@ class GroupEmbeddingExchange:
         elif tuple(x.shape) != shape:
             problem = f"{who}: the {direction} input must be {list(shape)} (got {list(x.shape)})"
         dtype_code = _DTYPES.get(x.dtype, 0.0) if problem is None else -1.0
-        item = x.element_size()
         # Segments this rank sends to q: (table, rows, columns of x), in table order.
         if forward:
             segments = {q: [(t, self.rows(q), self.local_columns[t]) for t in self.local_columns] for q in range(p)}
@@ -175,10 +174,7 @@ class GroupEmbeddingExchange:
                 message = received[offset:offset + length]
                 offset += length
                 values = torch.empty(target.shape, dtype=x.dtype)
-                if length == values.numel() * item:
-                    values.view(-1).view(torch.uint8).copy_(message)
-                else:
-                    _k.decompress(message, out=values)
+                if _decompress_or_copy(message, values):
                     report.absolute_bound = max(report.absolute_bound, bound)
                 target.copy_(values)
         report.wire_bytes = sum(send_splits)
@@ -202,14 +198,11 @@ class GroupEmbeddingExchange:
                     bounds[t] = self._resolve(kind, value, x[:, c0:c1] if forward else block, t, direction)
                 values = block.contiguous().view(-1)
                 raw = values.numel() * values.element_size()
-                stream = None
                 if self.compress[direction]:
-                    out = torch.empty(_k.max_compressed_size(values.numel(), _np(values), self.block_size),
+                    out = torch.empty(_k.max_compressed_size(values.numel(), _np_dtype(values), self.block_size),
                                       dtype=torch.uint8)
-                    length = _k.compress_into(values, out, abs=bounds[t], block_size=self.block_size)
-                    if length < raw:
-                        stream = out[:length]
-                if stream is None:
+                    stream = out[:_compress_or_copy(values, out, dict(abs=bounds[t], block_size=self.block_size))]
+                else:
                     stream = values.view(torch.uint8).clone()
                 headers[q][2 + 2 * i] = stream.numel()
                 headers[q][3 + 2 * i] = bounds[t] if stream.numel() < raw else 0.0
@@ -232,8 +225,4 @@ class GroupEmbeddingExchange:
                                          "a multiplier must be finite and >= 0")
             factor *= m
         e *= factor
-        return e if math.isfinite(e) else np.finfo(np.float64).max
-
-
-def _np(t: torch.Tensor):
-    return np.float32 if t.dtype == torch.float32 else np.float64
+        return e if math.isfinite(e) else _LARGEST
