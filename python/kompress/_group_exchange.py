@@ -79,9 +79,15 @@ class GroupEmbeddingExchange:
                     "backward bound", "compress_forward", "compress_backward", "block_size"]
         except (_k.InvalidArgument, TypeError, ValueError) as error:
             failure = error if isinstance(error, _k.InvalidArgument) else _k.InvalidArgument(f"{who}: {error}")
-            settings, what = [math.nan], ["arguments"]
-        # First the settings' count (a failed rank's NaN differs from everything), then the settings.
-        _agree([float(len(settings)), -1.0 if failure else 0.0], group, who, ["arguments", "arguments"])
+            settings, what = [0.0], ["arguments"]
+        # First whether this rank's arguments passed and how many settings it has (a failed rank
+        # has one), then the settings. A failed rank raises its own error, the others the mismatch.
+        try:
+            _agree([float(len(settings)), -1.0 if failure else 0.0], group, who, ["arguments", "arguments"])
+        except _k.InvalidArgument:
+            if failure is not None:
+                raise failure from None
+            raise
         if failure is not None:
             raise failure
         _agree(settings, group, who, what)

@@ -248,10 +248,13 @@ def exchange_checks(p, me):
     with pytest.raises(kompress.InvalidArgument if me == 0 or p == 1 else kompress.PeerError):
         module(bad)
     module(pooled)
-    # Settings that differ between ranks: an error on every rank when the module is made.
+    # Settings that differ between ranks: an error on every rank when the module is made; a
+    # rank whose own arguments are rejected raises its own message, the others the mismatch.
     if p > 1:
         with pytest.raises(kompress.InvalidArgument, match="different"):
             kt.EmbeddingAllToAll(tables, local_batch, forward_rel=1e-2 if me else 1e-3)
+        with pytest.raises(kompress.InvalidArgument, match="local_batch must be > 0" if me == 0 else "different"):
+            kt.EmbeddingAllToAll(tables, 0 if me == 0 else local_batch)
     # A schedule multiplier that is not valid: an InvalidArgument where it is computed, and
     # PeerError elsewhere (only owners compute forward bounds).
     if p > 1:
