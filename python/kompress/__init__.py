@@ -1,5 +1,6 @@
 """kompress: error-bounded lossy compression of float32/float64 arrays, and compressed MPI
-collectives, for numpy arrays and CPU torch tensors.
+collectives, for numpy arrays and torch tensors (CUDA tensors where the extension was built
+against a CUDA-enabled Kokkos: ``kompress.cuda_enabled``).
 
 Every decompressed value x' of an input x satisfies |x - x'| <= the stream's absolute bound:
 ``abs=e`` asks for e, ``rel=f`` for f * (max - min) of the array's finite values; neither is
@@ -7,13 +8,15 @@ lossless. docs/python.md is the guide; kompress.torch holds the PyTorch integrat
 
 Arrays are taken without a copy (DLPack / the buffer protocol) and must be C-contiguous:
 a strided array or tensor is rejected with InvalidArgument, never copied behind your back.
-Every call that compresses or communicates releases the GIL.
+A CUDA tensor's work runs on the tensor's device, on torch's current stream there. Every call
+that compresses or communicates releases the GIL.
 """
 
 from __future__ import annotations
 
 import atexit as _atexit
 import os as _os
+import sys as _sys
 import weakref as _weakref
 
 import numpy as _np
@@ -46,7 +49,11 @@ __all__ = [
     "Error", "InvalidArgument", "FormatError", "BudgetExceeded", "InvalidHandle", "ResourceError", "MPIError",
     "PeerError",
     "Report", "Request", "StreamInfo", "CostModel", "StashStats", "StashEntryInfo", "StashHandle",
+    "cuda_enabled", "cuda_device",
 ]
+
+#: Whether this extension was built against a CUDA-enabled Kokkos (and takes CUDA tensors).
+cuda_enabled: bool = bool(_ext.cuda_enabled)
 
 # --- Kokkos: initialised here unless the host program did, finalised at exit ----------------
 # Objects that hold Kokkos memory (stashes, exchanges, persistent requests) are closed first,
@@ -72,8 +79,26 @@ def _finalize() -> None:
     _ext._finalize_kokkos()
 
 
-if _ext._initialize_kokkos(_kokkos_threads()):
+def _cuda_device_id() -> int:
+    """The GPU a CUDA build runs on: KOMPRESS_CUDA_DEVICE; else torch's current device, when
+    torch has initialised CUDA already (torch.cuda.set_device before importing kompress); else
+    LOCAL_RANK (torchrun's one GPU per local rank); else -1, Kokkos's choice (by the MPI
+    launcher's local rank, else the first GPU)."""
+    value = _os.environ.get("KOMPRESS_CUDA_DEVICE", "").strip()
+    if value:
+        return int(value)
+    torch = _sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return int(torch.cuda.current_device())
+    value = _os.environ.get("LOCAL_RANK", "").strip()
+    return int(value) if value else -1
+
+
+if _ext._initialize_kokkos(_kokkos_threads(), _cuda_device_id() if cuda_enabled else -1):
     _atexit.register(_finalize)
+
+#: The CUDA device index kompress runs on (a CUDA build), else None. CUDA tensors must be there.
+cuda_device = _ext._cuda_device()
 
 
 # --- arrays -----------------------------------------------------------------------------------
@@ -82,16 +107,36 @@ def _is_torch(x) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "detach")
 
 
+def _is_cuda(x) -> bool:
+    return _is_torch(x) and x.device.type == "cuda"
+
+
+def _stream_of(*arrays) -> int:
+    """The handle of torch's current CUDA stream on the first CUDA tensor's device, else 0:
+    the extension runs a CUDA array's work on it."""
+    for x in arrays:
+        if _is_cuda(x):
+            import torch
+            return torch.cuda.current_stream(x.device).cuda_stream
+    return 0
+
+
 def _host(x, who: str):
     """x as something the extension takes: torch tensors detached (DLPack refuses tensors that
-    require grad; the memory is the same), bytes as a read-only uint8 array."""
+    require grad; the memory is the same), bytes as a read-only uint8 array. CUDA tensors go
+    through DLPack as they are where the extension takes them (cuda_enabled)."""
     if type(x) is _np.ndarray:  # the common case first: small calls feel every check
         return x
     if isinstance(x, (bytes, bytearray, memoryview)):
         return _np.frombuffer(x, dtype=_np.uint8)
     if _is_torch(x):
         if x.device.type != "cpu":
-            raise InvalidArgument(f"{who}: only CPU tensors are supported yet (got a tensor on {x.device})")
+            if x.device.type == "cuda" and cuda_enabled:
+                return x.detach()
+            raise InvalidArgument(
+                f"{who}: got a tensor on {x.device}, but this kompress extension takes CPU tensors only "
+                + ("(it was built without CUDA; build it against a CUDA-enabled Kokkos: docs/python.md, "
+                   "\"Building for GPUs\")" if x.device.type == "cuda" else "and CUDA tensors"))
         x = x.detach()
         try:
             return x.numpy()  # the same memory; 1-2 us where __dlpack__ takes 8 (4 KiB calls)
@@ -122,7 +167,8 @@ def compress(x, *, abs: float | None = None, rel: float | None = None, fill_valu
              block_size: int = 32, codec: str = "fast") -> _np.ndarray:
     """Compresses a float32/float64 array or CPU tensor of any shape (values in C order).
 
-    Returns the stream as a new uint8 numpy array. Bound: ``abs=e`` (|x - x'| <= e), ``rel=f``
+    Returns the stream as a new uint8 numpy array (a CUDA tensor's: a uint8 tensor on its device,
+    written on torch's current stream, which this call waits for). Bound: ``abs=e`` (|x - x'| <= e), ``rel=f``
     (e = f * (max - min)) or neither (lossless). Values bit-identical to ``fill_value`` come back
     exactly and stay out of the relative bound's range. ``codec="fast"`` (the default) is the
     fastest; ``codec="ratio"`` writes format 1.1 streams, about twice smaller on smooth fields
@@ -131,18 +177,26 @@ def compress(x, *, abs: float | None = None, rel: float | None = None, fill_valu
     GIL; blocks until done.
     """
     abs, rel = _bound_args(abs, rel)
-    return _ext.compress(_host(x, "kompress.compress"), abs, rel,
-                         None if fill_value is None else float(fill_value), int(block_size), str(codec))
+    fill = None if fill_value is None else float(fill_value)
+    if _is_cuda(x):
+        import torch
+        values = _host(x, "kompress.compress")
+        out = torch.empty(max_compressed_size(values.numel(), _dtype_of(values) or _np.float32, block_size, codec),
+                          dtype=torch.uint8, device=values.device)
+        length = _ext.compress_into(values, out, abs, rel, fill, int(block_size), str(codec), _stream_of(values))
+        return out[:length].clone()
+    return _ext.compress(_host(x, "kompress.compress"), abs, rel, fill, int(block_size), str(codec))
 
 
 def compress_into(x, out, *, abs: float | None = None, rel: float | None = None,
                   fill_value: float | None = None, block_size: int = 32, codec: str = "fast") -> int:
     """Compresses into ``out`` (a uint8 array of at least max_compressed_size bytes, for the same
-    codec); returns the stream's length (the stream is ``out[:length]``). No allocation."""
+    codec, on the same device as ``x``); returns the stream's length (the stream is
+    ``out[:length]``). No allocation."""
     abs, rel = _bound_args(abs, rel)
     return _ext.compress_into(_host(x, "kompress.compress_into"), _host(out, "kompress.compress_into"),
                               abs, rel, None if fill_value is None else float(fill_value), int(block_size),
-                              str(codec))
+                              str(codec), _stream_of(x))
 
 
 def inspect(stream) -> StreamInfo:
@@ -152,11 +206,12 @@ def inspect(stream) -> StreamInfo:
 
 def decompress(stream, out=None, *, max_output_bytes: int | None = None):
     """Decompresses a stream. Without ``out``: a new one-dimensional numpy array of the
-    stream's dtype and count (a stream records its element count, not a shape: reshape it, or
-    pass ``out``); ``max_output_bytes`` caps that array (a well-formed stream can decode to some
+    stream's dtype and count, on the stream's device (a stream records its element count, not a
+    shape: reshape it, or pass ``out``); ``max_output_bytes`` caps that array (a well-formed stream can decode to some
     1560 times its size: set it for streams from outside), a larger one is a ResourceError
     before anything is allocated. With ``out`` (a C-contiguous array or CPU tensor of the
-    stream's dtype and count, any shape): decodes into it and returns it. Raises FormatError for
+    stream's dtype and count, any shape, on any device: a stream from another device is copied
+    there first): decodes into it and returns it. Raises FormatError for
     a corrupted or truncated stream (``out`` is then left untouched) and InvalidArgument for a
     wrong ``out``."""
     who = "kompress.decompress"
@@ -170,15 +225,31 @@ def decompress(stream, out=None, *, max_output_bytes: int | None = None):
             error.requested_bytes = needed
             raise error
         try:
-            out = _np.empty(info.count, dtype=info.dtype)
-        except MemoryError:
+            if _is_cuda(stream):
+                import torch
+                out = torch.empty(info.count, dtype=getattr(torch, info.dtype), device=stream.device)
+            else:
+                out = _np.empty(info.count, dtype=info.dtype)
+        except (MemoryError, RuntimeError):
             error = ResourceError(f"{who}: could not allocate {needed} bytes for the decoded values")
             error.requested_bytes = needed
             raise error from None
-        _ext.decompress_into(stream, out)
+        _ext.decompress_into(stream, out, _stream_of(out))
         return out
-    _ext.decompress_into(stream, _host(out, "kompress.decompress"))
+    target = _host(out, who)
+    _ext.decompress_into(_on_device_of(stream, target), target, _stream_of(target))
     return out
+
+
+def _on_device_of(stream, target):
+    """The stream's bytes where ``target`` lives: a stream is a few bytes per value, so a CUDA
+    stream decoding into host memory (or the reverse) is copied over, not the values."""
+    if _is_cuda(stream) == _is_cuda(target):
+        return stream
+    import torch
+    if _is_cuda(target):
+        return torch.as_tensor(stream).to(target.device)
+    return stream.cpu().numpy()
 
 
 # --- collectives --------------------------------------------------------------------------
@@ -247,7 +318,7 @@ def _buffer_collective(call, who, send, recv, comm, settings, *flags):
     except BaseException:
         _ext._announce_failure(handle, who)
         raise
-    return call(send, recv, handle, options, *flags)
+    return call(send, recv, handle, options, *flags, _stream_of(send, recv))
 
 
 def _vector_collective(call, who, send, counts, recv, comm, settings, *flags):
@@ -259,18 +330,20 @@ def _vector_collective(call, who, send, counts, recv, comm, settings, *flags):
     except BaseException:
         _ext._announce_failure(handle, who)
         raise
-    return call(send, send_counts, send_displs, recv, recv_counts, recv_displs, handle, options, *flags)
+    return call(send, send_counts, send_displs, recv, recv_counts, recv_displs, handle, options, *flags,
+                _stream_of(send, recv))
 
 
 _collective_doc = """
     Bound options as in C++ (kompress::collective_options): ``abs=`` or ``rel=`` (default
     rel=1e-3), ``mode`` 'compressed' | 'raw' | 'auto' (auto: compress only where ``cost``, a
     CostModel, says it pays), ``block_size``, ``measure_error`` (report the largest error of what
-    this rank sent). Arrays: C-contiguous float32/float64 numpy arrays or CPU tensors of one
-    dtype. ``comm``: an mpi4py communicator (default COMM_WORLD). Collective: every rank of
-    ``comm`` must call it, with the same options; an argument this rank rejects is an error on
-    every rank (the others raise InvalidArgument naming this rank), and the next call works. The
-    GIL is released while it runs.
+    this rank sent). Arrays: C-contiguous float32/float64 numpy arrays or tensors of one dtype,
+    on one device (CUDA tensors go to MPI directly under a CUDA-aware MPI, else through pinned
+    host staging: docs/collectives.md). ``comm``: an mpi4py communicator (default COMM_WORLD).
+    Collective: every rank of ``comm`` must call it, with the same options; an argument this rank
+    rejects is an error on every rank (the others raise InvalidArgument naming this rank), and the
+    next call works. The GIL is released while it runs.
 """
 
 
@@ -497,28 +570,56 @@ class Stash:
     ``policy`` decides what a save that does not fit does: 'throw' (BudgetExceeded, the stash
     unchanged), 'spill_host', 'spill_file' (``directory=``), 'loosen_bound' (retry with the bound
     times ``growth`` up to ``ceiling_abs=``/``ceiling_rel=``). docs/stash.md has the details.
+    ``device``: 'cpu', or 'cuda' (a CUDA build) for a pool in GPU memory that keeps CUDA tensors;
+    its host spill goes to pinned memory.
     """
 
     def __init__(self, budget_bytes: int, *, policy: str = "throw", directory: str | None = None,
                  ceiling_abs: float | None = None, ceiling_rel: float | None = None, growth: float = 2.0,
-                 segment_bytes: int = 64 << 10, block_size: int = 32):
+                 segment_bytes: int = 64 << 10, block_size: int = 32, device: str = "cpu"):
         options = _ext._stash_options(int(budget_bytes), str(policy), str(directory or ""),
                                       *_bound_args(ceiling_abs, ceiling_rel), float(growth), int(segment_bytes),
                                       int(block_size))
-        self._stash = _ext._Stash(options)
+        device = str(device)
+        stream = 0
+        if device.startswith("cuda"):
+            device, stream = self._cuda_device(device)
+        self._stash = _ext._Stash(options, device, stream)
         _closables.add(self)
 
+    @staticmethod
+    def _cuda_device(device):
+        """'cuda' or 'cuda:N' (N: kompress's device): the extension's name and the stream the
+        pool is allocated on (torch's current one, when torch is loaded)."""
+        if cuda_enabled and device not in ("cuda", f"cuda:{cuda_device}"):
+            raise InvalidArgument(f"kompress.Stash: device {device!r} is not the GPU kompress runs on "
+                                  f"(cuda:{cuda_device})")
+        torch = _sys.modules.get("torch")
+        stream = torch.cuda.current_stream(cuda_device).cuda_stream if torch is not None and cuda_enabled else 0
+        return "cuda", stream
+
+    @property
+    def device(self) -> str:
+        """'cpu', or 'cuda' for a pool in GPU memory."""
+        return self._stash.device
+
     def save(self, x, *, abs: float | None = None, rel: float | None = None) -> StashHandle:
-        """Compresses ``x`` (C-contiguous float32/float64) into the stash; returns its handle."""
-        return self._stash.save(_host(x, "kompress.Stash.save"), *_bound_args(abs, rel))
+        """Compresses ``x`` (C-contiguous float32/float64, on the stash's device; a CUDA tensor on
+        torch's current stream) into the stash; returns its handle."""
+        return self._stash.save(_host(x, "kompress.Stash.save"), *_bound_args(abs, rel), _stream_of(x))
 
     def restore(self, handle: StashHandle, out=None, *, drop: bool = False):
-        """Decompresses the entry into ``out`` (or a new 1-D numpy array) and returns it; every
-        value within the entry's absolute_bound. ``drop=True`` releases the entry too."""
+        """Decompresses the entry into ``out`` (or a new 1-D array on the stash's device: numpy, or
+        a CUDA tensor) and returns it; every value within the entry's absolute_bound. ``drop=True``
+        releases the entry too."""
         if out is None:
             info = self._stash.info(handle)
-            out = _np.empty(info.count, dtype=info.dtype)
-        self._stash.restore(handle, _host(out, "kompress.Stash.restore"), bool(drop))
+            if self.device == "cuda":
+                import torch
+                out = torch.empty(info.count, dtype=getattr(torch, info.dtype), device=f"cuda:{cuda_device}")
+            else:
+                out = _np.empty(info.count, dtype=info.dtype)
+        self._stash.restore(handle, _host(out, "kompress.Stash.restore"), bool(drop), _stream_of(out))
         return out
 
     def drop(self, handle: StashHandle) -> None:
@@ -598,7 +699,7 @@ class EmbeddingExchange:
         except BaseException:
             _ext._announce_failure(self._comm, who)  # the other ranks raise too (see _agreed)
             raise
-        return self._exchange.run(forward, x, out, nonblocking)
+        return self._exchange.run(forward, x, out, nonblocking, _stream_of(x, out))
 
     def forward(self, pooled_local, pooled_out) -> Report:
         """Blocking forward exchange; counts one iteration."""

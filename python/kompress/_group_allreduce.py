@@ -14,6 +14,11 @@ so the replicas stay bit-identical.
 The steps run on one worker thread per hook state, in the order the buckets are handed over
 (DDP hands them over in the same order on every rank, so the collectives match), while the
 backward pass goes on: the hook returns a Future the worker completes.
+
+A CUDA bucket (a CUDA build of kompress) is compressed and decoded on its GPU, on a stream of the
+worker's that first waits for the hook's stream; the Future completes once that stream is done.
+The messages travel on the group's device: GPU memory under NCCL, host memory otherwise (gloo,
+MPI), where only the streams are copied over, never the values.
 """
 
 from __future__ import annotations
@@ -89,6 +94,17 @@ def _relative_to_absolute(fraction: float, lo: float, hi: float) -> float:
     return e if math.isfinite(e) else _LARGEST
 
 
+def _usable(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" or (t.device.type == "cuda" and _k.cuda_enabled)
+
+
+def _comm_device(group, values: torch.Tensor) -> torch.device:
+    """Where the group's collectives take tensors: the GPU under NCCL, else the host."""
+    if values.device.type == "cuda" and dist.get_backend(group) == "nccl":
+        return values.device
+    return torch.device("cpu")
+
+
 def _segments(count: int, p: int):
     return [(s * count // p, (s + 1) * count // p) for s in range(p)]
 
@@ -101,10 +117,14 @@ class GroupAllreduce:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = None
         self._lock = threading.Lock()
+        self._streams = {}  # device -> the worker's CUDA stream there (one: the jobs run in turn)
 
-    def submit(self, job) -> torch.futures.Future:
+    def submit(self, job, device=None) -> torch.futures.Future:
         """Runs job() on the worker thread after the jobs submitted before it; the Future holds its
-        result or its exception."""
+        result or its exception. With a CUDA ``device``, job() runs on a worker stream that waits
+        for the caller's current stream there, and the Future completes when it has run."""
+        if device is not None and device.type == "cuda":
+            job = self._on_worker_stream(job, device)
         future = torch.futures.Future()
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
@@ -125,6 +145,24 @@ class GroupAllreduce:
                 future.set_result(result)
             del job, future, result  # nothing of a finished bucket stays alive here
 
+    def _on_worker_stream(self, job, device):
+        """job, to run on the worker's stream on ``device`` after the work the caller has queued on
+        its current stream there (the bucket's gradients); returns once that stream has run it."""
+        ready = torch.cuda.Event()
+        ready.record(torch.cuda.current_stream(device))
+
+        def run():
+            stream = self._streams.get(device)
+            if stream is None:
+                stream = self._streams[device] = torch.cuda.Stream(device)
+            stream.wait_event(ready)
+            with torch.cuda.stream(stream):
+                result = job()
+            stream.synchronize()
+            return result
+
+        return run
+
     # --- one bucket -----------------------------------------------------------------------
     def allreduce(self, flat: torch.Tensor, *, abs, rel, mode, reduction_bound, block_size, cost, who):
         """Sums ``flat`` (float32/64, contiguous, CPU) over the group in place; returns a GroupReport.
@@ -132,7 +170,8 @@ class GroupAllreduce:
         float32/float64 on any rank, raises InvalidArgument on every rank."""
         group = self.group
         p, me = dist.get_world_size(group), dist.get_rank(group)
-        dtype_code = _DTYPES.get(flat.dtype, 0.0) if flat.device.type == "cpu" else 0.0
+        dtype_code = _DTYPES.get(flat.dtype, 0.0) if _usable(flat) else 0.0
+        comm = _comm_device(group, flat) if dtype_code else torch.device("cpu")
         bound_kind, bound_value = (1.0, float(abs)) if abs is not None else (2.0, float(rel)) if rel is not None \
             else (0.0, 0.0)
         lo, hi = _finite_range(flat) if dtype_code and bound_kind == 2.0 else (math.inf, -math.inf)
@@ -142,14 +181,15 @@ class GroupAllreduce:
         # MAX of x and of -x: every rank learns whether all ranks passed the same x.
         settings = [dtype_code, bound_kind, bound_value, _MODES[mode], _REDUCTION_BOUNDS[reduction_bound],
                     float(block_size), count, float(compress_here)]
-        agreed = torch.tensor([hi, -lo] + [v for x in settings for v in (x, -x)], dtype=torch.float64)
+        agreed = torch.tensor([hi, -lo] + [v for x in settings for v in (x, -x)], dtype=torch.float64, device=comm)
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)
         hi, lo = float(agreed[0]), -float(agreed[1])
         pairs = agreed[2:].view(-1, 2)
         if float(pairs[0, 1]) == 0.0:  # some rank's code is 0
             whose = "this rank's" if not dtype_code else "another rank's"
-            raise _k.InvalidArgument(f"{who}: every bucket must hold float32 or float64 values in CPU memory "
-                                     f"({whose} is not; this rank's: {flat.dtype} on {flat.device})")
+            raise _k.InvalidArgument(f"{who}: every bucket must hold float32 or float64 values in CPU memory, or GPU "
+                                     f"memory in a CUDA build of kompress ({whose} is not; this rank's: "
+                                     f"{flat.dtype} on {flat.device})")
         names = ["element type", "bound kind", "bound", "mode", "reduction_bound", "block_size", "count",
                  "automatic mode's decision"]
         differing = [name for name, (high, neg_low) in zip(names, pairs.tolist()) if high != -neg_low]
@@ -159,7 +199,10 @@ class GroupAllreduce:
         if p == 1:
             return GroupReport()
         if not compress_here:
-            dist.all_reduce(flat, group=group)
+            staged = flat.to(comm)
+            dist.all_reduce(staged, group=group)
+            if staged.data_ptr() != flat.data_ptr():
+                flat.copy_(staged)
             raw = flat.numel() * item_bytes * 2 * (p - 1) // p
             return GroupReport(raw, raw, 2 * (p - 1), 0, 0.0)
 
@@ -174,7 +217,7 @@ class GroupAllreduce:
         dtype = _np_dtype(flat)
         own_a, own_b = segments[me]
         send = torch.empty(sum(_k.max_compressed_size(b - a, dtype, block_size)
-                               for s, (a, b) in enumerate(segments) if s != me), dtype=torch.uint8)
+                               for s, (a, b) in enumerate(segments) if s != me), dtype=torch.uint8, device=flat.device)
         lengths = torch.zeros(p, dtype=torch.int64)
         failure = None
         compressed = 0
@@ -189,15 +232,18 @@ class GroupAllreduce:
             failure, offset = error, 0
             lengths.fill_(-1)
             lengths[me] = 0
-        incoming = torch.empty(p, dtype=torch.int64)
-        dist.all_to_all_single(incoming, lengths, group=group)
+        incoming = torch.empty(p, dtype=torch.int64, device=comm)
+        dist.all_to_all_single(incoming, lengths.to(comm), group=group)
+        incoming = incoming.cpu()
         _raise_if_failed(failure, incoming, who, "compressing its segments")
-        streams = torch.empty(int(incoming.sum()), dtype=torch.uint8)
-        dist.all_to_all_single(streams, send[:offset], incoming.tolist(), lengths.tolist(), group=group)
+        streams = torch.empty(int(incoming.sum()), dtype=torch.uint8, device=comm)
+        dist.all_to_all_single(streams, send[:offset].to(comm), incoming.tolist(), lengths.tolist(), group=group)
+        streams = streams.to(flat.device)
 
-        mine = torch.empty(_k.max_compressed_size(own_b - own_a, dtype, block_size), dtype=torch.uint8)
+        mine = torch.empty(_k.max_compressed_size(own_b - own_a, dtype, block_size), dtype=torch.uint8,
+                           device=flat.device)
         try:
-            partial, received, offset = None, torch.empty(own_b - own_a, dtype=flat.dtype), 0
+            partial, received, offset = None, torch.empty(own_b - own_a, dtype=flat.dtype, device=flat.device), 0
             for q in range(p):  # in rank order, the owner's own values exact
                 if q == me:
                     part = flat[own_a:own_b]
@@ -211,14 +257,16 @@ class GroupAllreduce:
             length = _compress_or_copy(partial, mine, kw)
         except _k.Error as error:
             failure, length = error, -1
-        all_lengths = torch.empty(p, dtype=torch.int64)
-        _all_gather(all_lengths, torch.tensor([length], dtype=torch.int64), group)
+        all_lengths = torch.empty(p, dtype=torch.int64, device=comm)
+        _all_gather(all_lengths, torch.tensor([length], dtype=torch.int64, device=comm), group)
+        all_lengths = all_lengths.cpu()
         _raise_if_failed(failure, all_lengths, who, "reducing its segment")
         longest = int(all_lengths.max())
-        padded = torch.zeros(longest, dtype=torch.uint8)
+        padded = torch.zeros(longest, dtype=torch.uint8, device=comm)
         padded[:length] = mine[:length]
-        gathered = torch.empty(p * longest, dtype=torch.uint8)
+        gathered = torch.empty(p * longest, dtype=torch.uint8, device=comm)
         _all_gather(gathered, padded, group)
+        gathered = gathered.to(flat.device)
         for s, (a, b) in enumerate(segments):
             _decompress_or_copy(gathered[s * longest:s * longest + int(all_lengths[s])], flat[a:b])
 

@@ -7,7 +7,9 @@ element type, its status, then per segment the length and the bound), and the me
 its segments' streams back to back (a segment whose stream would not be smaller than its values
 travels raw: exactly the raw size means raw). A rank's own segments are copied exactly. A rank
 whose arguments or compression fail sends status -1, so that every rank raises before any
-value is written.
+value is written. CUDA tensors (a CUDA build of kompress) are compressed and decoded on their
+GPU, on torch's current stream; the messages travel in GPU memory under NCCL, else in host
+memory (only the streams are copied over).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 import kompress as _k
-from kompress._group_allreduce import (_LARGEST, GroupReport, _compress_or_copy, _decompress_or_copy, _finite_range,
-                                       _np_dtype, _relative_to_absolute)
+from kompress._group_allreduce import (_LARGEST, GroupReport, _comm_device, _compress_or_copy, _decompress_or_copy,
+                                       _finite_range, _np_dtype, _relative_to_absolute, _usable)
 
 _DTYPES = {torch.float32: 1.0, torch.float64: 2.0}
 
@@ -114,11 +116,13 @@ class GroupEmbeddingExchange:
         p, me, b = self.p, self.me, self.local_batch
         shape = (self.global_batch, self.local_width) if forward else (b, self.total_width)
         problem = None
-        if x.device.type != "cpu" or x.dtype not in _DTYPES:
-            problem = f"{who}: takes float32 or float64 CPU tensors (got {x.dtype} on {x.device})"
+        if not _usable(x) or x.dtype not in _DTYPES:
+            problem = (f"{who}: takes float32 or float64 tensors in CPU memory, or GPU memory in a CUDA build of "
+                       f"kompress (got {x.dtype} on {x.device})")
         elif tuple(x.shape) != shape:
             problem = f"{who}: the {direction} input must be {list(shape)} (got {list(x.shape)})"
         dtype_code = _DTYPES.get(x.dtype, 0.0) if problem is None else -1.0
+        comm = _comm_device(self.group, x) if problem is None else torch.device("cpu")
         # Segments this rank sends to q: (table, rows, columns of x), in table order.
         if forward:
             segments = {q: [(t, self.rows(q), self.local_columns[t]) for t in self.local_columns] for q in range(p)}
@@ -137,10 +141,11 @@ class GroupEmbeddingExchange:
         for q in range(p):
             headers[q][0] = dtype_code
             headers[q][1] = -1.0 if (problem or failure) else 0.0
-        send_header = torch.cat(headers)
-        got_header = torch.empty(sum(2 + 2 * len(incoming[q]) for q in range(p)), dtype=torch.float64)
+        send_header = torch.cat(headers).to(comm)
+        got_header = torch.empty(sum(2 + 2 * len(incoming[q]) for q in range(p)), dtype=torch.float64, device=comm)
         dist.all_to_all_single(got_header, send_header, [2 + 2 * len(incoming[q]) for q in range(p)],
                                [h.numel() for h in headers], group=self.group)
+        got_header = got_header.cpu()
         parts, offset = [], 0
         for q in range(p):
             n = 2 + 2 * len(incoming[q])
@@ -157,13 +162,15 @@ class GroupEmbeddingExchange:
         if any(parts[q][0] != dtype_code for q in range(p)):
             raise _k.InvalidArgument(f"{who}: the ranks passed different element types "
                                      f"(this rank: {x.dtype}); nothing was written")
-        send = torch.cat(streams) if streams else torch.empty(0, dtype=torch.uint8)
+        send = torch.cat(streams).to(comm) if streams else torch.empty(0, dtype=torch.uint8, device=comm)
         send_splits = [int(sum(h[2::2].tolist())) for h in headers]
         recv_splits = [int(sum(parts[q][2::2].tolist())) for q in range(p)]
-        received = torch.empty(sum(recv_splits), dtype=torch.uint8)
+        received = torch.empty(sum(recv_splits), dtype=torch.uint8, device=comm)
         dist.all_to_all_single(received, send, recv_splits, send_splits, group=self.group)
+        received = received.to(x.device)
 
-        out = torch.empty((b, self.total_width) if forward else (self.global_batch, self.local_width), dtype=x.dtype)
+        out = torch.empty((b, self.total_width) if forward else (self.global_batch, self.local_width), dtype=x.dtype,
+                          device=x.device)
         report = GroupReport(messages=2 * (p - 1))
         offset = 0
         for q in range(p):
@@ -179,7 +186,7 @@ class GroupEmbeddingExchange:
                     continue
                 message = received[offset:offset + length]
                 offset += length
-                values = torch.empty(target.shape, dtype=x.dtype)
+                values = torch.empty(target.shape, dtype=x.dtype, device=x.device)
                 if _decompress_or_copy(message, values):
                     report.absolute_bound = max(report.absolute_bound, bound)
                 target.copy_(values)
@@ -206,7 +213,7 @@ class GroupEmbeddingExchange:
                 raw = values.numel() * values.element_size()
                 if self.compress[direction]:
                     out = torch.empty(_k.max_compressed_size(values.numel(), _np_dtype(values), self.block_size),
-                                      dtype=torch.uint8)
+                                      dtype=torch.uint8, device=x.device)
                     stream = out[:_compress_or_copy(values, out, dict(abs=bounds[t], block_size=self.block_size))]
                 else:
                     stream = values.view(torch.uint8).clone()

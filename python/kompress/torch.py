@@ -1,4 +1,4 @@
-"""kompress in a PyTorch training loop (CPU tensors).
+"""kompress in a PyTorch training loop (CPU tensors; CUDA tensors where kompress.cuda_enabled).
 
 - ``allreduce_hook`` / ``AllreduceHookState``: a DDP communication hook that sums gradient
   buckets with kompress's error-bounded allreduce.
@@ -111,9 +111,11 @@ def allreduce_hook(state: AllreduceHookState, bucket) -> _torch.futures.Future[_
     buffer = bucket.buffer()
     if state._group is not None:
         return _group_hook(state, buffer, who)
-    if buffer.device.type != "cpu" or buffer.dtype not in (_torch.float32, _torch.float64):
+    usable = buffer.device.type == "cpu" or (buffer.device.type == "cuda" and _k.cuda_enabled)
+    if not usable or buffer.dtype not in (_torch.float32, _torch.float64):
+        where = "in CPU or (CUDA builds of kompress) GPU memory"
         _k._raise_on_every_rank(_k.InvalidArgument(f"{who}: the bucket must hold float32 or float64 gradients "
-                                                   f"in CPU memory (got {buffer.dtype} on {buffer.device})"),
+                                                   f"{where} (got {buffer.dtype} on {buffer.device})"),
                                 state.comm, who)
     size = state.comm.Get_size()
     flat = buffer if buffer.is_contiguous() else buffer.contiguous()
@@ -136,7 +138,7 @@ def _account(state, report):
 
 def _group_hook(state, buffer, who):
     flat = buffer if buffer.is_contiguous() else buffer.contiguous()
-    if flat.is_floating_point() and flat.device.type == "cpu":
+    if flat.is_floating_point() and flat.device.type in ("cpu", "cuda"):
         flat.div_(_dist.get_world_size(state.comm))
     cost = state.cost if state.cost is not None or state.mode != "auto" else _k.CostModel()
 
@@ -149,7 +151,7 @@ def _group_hook(state, buffer, who):
         _account(state, report)
         return buffer
 
-    return state._group.submit(run)
+    return state._group.submit(run, flat.device)
 
 
 # --- saved-tensor hooks -----------------------------------------------------------------------
@@ -158,7 +160,7 @@ class _Saved:
     """One compressed activation: its stash entry and, for exact_sign, its positive mask.
     Dropped from the stash when the last reference (the autograd graph's) goes."""
 
-    __slots__ = ("stash", "handle", "shape", "dtype", "positive", "bound", "key", "owner", "__weakref__")
+    __slots__ = ("stash", "handle", "shape", "dtype", "device", "positive", "bound", "key", "owner", "__weakref__")
 
     def __init__(self, key):
         self.stash = self.handle = self.positive = self.owner = None
@@ -174,17 +176,20 @@ class _Saved:
 class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
     """Keeps the activations autograd saves for backward compressed in a kompress Stash.
 
-    Inside ``with kompress.torch.compressed_activations(rel=1e-2):`` every float32/float64 CPU
-    tensor autograd saves with at least ``min_numel`` elements is compressed into the stash in
-    the forward pass and restored, every value within the bound, when backward needs it; its
-    stash entry is dropped when the graph releases it. Integer and boolean tensors, smaller
-    tensors, parameters (leaves that require grad, and views of them) and non-CPU tensors pass
-    through untouched. A tensor saved twice (a ReLU's output that the next Linear also saves)
+    Inside ``with kompress.torch.compressed_activations(rel=1e-2):`` every float32/float64
+    tensor on the stash's device that autograd saves with at least ``min_numel`` elements is
+    compressed into the stash in the forward pass and restored, every value within the bound,
+    when backward needs it; its stash entry is dropped when the graph releases it. Integer and
+    boolean tensors, smaller tensors, parameters (leaves that require grad, and views of them)
+    and tensors on another device pass through untouched. A tensor saved twice (a ReLU's output that the next Linear also saves)
     is compressed once.
 
     Args:
         abs / rel: the bound (rel: relative to each tensor's value range).
         budget_bytes: the stash's budget (its pool, allocated on entry).
+        device: 'cpu' (default) keeps CPU activations in host memory; 'cuda' (a CUDA build of
+            kompress) keeps CUDA activations compressed in GPU memory, saved and restored on
+            torch's current stream, with policy='spill_host' spilling to pinned host memory.
         min_numel: smaller tensors are kept as they are.
         policy, directory, ceiling_abs, ceiling_rel, growth, segment_bytes: as kompress.Stash.
         exact_sign: keep one bit per value saying whether it was > 0, and make the restored
@@ -202,7 +207,8 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
 
     def __init__(self, *, abs=None, rel=None, budget_bytes: int = 256 << 20, min_numel: int = 1 << 14,
                  policy: str = "throw", directory=None, ceiling_abs=None, ceiling_rel=None, growth: float = 2.0,
-                 segment_bytes: int = 64 << 10, exact_sign: bool = True, stash: "_k.Stash | None" = None):
+                 segment_bytes: int = 64 << 10, exact_sign: bool = True, stash: "_k.Stash | None" = None,
+                 device: str = "cpu"):
         if abs is None and rel is None:
             rel = 1e-2
         self.abs, self.rel = abs, rel
@@ -210,7 +216,8 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         self.exact_sign = bool(exact_sign)
         self.stash = stash if stash is not None else _k.Stash(
             budget_bytes, policy=policy, directory=directory, ceiling_abs=ceiling_abs, ceiling_rel=ceiling_rel,
-            growth=growth, segment_bytes=segment_bytes)
+            growth=growth, segment_bytes=segment_bytes, device=device)
+        self.device = self.stash.device   # 'cpu' or 'cuda': the tensors this stash keeps
         self._live = {}            # storage key -> weakrefs of the tensor and its _Saved
         self._mask_bytes = 0       # sign masks held now
         self._passed = {}          # storage key -> bytes of activations passed through
@@ -243,7 +250,7 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
 
     def _forget(self, saved):
         if saved.positive is not None:
-            self._mask_bytes -= saved.positive.nbytes
+            self._mask_bytes -= _nbytes(saved.positive)
         entry = self._live.get(saved.key)
         if entry is not None and entry[1]() in (None, saved):
             del self._live[saved.key]
@@ -264,7 +271,7 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         if t.dtype not in (_torch.float32, _torch.float64) or self._is_parameter(t):
             return t
         key = self._key(t)
-        if t.device.type != "cpu" or t.numel() < self.min_numel:
+        if t.device.type != self.device or t.numel() < self.min_numel:
             self._passed[key] = t.numel() * t.element_size()
             self._note()
             return t
@@ -279,11 +286,11 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         saved = _Saved(key)
         saved.handle = self.stash.save(values, abs=self.abs, rel=self.rel)
         saved.stash = self.stash
-        saved.shape, saved.dtype = values.shape, values.dtype
+        saved.shape, saved.dtype, saved.device = values.shape, values.dtype, values.device
         saved.bound = self.stash.info(saved.handle).absolute_bound
         if self.exact_sign:
-            saved.positive = _np.packbits((values > 0).numpy().reshape(-1))
-            self._mask_bytes += saved.positive.nbytes
+            saved.positive = _pack_signs(values)
+            self._mask_bytes += _nbytes(saved.positive)
         saved.owner = self
         self._live[key] = (_weakref.ref(t), _weakref.ref(saved))
         self._note()
@@ -292,15 +299,47 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
     def _unpack(self, saved):
         if not isinstance(saved, _Saved):
             return saved
-        out = _torch.empty(saved.shape, dtype=saved.dtype)
+        out = _torch.empty(saved.shape, dtype=saved.dtype, device=saved.device)
         self.stash.restore(saved.handle, out)
         if saved.positive is not None and saved.bound > 0:
-            count = out.numel()
-            positive = _torch.from_numpy(_np.unpackbits(saved.positive, count=count).view(_np.bool_)).view(saved.shape)
+            positive = _unpack_signs(saved.positive, out.numel()).view(saved.shape)
             tiny = _torch.finfo(saved.dtype).tiny
             out = _torch.where(positive & (out <= 0), _torch.full_like(out, tiny), out)
             out = _torch.where(~positive & (out > 0), _torch.zeros_like(out), out)
         return out
+
+
+def _pack_signs(values):
+    """One bit per value, whether it is > 0, packed 8 to a byte (numpy.packbits' order), where
+    the values are: numpy's packbits on the CPU, torch operations on a GPU."""
+    if values.device.type == "cpu":
+        return _np.packbits((values > 0).numpy().reshape(-1))
+    return _pack_signs_with_torch(values)
+
+
+def _unpack_signs(packed, count):
+    """_pack_signs' bits as a bool tensor of ``count`` values, on the mask's device."""
+    if isinstance(packed, _np.ndarray):
+        return _torch.from_numpy(_np.unpackbits(packed, count=count).view(_np.bool_))
+    return _unpack_signs_with_torch(packed, count)
+
+
+def _pack_signs_with_torch(values):
+    bits = (values > 0).reshape(-1)
+    pad = -bits.numel() % 8
+    if pad:
+        bits = _torch.cat([bits, bits.new_zeros(pad)])
+    weights = _torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=_torch.uint8, device=values.device)
+    return (bits.view(-1, 8).to(_torch.uint8) * weights).sum(dim=1, dtype=_torch.uint8)
+
+
+def _unpack_signs_with_torch(packed, count):
+    shifts = _torch.arange(7, -1, -1, dtype=_torch.uint8, device=packed.device)
+    return ((packed.unsqueeze(1) >> shifts) & 1).to(_torch.bool).reshape(-1)[:count]
+
+
+def _nbytes(mask):
+    return mask.nbytes if isinstance(mask, _np.ndarray) else mask.numel()
 
 
 # --- the DLRM embedding exchange ----------------------------------------------------------
@@ -310,7 +349,7 @@ def _exchange(exchange, forward, x, who):
     if isinstance(exchange, _GroupEmbeddingExchange):
         return exchange.run(forward, x, who)
     shape = (exchange.local_batch, exchange.total_width) if forward else (exchange.global_batch, exchange.local_width)
-    out = _torch.empty(shape, dtype=x.dtype)
+    out = _torch.empty(shape, dtype=x.dtype, device=x.device)
     return out, (exchange.forward(x, out) if forward else exchange.backward(x, out))
 
 
@@ -360,9 +399,11 @@ class EmbeddingAllToAll(_torch.nn.Module):
         self.last_reports = {}
 
     def forward(self, pooled_local):
-        if pooled_local.device.type != "cpu" and not isinstance(self.exchange, _GroupEmbeddingExchange):
+        if (pooled_local.device.type != "cpu" and not (pooled_local.device.type == "cuda" and _k.cuda_enabled)
+                and not isinstance(self.exchange, _GroupEmbeddingExchange)):
             who = "kompress.torch.EmbeddingAllToAll"
-            _k._raise_on_every_rank(_k.InvalidArgument(f"{who}: only CPU tensors are supported yet"),
+            _k._raise_on_every_rank(_k.InvalidArgument(f"{who}: takes CPU tensors, and CUDA tensors in a CUDA build "
+                                                       f"of kompress (got a tensor on {pooled_local.device})"),
                                     self.exchange.comm, who)
         self.last_reports = {}
         return _ExchangeFunction.apply(pooled_local, self.exchange, self.last_reports)

@@ -1,13 +1,18 @@
 // kompress._kompress: the nanobind extension behind the `kompress` Python package.
 //
-// Arrays come in through DLPack / the buffer protocol as nb::ndarray (numpy arrays, CPU torch
-// tensors) and are wrapped, without a copy, in unmanaged host Views. Every call that compresses
-// or communicates releases the GIL. Argument checks that need Python objects happen before the
+// Arrays come in through DLPack / the buffer protocol as nb::ndarray (numpy arrays, torch
+// tensors) and are wrapped, without a copy, in unmanaged Views of the memory they live in:
+// host memory, or CUDA device memory when the extension is built against a CUDA-enabled Kokkos.
+// A CUDA array's work runs on a Kokkos::Cuda instance made on the caller's CUDA stream (the
+// `stream` argument: torch's current stream), so it orders with the caller's other work on
+// that stream and nothing synchronises the whole device. Every call that compresses or
+// communicates releases the GIL. Argument checks that need Python objects happen before the
 // GIL is released; everything else is kompress's own checking, whose exceptions become the
 // Python classes registered at the bottom (kompress.Error and subclasses).
 //
 // The Python layer (python/kompress/*.py) gives these functions their keyword arguments,
-// allocates outputs and converts torch tensors; this file stays a thin typed bridge.
+// allocates outputs, converts torch tensors and finds their streams; this file stays a thin
+// typed bridge.
 
 #include <kompress/kompress.hpp>
 #include <kompress/comm.hpp>
@@ -28,6 +33,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -53,12 +59,121 @@ struct kokkos_holder {
 };
 
 using exec_space = Kokkos::DefaultHostExecutionSpace;
+// Any dtype, shape, strides and device (checked below): inputs may be read-only (bytes, memory
+// maps), outputs must be writable.
+using in_array = nb::ndarray<nb::ro>;
+using array = nb::ndarray<>;
+
+// --- devices ----------------------------------------------------------------------------------
+//
+// Where an array lives decides the execution space its work runs on. host_device always
+// exists; cuda_device only in a build against a CUDA-enabled Kokkos.
+
+struct host_device {
+  using execution_space = Kokkos::DefaultHostExecutionSpace;
+  using memory_space = Kokkos::HostSpace;
+  static constexpr const char* name = "cpu";
+};
+
+#ifdef KOKKOS_ENABLE_CUDA
+struct cuda_device {
+  using execution_space = Kokkos::Cuda;
+  using memory_space = Kokkos::CudaSpace;
+  static constexpr const char* name = "cuda";
+};
+
+/// Kokkos::Cuda instances on the callers' streams, one per stream handle, made on first use:
+/// making one allocates device scratch and pinned memory, far more than a small call costs.
+/// Released before Kokkos is finalised (clear()). The handle is the stream's address (0: the
+/// legacy default stream), so a stream destroyed and another made at the same address share
+/// an instance, which holds nothing of the stream but its handle.
+class cuda_instances {
+ public:
+  Kokkos::Cuda on(std::uintptr_t stream) {
+    std::lock_guard lock(mutex_);
+    for (const auto& [handle, instance] : instances_)
+      if (handle == stream) return instance;
+    if (instances_.size() == max_instances) instances_.erase(instances_.begin());
+    instances_.emplace_back(stream, Kokkos::Cuda(reinterpret_cast<cudaStream_t>(stream)));
+    return instances_.back().second;
+  }
+  void clear() {
+    std::lock_guard lock(mutex_);
+    instances_.clear();
+  }
+
+ private:
+  static constexpr std::size_t max_instances = 64;  // a program uses a handful of streams
+  std::mutex mutex_;
+  std::vector<std::pair<std::uintptr_t, Kokkos::Cuda>> instances_;
+};
+cuda_instances& streams() {
+  static cuda_instances instances;
+  return instances;
+}
+#endif
+
+constexpr bool cuda_enabled() {
+#ifdef KOKKOS_ENABLE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+enum class device_kind { host, cuda };
+
+/// The device `a` lives on, checked usable: the host, or (CUDA builds) the GPU Kokkos runs on.
+template <class A>
+device_kind device_of(const A& a, const char* who, const char* what) {
+  const int type = a.device_type();
+  if (type == nb::device::cpu::value) return device_kind::host;
+  if (type == nb::device::cuda::value) {
+#ifdef KOKKOS_ENABLE_CUDA
+    const int kokkos_device = Kokkos::Cuda{}.cuda_device();
+    if (a.device_id() != kokkos_device)
+      throw kompress::invalid_argument(
+          std::string(who) + ": " + what + " is on cuda:" + std::to_string(a.device_id()) +
+          ", but kompress runs on cuda:" + std::to_string(kokkos_device) +
+          " (the device current when kompress was imported, or KOMPRESS_CUDA_DEVICE)");
+    return device_kind::cuda;
+#else
+    throw kompress::invalid_argument(std::string(who) + ": " + what + " is on cuda:" + std::to_string(a.device_id()) +
+                                     ", but this kompress extension was built without CUDA (build it against a "
+                                     "CUDA-enabled Kokkos: docs/python.md, \"Building for GPUs\")");
+#endif
+  }
+  throw kompress::invalid_argument(std::string(who) + ": " + what + " is on a device kompress does not support " +
+                                   "(DLPack device type " + std::to_string(type) + ")");
+}
+
+/// The one device of several arrays (the send and receive arrays of a collective, say).
+template <class A, class B>
+device_kind same_device(const A& a, const char* what_a, const B& b, const char* what_b, const char* who) {
+  const device_kind da = device_of(a, who, what_a), db = device_of(b, who, what_b);
+  if (da != db)
+    throw kompress::invalid_argument(std::string(who) + ": " + what_a + " and " + what_b +
+                                     " must be on the same device (got " +
+                                     (da == device_kind::host ? "cpu" : "cuda") + " and " +
+                                     (db == device_kind::host ? "cpu" : "cuda") + ")");
+  return da;
+}
+
+/// Calls f(Device{}, exec) with the device of `kind` and its execution space instance: the
+/// host's, or a Kokkos::Cuda instance on `stream`.
+template <class F>
+decltype(auto) on_device(device_kind kind, [[maybe_unused]] std::uintptr_t stream, F&& f) {
+#ifdef KOKKOS_ENABLE_CUDA
+  if (kind == device_kind::cuda) return f(cuda_device{}, streams().on(stream));
+#endif
+  (void)kind;
+  return f(host_device{}, exec_space{});
+}
+
+template <class T, class Device = host_device>
+using device_view = Kokkos::View<T*, typename Device::memory_space, Kokkos::MemoryUnmanaged>;
 template <class T>
-using host_view = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-// Any dtype, shape and strides (checked below): inputs may be read-only (bytes, memory maps),
-// outputs must be writable.
-using in_array = nb::ndarray<nb::ro, nb::device::cpu>;
-using array = nb::ndarray<nb::device::cpu>;
+using host_view = device_view<T, host_device>;
 
 // --- arrays -----------------------------------------------------------------------------------
 
@@ -107,8 +222,9 @@ dtype_code float_array(const A& a, const char* who, const char* what) {
   return dt.bits == 32 ? dtype_code::float32 : dtype_code::float64;
 }
 
-/// A rank-1 contiguous uint8 array: a stream, or the buffer a stream is written into.
-template <class A>
+/// A rank-1 contiguous uint8 array: a stream, or the buffer a stream is written into; a View
+/// of the memory of Device.
+template <class Device = host_device, class A>
 auto byte_array(const A& a, const char* who, const char* what) {
   using byte = std::conditional_t<std::is_same_v<A, in_array>, const std::byte, std::byte>;
   const auto dt = a.dtype();
@@ -119,16 +235,16 @@ auto byte_array(const A& a, const char* who, const char* what) {
     throw kompress::invalid_argument(std::string(who) + ": " + what +
                                      " must be a contiguous one-dimensional uint8 array (got " +
                                      std::to_string(a.ndim()) + " dimensions)");
-  return host_view<byte>(static_cast<byte*>(a.data()), a.size());
+  return device_view<byte, Device>(static_cast<byte*>(a.data()), a.size());
 }
 
-template <class T>
-host_view<T> view_of(const array& a) {
-  return host_view<T>(static_cast<T*>(a.data()), a.size());
+template <class T, class Device = host_device>
+device_view<T, Device> view_of(const array& a) {
+  return device_view<T, Device>(static_cast<T*>(a.data()), a.size());
 }
-template <class T>
-host_view<const T> view_of(const in_array& a) {
-  return host_view<const T>(static_cast<const T*>(a.data()), a.size());
+template <class T, class Device = host_device>
+device_view<const T, Device> view_of(const in_array& a) {
+  return device_view<const T, Device>(static_cast<const T*>(a.data()), a.size());
 }
 
 /// Calls f(T{}) with T the element type of `code`.
@@ -164,19 +280,19 @@ std::size_t max_compressed_size(std::size_t count, int element_bytes, int block_
                                    std::to_string(element_bytes) + ")");
 }
 
-template <class T>
-using host_view3 = Kokkos::View<T***, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+template <class T, class Device = host_device>
+using device_view3 = Kokkos::View<T***, Kokkos::LayoutRight, typename Device::memory_space, Kokkos::MemoryUnmanaged>;
 
 /// The array's values as a rank-3 row-major View: the last two axes as they are, every axis
 /// before them folded into the first. The ratio codec predicts across the View's two fastest
 /// extents (2-D / 3-D Lorenzo), so a field keeps its shape; the values and their order are
 /// those of the flat view, so the fast codec writes the same bytes from either.
-template <class T>
-host_view3<const T> shaped_view_of(const in_array& a) {
+template <class T, class Device = host_device>
+device_view3<const T, Device> shaped_view_of(const in_array& a) {
   std::size_t extents[3] = {1, 1, 1};
   const int rank = int(a.ndim());
   for (int d = 0; d < rank; ++d) extents[d >= rank - 2 ? 3 - (rank - d) : 0] *= std::size_t(a.shape(d));
-  return host_view3<const T>(static_cast<const T*>(a.data()), extents[0], extents[1], extents[2]);
+  return device_view3<const T, Device>(static_cast<const T*>(a.data()), extents[0], extents[1], extents[2]);
 }
 
 /// Compresses `in` into a new uint8 numpy array of exactly the stream's length.
@@ -186,6 +302,9 @@ nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>> compress(const in_array& in, s
                                                           const std::string& codec) {
   constexpr const char* who = "kompress.compress";
   const dtype_code code = float_array(in, who, "the input");
+  if (device_of(in, who, "the input") != device_kind::host)
+    throw kompress::invalid_argument(std::string(who) + ": the input must be in host memory here "
+                                     "(kompress.compress takes a CUDA tensor through compress_into)");
   const kompress::compress_options options{.bound = make_bound(who, abs, rel), .fill_value = fill_value,
                                            .block_size = block_size, .codec = codec_of(codec, who)};
   std::size_t length = 0;
@@ -211,36 +330,51 @@ nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>> compress(const in_array& in, s
   return nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(data, {length}, owner);
 }
 
-/// Compresses `in` into the caller's uint8 buffer `out`; returns the stream's length.
+/// Compresses `in` into the caller's uint8 buffer `out` (on the same device); returns the
+/// stream's length. A CUDA array is compressed on `stream`, which is then waited for (the
+/// length is known only once the stream is written).
 std::size_t compress_into(const in_array& in, const array& out, std::optional<double> abs,
                           std::optional<double> rel, std::optional<double> fill_value, int block_size,
-                          const std::string& codec) {
+                          const std::string& codec, std::uintptr_t stream) {
   constexpr const char* who = "kompress.compress_into";
   const dtype_code code = float_array(in, who, "the input");
-  const auto bytes = byte_array(out, who, "the output");
+  const device_kind device = same_device(in, "the input", out, "the output", who);
   const kompress::compress_options options{.bound = make_bound(who, abs, rel), .fill_value = fill_value,
                                            .block_size = block_size, .codec = codec_of(codec, who)};
   nb::gil_scoped_release release;
-  return dispatch(code, [&](auto t) {
-    using T = decltype(t);
-    return kompress::compress(exec_space{}, shaped_view_of<T>(in), bytes, options);
+  return on_device(device, stream, [&](auto d, const auto& exec) {
+    using D = decltype(d);
+    const auto bytes = byte_array<D>(out, who, "the output");
+    return dispatch(code, [&](auto t) {
+      using T = decltype(t);
+      return kompress::compress(exec, shaped_view_of<T, D>(in), bytes, options);
+    });
   });
 }
 
+/// The stream's header, checked; a CUDA stream's header and chunk tables are copied to the
+/// host first (after the device's pending work).
 kompress::stream_info inspect(const in_array& stream) {
-  const auto bytes = byte_array(stream, "kompress.inspect", "the stream");
+  constexpr const char* who = "kompress.inspect";
+  const device_kind device = device_of(stream, who, "the stream");
   nb::gil_scoped_release release;
-  return kompress::inspect(bytes);
+  return on_device(device, 0, [&](auto d, const auto&) {
+    return kompress::inspect(byte_array<decltype(d)>(stream, who, "the stream"));
+  });
 }
 
-void decompress_into(const in_array& stream, const array& out) {
+void decompress_into(const in_array& stream, const array& out, std::uintptr_t cuda_stream) {
   constexpr const char* who = "kompress.decompress";
-  const auto bytes = byte_array(stream, who, "the stream");
   const dtype_code code = float_array(out, who, "the output");
+  const device_kind device = same_device(stream, "the stream", out, "the output", who);
   nb::gil_scoped_release release;
-  dispatch(code, [&](auto t) {
-    using T = decltype(t);
-    kompress::decompress(exec_space{}, bytes, view_of<T>(out));
+  on_device(device, cuda_stream, [&](auto d, const auto& exec) {
+    using D = decltype(d);
+    const auto bytes = byte_array<D>(stream, who, "the stream");
+    dispatch(code, [&](auto t) {
+      using T = decltype(t);
+      kompress::decompress(exec, bytes, view_of<T, D>(out));
+    });
   });
 }
 
@@ -364,23 +498,25 @@ template <class A>
 A array_argument(nb::handle obj, const char* who, const char* what) {
   A a;
   if (!nb::try_cast(obj, a))
-    throw nb::type_error((std::string(who) + ": " + what + " must be a numpy array or a CPU tensor (got " +
+    throw nb::type_error((std::string(who) + ": " + what + " must be a numpy array or a tensor (got " +
                           nb::type_name(obj.type()).c_str() + ")")
                              .c_str());
   return a;
 }
 
-/// A collective's send and receive arrays and options, checked.
+/// A collective's send and receive arrays (of one dtype, on one device) and options, checked.
 struct buffer_arguments {
   in_array send;
   array recv;
   dtype_code code = dtype_code::float32;
+  device_kind device = device_kind::host;
   kompress::collective_options options;
 
   buffer_arguments(nb::handle send_obj, nb::handle recv_obj, const collective_settings& s, const char* who)
       : send(array_argument<in_array>(send_obj, who, "the send array")),
         recv(array_argument<array>(recv_obj, who, "the receive array")),
         code(pair_dtype(send, recv, who)),
+        device(same_device(send, "the send array", recv, "the receive array", who)),
         options(make_collective_options(s, who)) {}
 };
 
@@ -437,23 +573,32 @@ class py_request {
   std::vector<nb::object> keep_alive_;
 };
 
-/// Runs a collective with the GIL released: `blocking(t)` returns its report, `start(t)` its
-/// request, which keeps the Python arrays alive until it completes.
+/// Calls f(T{}, Device{}, exec) with the element type of `code`, and the device of `kind` with
+/// its execution space instance (on `stream` for CUDA).
+template <class F>
+decltype(auto) dispatch_on(device_kind kind, std::uintptr_t stream, dtype_code code, F&& f) {
+  return on_device(kind, stream, [&](auto d, const auto& exec) {
+    return dispatch(code, [&](auto t) { return f(t, d, exec); });
+  });
+}
+
+/// Runs a collective with the GIL released: `blocking(t, d, exec)` returns its report,
+/// `start(t, d, exec)` its request, which keeps the Python arrays alive until it completes.
 template <class Blocking, class Start>
-nb::object run_collective(dtype_code code, bool nonblocking, nb::handle send_obj, nb::handle recv_obj,
-                          Blocking&& blocking, Start&& start) {
+nb::object run_collective(const buffer_arguments& args, std::uintptr_t stream, bool nonblocking,
+                          nb::handle send_obj, nb::handle recv_obj, Blocking&& blocking, Start&& start) {
   if (!nonblocking) {
     kompress::collective_report report;
     {
       nb::gil_scoped_release release;
-      report = dispatch(code, blocking);
+      report = dispatch_on(args.device, stream, args.code, blocking);
     }
     return nb::cast(report);
   }
   kompress::request request;
   {
     nb::gil_scoped_release release;
-    request = dispatch(code, start);
+    request = dispatch_on(args.device, stream, args.code, start);
   }
   return nb::cast(new py_request(std::move(request), {nb::borrow(send_obj), nb::borrow(recv_obj)}),
                   nb::rv_policy::take_ownership);
@@ -463,19 +608,21 @@ nb::object run_collective(dtype_code code, bool nonblocking, nb::handle send_obj
 /// they call and the names their errors carry.
 template <class Calls>
 nb::object buffer_collective(nb::handle send_obj, nb::handle recv_obj, std::uintptr_t comm,
-                             const collective_settings& s, bool nonblocking) {
+                             const collective_settings& s, bool nonblocking, std::uintptr_t stream) {
   const char* who = nonblocking ? Calls::nonblocking_name : Calls::blocking_name;
   const auto args = agreed_arguments(send_obj, recv_obj, comm, s, who);
-  const auto& [send, recv, code, options] = *args;
+  const auto& [send, recv, code, device, options] = *args;
   return run_collective(
-      code, nonblocking, send_obj, recv_obj,
-      [&](auto t) {
+      *args, stream, nonblocking, send_obj, recv_obj,
+      [&](auto t, auto d, const auto& exec) {
         using T = decltype(t);
-        return Calls::blocking(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+        using D = decltype(d);
+        return Calls::blocking(exec, view_of<T, D>(send), view_of<T, D>(recv), comm_of(comm), options);
       },
-      [&](auto t) {
+      [&](auto t, auto d, const auto& exec) {
         using T = decltype(t);
-        return Calls::nonblocking(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+        using D = decltype(d);
+        return Calls::nonblocking(exec, view_of<T, D>(send), view_of<T, D>(recv), comm_of(comm), options);
       });
 }
 
@@ -515,20 +662,23 @@ struct reduce_scatter_calls {
 nb::object alltoallv(nb::handle send_obj, const std::vector<std::int64_t>& send_counts,
                      const std::vector<std::int64_t>& send_displs, nb::handle recv_obj,
                      const std::vector<std::int64_t>& recv_counts, const std::vector<std::int64_t>& recv_displs,
-                     std::uintptr_t comm, const collective_settings& s, bool nonblocking) {
+                     std::uintptr_t comm, const collective_settings& s, bool nonblocking,
+                     std::uintptr_t stream) {
   const char* who = nonblocking ? "kompress.ialltoallv" : "kompress.alltoallv";
   const auto args = agreed_arguments(send_obj, recv_obj, comm, s, who);
-  const auto& [send, recv, code, options] = *args;
+  const auto& [send, recv, code, device, options] = *args;
   return run_collective(
-      code, nonblocking, send_obj, recv_obj,
-      [&](auto t) {
+      *args, stream, nonblocking, send_obj, recv_obj,
+      [&](auto t, auto d, const auto& exec) {
         using T = decltype(t);
-        return kompress::alltoallv(exec_space{}, view_of<T>(send), send_counts, send_displs, view_of<T>(recv),
+        using D = decltype(d);
+        return kompress::alltoallv(exec, view_of<T, D>(send), send_counts, send_displs, view_of<T, D>(recv),
                                   recv_counts, recv_displs, comm_of(comm), options);
       },
-      [&](auto t) {
+      [&](auto t, auto d, const auto& exec) {
         using T = decltype(t);
-        return kompress::ialltoallv(exec_space{}, view_of<T>(send), send_counts, send_displs, view_of<T>(recv),
+        using D = decltype(d);
+        return kompress::ialltoallv(exec, view_of<T, D>(send), send_counts, send_displs, view_of<T, D>(recv),
                                   recv_counts, recv_displs, comm_of(comm), options);
       });
 }
@@ -589,24 +739,27 @@ class py_persistent_request {
 };
 
 /// Sets up a persistent collective with the GIL released (the init agrees across ranks).
+/// Every round runs on the execution space instance given here (a CUDA array: on `stream`).
 template <class Init>
-py_persistent_request* init_collective(dtype_code code, nb::handle send_obj, nb::handle recv_obj, Init&& init) {
+py_persistent_request* init_collective(const buffer_arguments& args, std::uintptr_t stream, nb::handle send_obj,
+                                       nb::handle recv_obj, Init&& init) {
   kompress::persistent_request request;
   {
     nb::gil_scoped_release release;
-    request = dispatch(code, init);
+    request = dispatch_on(args.device, stream, args.code, init);
   }
   return new py_persistent_request(std::move(request), {nb::borrow(send_obj), nb::borrow(recv_obj)});
 }
 
 template <class Calls>
 py_persistent_request* buffer_collective_init(nb::handle send_obj, nb::handle recv_obj, std::uintptr_t comm,
-                                              const collective_settings& s) {
+                                              const collective_settings& s, std::uintptr_t stream) {
   const auto args = agreed_arguments(send_obj, recv_obj, comm, s, Calls::init_name);
-  const auto& [send, recv, code, options] = *args;
-  return init_collective(code, send_obj, recv_obj, [&](auto t) {
+  const auto& [send, recv, code, device, options] = *args;
+  return init_collective(*args, stream, send_obj, recv_obj, [&](auto t, auto d, const auto& exec) {
     using T = decltype(t);
-    return Calls::init(exec_space{}, view_of<T>(send), view_of<T>(recv), comm_of(comm), options);
+    using D = decltype(d);
+    return Calls::init(exec, view_of<T, D>(send), view_of<T, D>(recv), comm_of(comm), options);
   });
 }
 
@@ -614,13 +767,14 @@ py_persistent_request* alltoallv_init(nb::handle send_obj, const std::vector<std
                                       const std::vector<std::int64_t>& send_displs, nb::handle recv_obj,
                                       const std::vector<std::int64_t>& recv_counts,
                                       const std::vector<std::int64_t>& recv_displs, std::uintptr_t comm,
-                                      const collective_settings& s) {
+                                      const collective_settings& s, std::uintptr_t stream) {
   constexpr const char* who = "kompress.alltoallv_init";
   const auto args = agreed_arguments(send_obj, recv_obj, comm, s, who);
-  const auto& [send, recv, code, options] = *args;
-  return init_collective(code, send_obj, recv_obj, [&](auto t) {
+  const auto& [send, recv, code, device, options] = *args;
+  return init_collective(*args, stream, send_obj, recv_obj, [&](auto t, auto d, const auto& exec) {
     using T = decltype(t);
-    return kompress::alltoallv_init(exec_space{}, view_of<T>(send), send_counts, send_displs, view_of<T>(recv),
+    using D = decltype(d);
+    return kompress::alltoallv_init(exec, view_of<T, D>(send), send_counts, send_displs, view_of<T, D>(recv),
                                     recv_counts, recv_displs, comm_of(comm), options);
   });
 }
@@ -632,58 +786,122 @@ kompress::cost_model measure_cost_model(std::uintptr_t comm, std::size_t probe_b
 
 // --- the activation stash ---------------------------------------------------------------------
 
-using stash_type = kompress::stash<exec_space>;
-
-/// kompress::stash, closable: the Python package closes every stash before it finalises
-/// Kokkos, so that no View outlives Kokkos whatever Python keeps alive at exit.
+/// kompress::stash on one device (its pool in that device's memory), closable: the Python
+/// package closes every stash before it finalises Kokkos, so that no View outlives Kokkos
+/// whatever Python keeps alive at exit. A CUDA stash saves and restores on the caller's stream.
 class py_stash {
- public:
-  explicit py_stash(const kompress::stash_options& options) : stash_(std::in_place, exec_space{}, options) {}
+ private:
+  /// Calls f(stash, Device{}, exec) on the open stash; exec is the host's or the CUDA stream's.
+  template <class F>
+  decltype(auto) with_stash(const char* who, [[maybe_unused]] std::uintptr_t stream, F&& f) {
+#ifdef KOKKOS_ENABLE_CUDA
+    if (cuda_) return f(*cuda_, cuda_device{}, streams().on(stream));
+#endif
+    if (!host_) throw kompress::invalid_argument(std::string(who) + ": the stash is closed");
+    return f(*host_, host_device{}, exec_space{});
+  }
 
-  kompress::stash_handle save(const in_array& in, std::optional<double> abs, std::optional<double> rel) {
+ public:
+  py_stash(const kompress::stash_options& options, const std::string& device, std::uintptr_t stream) {
+    if (device == "cpu") {
+      host_.emplace(exec_space{}, options);
+      return;
+    }
+#ifdef KOKKOS_ENABLE_CUDA
+    if (device == "cuda") {
+      nb::gil_scoped_release release;
+      cuda_.emplace(streams().on(stream), options);
+      return;
+    }
+#endif
+    (void)stream;
+    throw kompress::invalid_argument(
+        "kompress.Stash: device must be 'cpu'" + std::string(cuda_enabled() ? " or 'cuda'" : "") + " (got '" +
+        device + "'" + (device == "cuda" ? "; this kompress extension was built without CUDA" : "") + ")");
+  }
+
+  kompress::stash_handle save(const in_array& in, std::optional<double> abs, std::optional<double> rel,
+                              std::uintptr_t stream) {
     constexpr const char* who = "kompress.Stash.save";
     const dtype_code code = float_array(in, who, "the array");
+    check_device(in, who, "the array");
     const auto bound = make_bound(who, abs, rel);
-    auto& s = get(who);
     nb::gil_scoped_release release;
-    return dispatch(code, [&](auto t) {
-      using T = decltype(t);
-      return s.save(exec_space{}, view_of<T>(in), bound);
+    return with_stash(who, stream, [&](auto& s, auto d, const auto& exec) {
+      using D = decltype(d);
+      return dispatch(code, [&](auto t) { return s.save(exec, view_of<decltype(t), D>(in), bound); });
     });
   }
 
-  void restore(const kompress::stash_handle& handle, const array& out, bool drop) {
+  void restore(const kompress::stash_handle& handle, const array& out, bool drop, std::uintptr_t stream) {
     constexpr const char* who = "kompress.Stash.restore";
     const dtype_code code = float_array(out, who, "the output");
-    auto& s = get(who);
+    check_device(out, who, "the output");
     nb::gil_scoped_release release;
-    dispatch(code, [&](auto t) {
-      using T = decltype(t);
-      if (drop)
-        s.restore_and_drop(exec_space{}, handle, view_of<T>(out));
-      else
-        s.restore(exec_space{}, handle, view_of<T>(out));
+    with_stash(who, stream, [&](auto& s, auto d, const auto& exec) {
+      using D = decltype(d);
+      dispatch(code, [&](auto t) {
+        const auto view = view_of<decltype(t), D>(out);
+        if (drop)
+          s.restore_and_drop(exec, handle, view);
+        else
+          s.restore(exec, handle, view);
+      });
     });
   }
 
-  void drop(const kompress::stash_handle& handle) { get("kompress.Stash.drop").drop(handle); }
-  bool contains(const kompress::stash_handle& handle) const { return stash_ && stash_->contains(handle); }
-  kompress::stash_entry_info info(const kompress::stash_handle& handle) const {
-    return get("kompress.Stash.info").info(handle);
+  void drop(const kompress::stash_handle& handle) {
+    with_stash("kompress.Stash.drop", 0, [&](auto& s, auto, const auto&) { s.drop(handle); });
   }
-  kompress::stash_stats stats() const { return get("kompress.Stash.stats").stats(); }
-  void reset_peaks() { get("kompress.Stash.reset_peaks").reset_peaks(); }
-  void close() { stash_.reset(); }
-  bool closed() const { return !stash_; }
+  bool contains(const kompress::stash_handle& handle) {
+    return !closed() && with_stash("", 0, [&](auto& s, auto, const auto&) { return s.contains(handle); });
+  }
+  kompress::stash_entry_info info(const kompress::stash_handle& handle) {
+    return with_stash("kompress.Stash.info", 0, [&](auto& s, auto, const auto&) { return s.info(handle); });
+  }
+  kompress::stash_stats stats() {
+    return with_stash("kompress.Stash.stats", 0, [&](auto& s, auto, const auto&) { return s.stats(); });
+  }
+  void reset_peaks() {
+    with_stash("kompress.Stash.reset_peaks", 0, [&](auto& s, auto, const auto&) { s.reset_peaks(); });
+  }
+  void close() {
+    host_.reset();
+#ifdef KOKKOS_ENABLE_CUDA
+    cuda_.reset();
+#endif
+  }
+  bool closed() const {
+#ifdef KOKKOS_ENABLE_CUDA
+    if (cuda_) return false;
+#endif
+    return !host_;
+  }
+  std::string device() const { return device_kind_of() == device_kind::host ? "cpu" : "cuda"; }
 
  private:
-  stash_type& get(const char* who) {
-    if (!stash_) throw kompress::invalid_argument(std::string(who) + ": the stash is closed");
-    return *stash_;
+  device_kind device_kind_of() const {
+#ifdef KOKKOS_ENABLE_CUDA
+    if (cuda_) return device_kind::cuda;
+#endif
+    return device_kind::host;
   }
-  const stash_type& get(const char* who) const { return const_cast<py_stash*>(this)->get(who); }
+
+  /// An array must live where the pool does: a device stash never copies across devices.
+  template <class A>
+  void check_device(const A& a, const char* who, const char* what) const {
+    const device_kind kind = device_of(a, who, what);
+    if (!closed() && kind != device_kind_of())
+      throw kompress::invalid_argument(std::string(who) + ": " + what + " is on " +
+                                       (kind == device_kind::host ? "cpu" : "cuda") + ", the stash on " + device() +
+                                       " (a stash keeps arrays of its own device)");
+  }
+
   kokkos_holder holder_;
-  std::optional<stash_type> stash_;
+  std::optional<kompress::stash<exec_space>> host_;
+#ifdef KOKKOS_ENABLE_CUDA
+  std::optional<kompress::stash<Kokkos::Cuda>> cuda_;
+#endif
 };
 
 kompress::stash_options make_stash_options(std::size_t budget_bytes, const std::string& policy,
@@ -739,17 +957,19 @@ class py_exchange {
     exchange_.emplace(comm_of(comm), std::move(t), std::size_t(local_batch), std::move(options));
   }
 
-  nb::object run(bool forward, nb::handle in_obj, nb::handle out_obj, bool nonblocking) {
+  nb::object run(bool forward, nb::handle in_obj, nb::handle out_obj, bool nonblocking, std::uintptr_t stream) {
     const char* who = forward ? "kompress.EmbeddingExchange.forward" : "kompress.EmbeddingExchange.backward";
     in_array in;
     array out;
     dtype_code code = dtype_code::float32;
+    device_kind device = device_kind::host;
     kompress::dlrm::embedding_exchange* exchange = nullptr;
     check_on_every_rank(comm_, who, [&] {
       exchange = &get(who);
       in = array_argument<in_array>(in_obj, who, "the input");
       out = array_argument<array>(out_obj, who, "the output");
       code = pair_dtype(in, out, who);
+      device = same_device(in, "the input", out, "the output", who);
       if (in.ndim() != 2 || out.ndim() != 2)
         throw kompress::invalid_argument(std::string(who) +
                                          ": the arrays must be two-dimensional [rows x width] (got " +
@@ -761,24 +981,24 @@ class py_exchange {
     kompress::collective_report report;
     {
       nb::gil_scoped_release release;
-      dispatch(code, [&](auto t) {
+      dispatch_on(device, stream, code, [&](auto t, auto d, const auto& exec) {
         using T = decltype(t);
-        using view2 = Kokkos::View<T**, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-        using const_view2 =
-            Kokkos::View<const T**, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+        using memory = typename decltype(d)::memory_space;
+        using view2 = Kokkos::View<T**, Kokkos::LayoutRight, memory, Kokkos::MemoryUnmanaged>;
+        using const_view2 = Kokkos::View<const T**, Kokkos::LayoutRight, memory, Kokkos::MemoryUnmanaged>;
         const_view2 vin(static_cast<const T*>(in.data()), in.shape(0), in.shape(1));
         view2 vout(static_cast<T*>(out.data()), out.shape(0), out.shape(1));
         // The one place that names the exchange's calls (blocking and nonblocking).
         if (forward) {
           if (nonblocking)
-            request = ex.iforward(exec_space{}, vin, vout);
+            request = ex.iforward(exec, vin, vout);
           else
-            report = ex.forward(exec_space{}, vin, vout);
+            report = ex.forward(exec, vin, vout);
         } else {
           if (nonblocking)
-            request = ex.ibackward(exec_space{}, vin, vout);
+            request = ex.ibackward(exec, vin, vout);
           else
-            report = ex.backward(exec_space{}, vin, vout);
+            report = ex.backward(exec, vin, vout);
         }
       });
     }
@@ -803,11 +1023,14 @@ class py_exchange {
 
 /// Initialises Kokkos unless the host program did; true if this call did. Kokkos's OpenMP
 /// backend takes omp_get_max_threads(), i.e. OMP_NUM_THREADS when set.
-bool initialize_kokkos(int num_threads) {
+/// `device_id` (>= 0): the GPU of a CUDA build (the device torch has current, or
+/// KOMPRESS_CUDA_DEVICE: the Python layer decides); -1 leaves it to Kokkos.
+bool initialize_kokkos(int num_threads, int device_id) {
   if (Kokkos::is_initialized() || Kokkos::is_finalized()) return false;
   Kokkos::InitializationSettings settings;
   settings.set_disable_warnings(true);
   if (num_threads > 0) settings.set_num_threads(num_threads);
+  if (cuda_enabled() && device_id >= 0) settings.set_device_id(device_id);
   Kokkos::initialize(settings);
   return true;
 }
@@ -872,9 +1095,20 @@ NB_MODULE(_kompress, m) {
     }
   });
 
-  m.def("_initialize_kokkos", &initialize_kokkos, "num_threads"_a);
+  m.attr("cuda_enabled") = cuda_enabled();
+  m.def("_initialize_kokkos", &initialize_kokkos, "num_threads"_a, "device_id"_a);
+  m.def("_cuda_device", []() -> std::optional<int> {
+#ifdef KOKKOS_ENABLE_CUDA
+    return Kokkos::Cuda{}.cuda_device();
+#else
+    return std::nullopt;
+#endif
+  });
   m.def("_finalize_kokkos", [] {
     if (!Kokkos::is_initialized() || live_kokkos_holders.load() != 0) return false;
+#ifdef KOKKOS_ENABLE_CUDA
+    streams().clear();
+#endif
     Kokkos::finalize();
     return true;
   });
@@ -920,9 +1154,9 @@ NB_MODULE(_kompress, m) {
   m.def("compress", &compress, "x"_a, "abs"_a.none(), "rel"_a.none(), "fill_value"_a.none(), "block_size"_a,
         "codec"_a);
   m.def("compress_into", &compress_into, "x"_a, "out"_a, "abs"_a.none(), "rel"_a.none(), "fill_value"_a.none(),
-        "block_size"_a, "codec"_a);
+        "block_size"_a, "codec"_a, "cuda_stream"_a);
   m.def("inspect", &inspect, "stream"_a);
-  m.def("decompress_into", &decompress_into, "stream"_a, "out"_a);
+  m.def("decompress_into", &decompress_into, "stream"_a, "out"_a, "cuda_stream"_a);
 
   // Collectives.
   nb::class_<kompress::cost_model>(m, "CostModel", "The cost model of automatic mode (docs/collectives.md).")
@@ -1046,15 +1280,16 @@ NB_MODULE(_kompress, m) {
   nb::class_<kompress::stash_options>(m, "_StashOptions");
   m.def("_stash_options", &make_stash_options);
   nb::class_<py_stash>(m, "_Stash")
-      .def(nb::init<const kompress::stash_options&>())
-      .def("save", &py_stash::save, "x"_a, "abs"_a.none(), "rel"_a.none())
-      .def("restore", &py_stash::restore, "handle"_a, "out"_a, "drop"_a)
+      .def(nb::init<const kompress::stash_options&, const std::string&, std::uintptr_t>())
+      .def("save", &py_stash::save, "x"_a, "abs"_a.none(), "rel"_a.none(), "stream"_a)
+      .def("restore", &py_stash::restore, "handle"_a, "out"_a, "drop"_a, "stream"_a)
       .def("drop", &py_stash::drop)
       .def("contains", &py_stash::contains)
       .def("info", &py_stash::info)
       .def("stats", &py_stash::stats)
       .def("reset_peaks", &py_stash::reset_peaks)
       .def("close", &py_stash::close)
+      .def_prop_ro("device", &py_stash::device)
       .def_prop_ro("closed", &py_stash::closed);
 
   // DLRM.

@@ -6,6 +6,9 @@
 //   kompress_stream_tool time IN.raw CALLS   seconds per kompress::compress of IN (float32,
 //                                            REL 1e-3, into a preallocated View): the baseline
 //                                            of the Python call-overhead measurement
+//   kompress_stream_tool time-device IN.raw CALLS   the same on Kokkos's default execution space
+//                                            (a GPU in a CUDA build): values and stream in its
+//                                            memory, on its default instance, waited for per call
 // Raw files are headerless native-endian arrays; the stream is written exactly as
 // kompress::compress produced it.
 #include <kompress/kompress.hpp>
@@ -117,8 +120,27 @@ int main(int argc, char** argv) {
       std::printf("%.9g %zu\n", seconds / calls, total);
       return 0;
     }
+    if (args.size() == 3 && args[0] == "time-device") {
+      const auto raw = read_file(args[1]);
+      using memory = Kokkos::DefaultExecutionSpace::memory_space;
+      Kokkos::View<float*, memory> values("values", raw.size() / sizeof(float));
+      Kokkos::deep_copy(values, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                    reinterpret_cast<const float*>(raw.data()), values.size()));
+      const kompress::compress_options options{.bound = kompress::relative(1e-3)};
+      Kokkos::View<std::byte*, memory> stream("stream", kompress::max_compressed_size(values, options));
+      const Kokkos::DefaultExecutionSpace exec;
+      const int calls = std::stoi(args[2]);
+      std::size_t total = 0;
+      for (int i = 0; i < std::max(calls / 10, 1); ++i) total += kompress::compress(exec, values, stream, options);
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < calls; ++i) total += kompress::compress(exec, values, stream, options);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::printf("%.9g %zu\n", seconds / calls, total);
+      return 0;
+    }
     std::fprintf(stderr, "usage: kompress_stream_tool compress f32|f64 IN abs|rel BOUND BLOCK OUT [ratio SHAPE]\n"
-                         "       kompress_stream_tool decompress IN OUT\n");
+                         "       kompress_stream_tool decompress IN OUT\n"
+                         "       kompress_stream_tool time|time-device IN CALLS\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kompress_stream_tool: %s\n", e.what());
