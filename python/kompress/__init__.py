@@ -115,7 +115,7 @@ def _stream_of(*arrays) -> int:
     """The handle of torch's current CUDA stream on the first CUDA tensor's device, else 0:
     the extension runs a CUDA array's work on it."""
     for x in arrays:
-        if _is_cuda(x):
+        if getattr(x, "is_cuda", False) is True:  # torch tensors only; cheap for numpy arrays
             import torch
             return torch.cuda.current_stream(x.device).cuda_stream
     return 0

@@ -72,14 +72,12 @@ using array = nb::ndarray<>;
 struct host_device {
   using execution_space = Kokkos::DefaultHostExecutionSpace;
   using memory_space = Kokkos::HostSpace;
-  static constexpr const char* name = "cpu";
 };
 
 #ifdef KOKKOS_ENABLE_CUDA
 struct cuda_device {
   using execution_space = Kokkos::Cuda;
   using memory_space = Kokkos::CudaSpace;
-  static constexpr const char* name = "cuda";
 };
 
 /// Kokkos::Cuda instances on the callers' streams, one per stream handle, made on first use:

@@ -17,7 +17,7 @@ import torch.multiprocessing as mp
 
 import kompress
 import kompress.torch as kt
-from conftest import load
+from conftest import load_array
 from kompress.torch import _pack_signs_with_torch, _unpack_signs_with_torch
 
 on_gpu = pytest.mark.skipif(not (kompress.cuda_enabled and torch.cuda.is_available()),
@@ -65,15 +65,15 @@ def test_gpu_sign_masks_are_numpys_bits(n):
 
 # --- CUDA tensors --------------------------------------------------------------------------------
 
-CASES = [("nyx_temperature_32x32x32.f32", "rel", 1e-3, "fast"), ("pop_temp_384x320.f32", "abs", 1e-2, "fast"),
-         ("mitgcm_ocean_uvel_15x40x90.f64", "rel", 1e-4, "fast"), ("era5_t2m_uk_64x33x49.f32", "rel", 1e-3, "ratio"),
-         ("act_mlp_relu2_out_128x1024.f32", "rel", 1e-2, "fast")]
+CASES = [("nyx_temperature", "rel", 1e-3, "fast"), ("pop_temp", "abs", 1e-2, "fast"),
+         ("mitgcm_ocean_uvel", "rel", 1e-4, "fast"), ("era5_t2m_uk", "rel", 1e-3, "ratio"),
+         ("act_mlp_relu2_out", "rel", 1e-2, "fast")]
 
 
 @on_gpu
 @pytest.mark.parametrize("name,mode,value,codec", CASES)
 def test_cuda_streams_are_the_cpus_bytes_and_decode_on_either_device(name, mode, value, codec):
-    x = load(name)
+    x = load_array(name)
     cpu_stream = kompress.compress(x, codec=codec, **{mode: value})
     g = torch.from_numpy(np.ascontiguousarray(x)).cuda()
     gpu_stream = kompress.compress(g, codec=codec, **{mode: value})
@@ -95,7 +95,7 @@ def test_cuda_streams_are_the_cpus_bytes_and_decode_on_either_device(name, mode,
 def test_cuda_calls_run_on_torchs_current_stream():
     """Values written on a side stream are compressed there without a synchronisation between;
     compress_into writes into a CUDA buffer, and a stream decodes on another side stream."""
-    x = torch.from_numpy(load("nyx_temperature_32x32x32.f32").reshape(-1).copy())
+    x = torch.from_numpy(load_array("nyx_temperature").reshape(-1).copy())
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         g = x.cuda(non_blocking=False) * 2.0 + 1.0          # queued on the side stream
@@ -122,7 +122,7 @@ def test_cuda_arrays_are_checked_like_host_ones():
 @on_gpu
 @pytest.mark.parametrize("policy", ["throw", "spill_host"])
 def test_a_stash_in_gpu_memory(policy):
-    x = torch.from_numpy(load("act_mlp_relu2_out_128x1024.f32").copy()).cuda()
+    x = torch.from_numpy(load_array("act_mlp_relu2_out").copy()).cuda()
     budget = 4 << 20 if policy == "throw" else 96 << 10   # spill_host: most saves go to pinned host memory
     stash = kompress.Stash(budget, device="cuda", policy=policy, segment_bytes=32 << 10)
     assert stash.device == "cuda"
@@ -185,7 +185,7 @@ def test_collectives_on_cuda_tensors_on_one_rank():
     from mpi4py import MPI
     if MPI.COMM_WORLD.Get_size() != 1:
         pytest.skip("runs as a single process")
-    x = torch.from_numpy(load("nyx_temperature_32x32x32.f32").reshape(-1).copy()).cuda()
+    x = torch.from_numpy(load_array("nyx_temperature").reshape(-1).copy()).cuda()
     out = torch.empty_like(x)
     report = kompress.allreduce(x, out, abs=1e-3)
     within(out.cpu().numpy(), x.cpu().numpy(), report.absolute_bound)
@@ -200,7 +200,7 @@ def test_collectives_on_cuda_tensors_on_one_rank():
 
 def _bucket_on_the_gpu(p, me):
     torch.cuda.set_device(0)
-    g = torch.from_numpy(load("act_mlp_relu2_out_128x1024.f32").reshape(-1).copy()).cuda() * (me + 1)
+    g = torch.from_numpy(load_array("act_mlp_relu2_out").reshape(-1).copy()).cuda() * (me + 1)
     # The exact average, summed in float64 where the group sums (NCCL: on the GPU).
     exact = g.double() / p
     if dist.get_backend() != "nccl":
