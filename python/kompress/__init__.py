@@ -108,14 +108,15 @@ def _is_torch(x) -> bool:
 
 
 def _is_cuda(x) -> bool:
-    return _is_torch(x) and x.device.type == "cuda"
+    """A CUDA torch tensor (numpy arrays have no is_cuda: the check costs little for them)."""
+    return getattr(x, "is_cuda", False) is True
 
 
 def _stream_of(*arrays) -> int:
     """The handle of torch's current CUDA stream on the first CUDA tensor's device, else 0:
     the extension runs a CUDA array's work on it."""
     for x in arrays:
-        if getattr(x, "is_cuda", False) is True:  # torch tensors only; cheap for numpy arrays
+        if _is_cuda(x):
             import torch
             return torch.cuda.current_stream(x.device).cuda_stream
     return 0
