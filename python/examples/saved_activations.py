@@ -12,7 +12,8 @@ x, y = torch.randn(512, 256), torch.randint(0, 10, (512,))
 for step in range(3):
     optimizer.zero_grad()
     with kompress.torch.compressed_activations(rel=1e-2, budget_bytes=16 << 20, min_numel=4096) as hooks:
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        logits = model(x)
+    loss = torch.nn.functional.cross_entropy(logits, y)  # outside: its saved log-probabilities stay exact
     loss.backward()                      # each activation restored within the bound
     optimizer.step()
 print(f"loss {loss.item():.4f}; saved activations peaked at {hooks.peak_bytes} bytes compressed")

@@ -147,7 +147,8 @@ def _train(model, x, y, steps, hooks=None):
             loss = torch.nn.functional.cross_entropy(model(x), y)
         else:
             with hooks:
-                loss = torch.nn.functional.cross_entropy(model(x), y)
+                logits = model(x)
+            loss = torch.nn.functional.cross_entropy(logits, y)
         loss.backward()
         optimizer.step()
     return float(loss)
