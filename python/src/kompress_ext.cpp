@@ -106,8 +106,10 @@ class cuda_instances {
   std::vector<std::pair<std::uintptr_t, Kokkos::Cuda>> instances_;
 };
 cuda_instances& streams() {
-  static cuda_instances instances;
-  return instances;
+  // Never destroyed at exit: a program that finalises Kokkos itself would otherwise have these
+  // instances released after Kokkos::finalize. The package clears it before it finalises.
+  static auto* instances = new cuda_instances;
+  return *instances;
 }
 #endif
 
