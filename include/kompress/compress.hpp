@@ -96,14 +96,43 @@ auto host_prefix(const InView& in, std::size_t bytes) {
   return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, prefix);
 }
 
+/// The same through `exec`: a stream the host cannot read is copied on `exec`, which is then
+/// waited for, and nothing else (host_prefix's deep_copy fences the whole device).
+template <class ExecutionSpace, byte_view InView>
+auto host_prefix(const ExecutionSpace& exec, const InView& in, std::size_t bytes) {
+  auto prefix = Kokkos::subview(in, std::pair<std::size_t, std::size_t>(0, bytes));
+  if constexpr (std::is_same_v<typename InView::memory_space, Kokkos::HostSpace>) {
+    return prefix;
+  } else {
+    Kokkos::View<std::byte*, Kokkos::HostSpace> host(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                                                        "kompress::stream_header"), bytes);
+    Kokkos::deep_copy(exec, host, prefix);
+    exec.fence("kompress: stream header copied to the host");
+    return host;
+  }
+}
+
+/// Parses and fully checks a stream's header and chunk tables; `prefix(bytes)` gives the
+/// stream's first bytes where the host can read them.
+template <class Prefix>
+stream_header read_header_with(std::size_t size, const char* who, Prefix&& prefix) {
+  if (size < header_bytes) parse_header(nullptr, 0, size, who);  // throws
+  auto head = prefix(header_bytes);
+  const stream_header partial = parse_header(head.data(), header_bytes, size, who);
+  auto tables = prefix(partial.layout().data_offset());
+  return parse_header(tables.data(), tables.size(), size, who);
+}
+
 /// Parses and fully checks a stream's header and chunk tables.
 template <byte_view InView>
 stream_header read_header(const InView& in, const char* who) {
-  if (in.size() < header_bytes) parse_header(nullptr, 0, in.size(), who);  // throws
-  auto head = host_prefix(in, header_bytes);
-  const stream_header partial = parse_header(head.data(), header_bytes, in.size(), who);
-  auto prefix = host_prefix(in, partial.layout().data_offset());
-  return parse_header(prefix.data(), prefix.size(), in.size(), who);
+  return read_header_with(in.size(), who, [&](std::size_t bytes) { return host_prefix(in, bytes); });
+}
+
+/// The same, a device stream's first bytes copied through `exec` (waited for, nothing else).
+template <class ExecutionSpace, byte_view InView>
+stream_header read_header(const ExecutionSpace& exec, const InView& in, const char* who) {
+  return read_header_with(in.size(), who, [&](std::size_t bytes) { return host_prefix(exec, in, bytes); });
 }
 
 /// decompress's output must be of the stream's element type.
@@ -372,7 +401,7 @@ void decompress(const ExecutionSpace& exec, const InView& in, const OutView& out
   detail::require_contiguous(in, who, "the input View");
   detail::require_contiguous(out, who, "the output View");
   detail::require_disjoint(in, out, who, "the input and output Views");
-  detail::decompress_parsed(exec, in, detail::read_header(in, who), out, who);
+  detail::decompress_parsed(exec, in, detail::read_header(exec, in, who), out, who);
 }
 
 template <byte_view InView, float_view OutView>
@@ -393,7 +422,7 @@ Kokkos::View<T*, typename InView::memory_space> decompress(const ExecutionSpace&
   using out_view = Kokkos::View<T*, typename InView::memory_space>;
   constexpr const char* who = "kompress::decompress";
   detail::require_contiguous(in, who, "the input View");
-  const detail::stream_header header = detail::read_header(in, who);
+  const detail::stream_header header = detail::read_header(exec, in, who);
   detail::require_element_type<T>(header, who);
   // parse_header bounds the count at 2^58 bytes of values: no overflow.
   const std::size_t bytes = std::size_t(header.count) * sizeof(T);

@@ -164,7 +164,8 @@ struct segment_messages {
     double bound = 0.0;
     for (const auto& s : segments) {
       // The header and chunk tables read and checked once (format_error if damaged).
-      const stream_header header = read_header(values_in<const std::byte, Memory>(at, std::size_t(end - at)), who);
+      const stream_header header =
+          read_header(exec, values_in<const std::byte, Memory>(at, std::size_t(end - at)), who);
       const stream_info info = to_info(header);
       if (info.count != s.size() || info.compressed_bytes > std::size_t(end - at))
         throw format_error(std::string(who) + ": a segment from rank " + std::to_string(peer) + " holds " +

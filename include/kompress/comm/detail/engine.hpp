@@ -109,7 +109,7 @@ double decode_message(const Exec& exec, const std::byte* in, std::size_t length,
   }
   const values_in<const std::byte, Memory> stream(in, length);
   // The header and chunk tables read (from device memory: copied) and checked once.
-  const stream_header header = read_header(stream, who);  // format_error on a damaged stream
+  const stream_header header = read_header(exec, stream, who);  // format_error on a damaged stream
   const stream_info info = to_info(header);
   if (info.count != count || info.compressed_bytes != length)
     throw format_error(std::string(who) + ": a received stream holds " + std::to_string(info.count) + " values in " +
