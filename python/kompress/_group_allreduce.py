@@ -165,7 +165,8 @@ class GroupAllreduce:
 
     # --- one bucket -----------------------------------------------------------------------
     def allreduce(self, flat: torch.Tensor, *, abs, rel, mode, reduction_bound, block_size, cost, who):
-        """Sums ``flat`` (float32/64, contiguous, CPU) over the group in place; returns a GroupReport.
+        """Sums ``flat`` (float32/64, contiguous; CPU, or a GPU in a CUDA build) over the group in
+        place; returns a GroupReport.
         Every rank must pass the same settings and count: a mismatch, or a bucket that is not
         float32/float64 on any rank, raises InvalidArgument on every rank."""
         group = self.group

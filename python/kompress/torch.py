@@ -16,7 +16,7 @@ import torch as _torch
 import torch.distributed as _dist
 
 import kompress as _k
-from kompress._group_allreduce import GroupAllreduce as _GroupAllreduce, GroupReport
+from kompress._group_allreduce import GroupAllreduce as _GroupAllreduce, GroupReport, _usable
 from kompress._group_exchange import GroupEmbeddingExchange as _GroupEmbeddingExchange
 
 __all__ = ["AllreduceHookState", "allreduce_hook", "GroupReport", "compressed_activations", "EmbeddingAllToAll"]
@@ -111,8 +111,7 @@ def allreduce_hook(state: AllreduceHookState, bucket) -> _torch.futures.Future[_
     buffer = bucket.buffer()
     if state._group is not None:
         return _group_hook(state, buffer, who)
-    usable = buffer.device.type == "cpu" or (buffer.device.type == "cuda" and _k.cuda_enabled)
-    if not usable or buffer.dtype not in (_torch.float32, _torch.float64):
+    if not _usable(buffer) or buffer.dtype not in (_torch.float32, _torch.float64):
         where = "in CPU or (CUDA builds of kompress) GPU memory"
         _k._raise_on_every_rank(_k.InvalidArgument(f"{who}: the bucket must hold float32 or float64 gradients "
                                                    f"{where} (got {buffer.dtype} on {buffer.device})"),
@@ -138,7 +137,7 @@ def _account(state, report):
 
 def _group_hook(state, buffer, who):
     flat = buffer if buffer.is_contiguous() else buffer.contiguous()
-    if flat.is_floating_point() and flat.device.type in ("cpu", "cuda"):
+    if flat.is_floating_point() and _usable(flat):
         flat.div_(_dist.get_world_size(state.comm))
     cost = state.cost if state.cost is not None or state.mode != "auto" else _k.CostModel()
 
@@ -181,8 +180,8 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
     compressed into the stash in the forward pass and restored, every value within the bound,
     when backward needs it; its stash entry is dropped when the graph releases it. Integer and
     boolean tensors, smaller tensors, parameters (leaves that require grad, and views of them)
-    and tensors on another device pass through untouched. A tensor saved twice (a ReLU's output that the next Linear also saves)
-    is compressed once.
+    and tensors on another device pass through untouched. A tensor saved twice (a ReLU's output
+    that the next Linear also saves) is compressed once.
 
     Args:
         abs / rel: the bound (rel: relative to each tensor's value range).
@@ -399,8 +398,7 @@ class EmbeddingAllToAll(_torch.nn.Module):
         self.last_reports = {}
 
     def forward(self, pooled_local):
-        if (pooled_local.device.type != "cpu" and not (pooled_local.device.type == "cuda" and _k.cuda_enabled)
-                and not isinstance(self.exchange, _GroupEmbeddingExchange)):
+        if not _usable(pooled_local) and not isinstance(self.exchange, _GroupEmbeddingExchange):
             who = "kompress.torch.EmbeddingAllToAll"
             _k._raise_on_every_rank(_k.InvalidArgument(f"{who}: takes CPU tensors, and CUDA tensors in a CUDA build "
                                                        f"of kompress (got a tensor on {pooled_local.device})"),

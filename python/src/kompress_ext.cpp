@@ -123,6 +123,9 @@ constexpr bool cuda_enabled() {
 
 enum class device_kind { host, cuda };
 
+/// As torch names the device type.
+const char* device_name(device_kind kind) { return kind == device_kind::host ? "cpu" : "cuda"; }
+
 /// The device `a` lives on, checked usable: the host, or (CUDA builds) the GPU Kokkos runs on.
 template <class A>
 device_kind device_of(const A& a, const char* who, const char* what) {
@@ -154,8 +157,7 @@ device_kind same_device(const A& a, const char* what_a, const B& b, const char* 
   if (da != db)
     throw kompress::invalid_argument(std::string(who) + ": " + what_a + " and " + what_b +
                                      " must be on the same device (got " +
-                                     (da == device_kind::host ? "cpu" : "cuda") + " and " +
-                                     (db == device_kind::host ? "cpu" : "cuda") + ")");
+                                     device_name(da) + " and " + device_name(db) + ")");
   return da;
 }
 
@@ -877,7 +879,7 @@ class py_stash {
 #endif
     return !host_;
   }
-  std::string device() const { return device_kind_of() == device_kind::host ? "cpu" : "cuda"; }
+  std::string device() const { return device_name(device_kind_of()); }
 
  private:
   device_kind device_kind_of() const {
@@ -893,7 +895,7 @@ class py_stash {
     const device_kind kind = device_of(a, who, what);
     if (!closed() && kind != device_kind_of())
       throw kompress::invalid_argument(std::string(who) + ": " + what + " is on " +
-                                       (kind == device_kind::host ? "cpu" : "cuda") + ", the stash on " + device() +
+                                       device_name(kind) + ", the stash on " + device() +
                                        " (a stash keeps arrays of its own device)");
   }
 

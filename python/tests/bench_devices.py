@@ -1,17 +1,20 @@
-"""The device targets of docs/performance.md ("Python on a GPU"), measured in one run. Not a test:
-    PYTHONPATH=<package> KOMPRESS_STREAM_TOOL=<kompress_stream_tool> python3 python/tests/bench_devices.py [--device cuda]
+"""The device targets of docs/performance.md ("Python": the GPU rows, and "The device benchmark
+on the CPU"), measured in one run. Not a test:
+    PYTHONPATH=<package> KOMPRESS_STREAM_TOOL=<kompress_stream_tool> \
+        python3 python/tests/bench_devices.py [--device cuda]
 
 1. Call overhead: kompress.compress_into of a 4 KiB and a 64 MiB float32 tensor (REL 1e-3, the
    stream waited for) against the C++ call, `kompress_stream_tool time-device` (kompress::compress
    on Kokkos's default execution space instance, the same build), interleaved, best of rounds.
-2. Saved activations: the MNIST MLP (784-1024-1024-10) and the transformer block of the
-   activation set (4 x 128 tokens x 128, 4 heads, feed-forward 512) trained from the same weights
-   and batches with the saved-tensor hooks off and on (REL 1e-2). Memory: the bytes the saved
-   activations hold at the end of the model's forward (Adam, warm-up and cosine decay): off, the distinct tensors autograd saved; on, the
-   stash's pool in use, the sign masks and what passed through (hooks.peak_bytes). On a GPU also
-   torch's peak over the step above the memory before it (torch.cuda.max_memory_allocated), off
-   against on plus the stash's pool peak, since the pool is Kokkos's memory, which torch's
-   allocator does not count. Final loss of both.
+2. Saved activations: the MNIST MLP (784-1024-1024-10) and a transformer block on the tokens of
+   the activation set (128 wide, 4 heads, feed-forward 512) trained from the same weights and
+   batches (Adam, warm-up and cosine decay) with the saved-tensor hooks off and on around the
+   model (REL 1e-2). Memory: the bytes the saved activations hold at the end of the model's
+   forward: off, the distinct tensors autograd saved; on, the stash's pool in use, the sign masks
+   and what passed through (hooks.peak_bytes). On a GPU also torch's peak over the step above the
+   memory before it (torch.cuda.max_memory_allocated), off against on plus the stash's pool
+   peak, since the pool is Kokkos's memory, which torch's allocator does not count. Final loss
+   of both.
 --device cpu runs the same on the CPU build (no torch.cuda numbers).
 """
 import argparse
