@@ -24,11 +24,13 @@
 //
 //   bench_codec_device [--files a,b] [--bounds 1e-2,1e-3,1e-4] [--codec fast|ratio|fast,ratio]
 //                      [--reps 5] [--tile N] [--tile-to-mb MB] [--csv PATH]
-//                      [--write-streams DIR] [--no-baselines]
+//                      [--write-streams DIR] [--no-baselines] [--size-kib K[,K...]]
 //
 // --tile-to-mb tiles each file at least as often as it takes to reach MB megabytes. The ratio
 // codec sees each file as a View of its own shape (the tiles stacked along the slowest
-// extent), the fast codec a rank-1 View.
+// extent), the fast codec a rank-1 View. --size-kib instead cuts each file (tiled as far as
+// needed) to exactly K KiB per row, a rank-1 View for both codecs: the time of one call against
+// its size, from the latency-bound small messages of a collective at many ranks to large ones.
 
 #include "real_data.hpp"
 
@@ -88,6 +90,7 @@ struct options {
   int reps = 5;
   std::size_t tile = 1;
   double tile_to_mb = 0.0;
+  std::vector<std::size_t> sizes_kib;  // empty: whole (tiled) files
   std::string csv = "bench_codec_device.csv";
   std::string stream_dir;  // empty: streams are not written
   bool baselines = true;
@@ -99,7 +102,7 @@ struct options {
                "usage: bench_codec_device [--files SUBSTR[,SUBSTR...]] [--bounds REL[,REL...]]\n"
                "                          [--codec fast|ratio|fast,ratio] [--reps N] [--tile N]\n"
                "                          [--tile-to-mb MB] [--csv PATH] [--write-streams DIR]\n"
-               "                          [--no-baselines]\n",
+               "                          [--no-baselines] [--size-kib K[,K...]]\n",
                complaint.c_str());
   std::exit(2);
 }
@@ -139,6 +142,13 @@ options parse_options(int argc, char** argv) {
       } else if (arg == "--tile-to-mb") {
         opts.tile_to_mb = std::stod(value);
         if (!(opts.tile_to_mb >= 0.0)) usage("--tile-to-mb must be >= 0");
+      } else if (arg == "--size-kib") {
+        opts.sizes_kib.clear();
+        for (const auto& k : split(value, ',')) {
+          const long long kib = std::stoll(k);
+          if (kib < 1) usage("--size-kib takes sizes >= 1");
+          opts.sizes_kib.push_back(static_cast<std::size_t>(kib));
+        }
       } else if (arg == "--csv") {
         opts.csv = value;
       } else if (arg == "--write-streams") {
@@ -423,19 +433,13 @@ void run_kompress(const exec_space& exec, const InView& in, const std::vector<T>
   r.ok = r.problem.empty();
 }
 
+/// Runs the baselines and every codec and bound on `host_in`, seen by the codecs with `shape`
+/// (tiles already stacked) and reported as `tile` copies of the file; streams are named after `stem`.
 template <class T>
-void run_file(const exec_space& exec, const kompress::test::data_file_info& file, const options& opts,
-              std::vector<row>& rows) {
-  const std::vector<T> one = kompress::test::read_raw<T>(file.name);
-  std::size_t tile = opts.tile;
-  if (opts.tile_to_mb > 0.0) {
-    const double wanted = opts.tile_to_mb * 1e6 / double(one.size() * sizeof(T));
-    tile = std::max(tile, static_cast<std::size_t>(std::ceil(wanted)));
-  }
-  std::vector<T> host_in(one.size() * tile);
-  for (std::size_t t = 0; t < tile; ++t) std::copy(one.begin(), one.end(), host_in.begin() + t * one.size());
-  const value_range range = range_of(one, file.fill_value);
-
+void run_input(const exec_space& exec, const kompress::test::data_file_info& file, const std::vector<T>& host_in,
+               const std::vector<std::size_t>& shape, std::size_t tile, const std::string& stem,
+               const options& opts, std::vector<row>& rows) {
+  const value_range range = range_of(host_in, file.fill_value);
   const auto in = device_array<T>(exec, "bench::in", host_in.size());
   Kokkos::deep_copy(exec, in,
                     Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(host_in.data(),
@@ -457,13 +461,12 @@ void run_file(const exec_space& exec, const kompress::test::data_file_info& file
     rows.push_back(copy_row);
     rows.push_back(fp16_row);
   }
-  const std::string stem = file.name + (tile > 1 ? ".tile" + std::to_string(tile) : std::string());
   for (const kompress::codec_mode codec : opts.codecs) {
     for (const double bound : opts.bounds) {
       row r = new_row(std::string("kompress-") + codec_name(codec));
       r.bound = bound;
       try {
-        with_input_view(in.data(), file.shape, tile, codec, [&](const auto& view) {
+        with_input_view(in.data(), shape, 1, codec, [&](const auto& view) {
           run_kompress(exec, view, host_in, file.fill_value, range, codec, bound,
                        stem + "." + codec_name(codec) + "." + bound_label(bound) + ".kmpz", opts, r);
         });
@@ -474,6 +477,39 @@ void run_file(const exec_space& exec, const kompress::test::data_file_info& file
       rows.push_back(r);
     }
   }
+}
+
+/// The first `n` values of the file repeated end to end.
+template <class T>
+std::vector<T> tiled(const std::vector<T>& one, std::size_t n) {
+  std::vector<T> values(n);
+  for (std::size_t done = 0; done < n; done += one.size())
+    std::copy_n(one.begin(), std::min(one.size(), n - done), values.begin() + done);
+  return values;
+}
+
+template <class T>
+void run_file(const exec_space& exec, const kompress::test::data_file_info& file, const options& opts,
+              std::vector<row>& rows) {
+  const std::vector<T> one = kompress::test::read_raw<T>(file.name);
+  if (one.empty()) return;
+  if (!opts.sizes_kib.empty()) {
+    for (const std::size_t kib : opts.sizes_kib) {
+      const std::size_t n = std::max<std::size_t>(kib * 1024 / sizeof(T), 1);
+      run_input(exec, file, tiled(one, n), {n}, (n + one.size() - 1) / one.size(),
+                file.name + "." + std::to_string(kib) + "KiB", opts, rows);
+    }
+    return;
+  }
+  std::size_t tile = opts.tile;
+  if (opts.tile_to_mb > 0.0) {
+    const double wanted = opts.tile_to_mb * 1e6 / double(one.size() * sizeof(T));
+    tile = std::max(tile, static_cast<std::size_t>(std::ceil(wanted)));
+  }
+  std::vector<std::size_t> shape = file.shape;
+  shape[0] *= tile;
+  run_input(exec, file, tiled(one, one.size() * tile), shape, tile,
+            file.name + (tile > 1 ? ".tile" + std::to_string(tile) : std::string()), opts, rows);
 }
 
 // ---------------------------------------------------------------------------------------------
