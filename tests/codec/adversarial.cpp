@@ -557,6 +557,47 @@ TEST_CASE("codec: a stream too short for its element count is rejected before an
   check_rejected(tiny, float{});
 }
 
+// --- where the kernels put their working data -------------------------------------------------
+// A GPU faults on what a host forgives (an unaligned word, a null team scratch); these check on
+// the host the two rules that keep it from happening there.
+
+namespace {
+struct elsewhere_space {};
+/// An execution space whose memory is not the host's, as Kokkos::Cuda's is not.
+struct device_like_exec {
+  using memory_space = elsewhere_space;
+};
+}  // namespace
+
+TEST_CASE_TEMPLATE("kernels: a device's value range waits 4-aligned inside the header, whatever the output's alignment",
+                   T, float, double) {
+  namespace detail = kompress::detail;
+  alignas(16) std::byte header[detail::header_bytes + 16] = {};
+  for (std::size_t offset = 0; offset < 16; ++offset) {
+    CAPTURE(offset);
+    std::byte* const out = header + offset;
+    const auto* const device = reinterpret_cast<std::byte*>(detail::range_slot<T, device_like_exec>(out));
+    CHECK(reinterpret_cast<std::uintptr_t>(device) % 4 == 0);
+    CHECK(device >= out);
+    CHECK(device + sizeof(detail::packed_range<T>) <= out + detail::header_bytes);
+    // The team compression runs on 8-aligned outputs only, where its counters follow the range.
+    if (offset % 8 == 0) CHECK(device == out);
+    CHECK(reinterpret_cast<std::byte*>(detail::range_slot<T, Kokkos::DefaultHostExecutionSpace>(out)) == out);
+  }
+}
+
+TEST_CASE("kernels: team scratch is asked for in whole 16 bytes, so every team's base stays 16-aligned") {
+  namespace detail = kompress::detail;
+  for (const std::size_t bytes : {std::size_t(1), std::size_t(15), std::size_t(16), std::size_t(17),
+                                  sizeof(detail::ratio_scratch)}) {
+    CAPTURE(bytes);
+    const std::size_t request = detail::team_scratch_request(bytes);
+    CHECK(request % 16 == 0);
+    CHECK(request >= bytes);
+    CHECK(request < bytes + 16);
+  }
+}
+
 // --- the kernels' backends (kernels/backend/) -------------------------------------------------
 // On the host on purpose: these force the host backend's encoders, decoders and worker counts.
 

@@ -10,6 +10,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace kompress::inline v0::detail {
 
@@ -78,17 +79,31 @@ struct chunk_encoder {
   }
 };
 
+/// Where a compression on `Exec` keeps the value range until the header replaces it: in the
+/// header's first bytes, at `out` itself on the host, at the next 4-byte boundary elsewhere. A
+/// device's parallel_reduce stores its result in 4-byte words (Kokkos::Cuda), which fault at
+/// an output that starts at an odd address (compress_async into any offset of a buffer).
+template <class T, class Exec>
+KOKKOS_INLINE_FUNCTION packed_range<T>* range_slot(std::byte* out) {
+  static_assert(3 + sizeof(packed_range<T>) <= header_bytes);
+  if constexpr (std::is_same_v<typename Exec::memory_space, Kokkos::HostSpace>) {
+    return reinterpret_cast<packed_range<T>*>(out);
+  } else {
+    const auto misaligned = reinterpret_cast<std::uintptr_t>(out) % 4;
+    return reinterpret_cast<packed_range<T>*>(out + (misaligned ? 4 - misaligned : 0));
+  }
+}
+
 /// The last step of a compression: once the chunk data (`data_bytes` long) and the chunk end
 /// table are in place, writes the header (its data-dependent fields from the value range still
-/// in the first bytes of `out`), its checksum, and the stream's length to `*length` (if not
-/// null).
+/// at `range`, in the header's bytes), its checksum, and the stream's length to `*length` (if
+/// not null).
 template <class T>
-KOKKOS_INLINE_FUNCTION void write_stream_header(std::byte* out, const stream_header& base,
-                                                const stream_layout& layout,
+KOKKOS_INLINE_FUNCTION void write_stream_header(std::byte* out, const packed_range<T>* range,
+                                                const stream_header& base, const stream_layout& layout,
                                                 std::uint64_t data_bytes, std::uint64_t* length) {
   // Read the range before the header lands on it.
-  stream_header h =
-      plan_compression<T>(base, *reinterpret_cast<const packed_range<T>*>(out)).header;
+  stream_header h = plan_compression<T>(base, *range).header;
   h.stream_bytes = layout.data_offset() + data_bytes;
   write_header_fields(out, h);
   store<std::uint64_t>(out + header_checksum_offset, header_checksum(out, layout.data_offset()));

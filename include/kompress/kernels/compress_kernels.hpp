@@ -112,7 +112,7 @@ void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
   std::byte* const ends = out + layout.chunk_end_table_offset();
   std::byte* const checksums = out + layout.chunk_checksum_table_offset();
   std::byte* const data = out + layout.data_offset();
-  auto* const range = reinterpret_cast<packed_range<T>*>(out);  // alignment 1
+  packed_range<T>* const range = range_slot<T, Exec>(out);
   static_assert(sizeof(packed_range<T>) <= header_bytes);
 
   const value_range_segments<T> segments =
@@ -186,7 +186,7 @@ void enqueue_compress_kernels(const Exec& exec, const T* in, std::byte* out,
       KOKKOS_LAMBDA(int) {
         for (std::uint64_t chunk = 1; chunk < chunks; ++chunk)
           if (moves.wave<max_assemble_waves>(chunk) >= waves) moves.move(chunk);
-        write_stream_header<T>(out, base, layout, chunks ? moves.end(chunks - 1) : 0, length);
+        write_stream_header<T>(out, range, base, layout, chunks ? moves.end(chunks - 1) : 0, length);
       });
 }
 

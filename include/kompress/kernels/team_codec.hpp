@@ -42,26 +42,33 @@ inline bool team_compression_fits(const std::byte* out) {
 template <class Exec>
 using team_member_of = typename Kokkos::TeamPolicy<Exec>::member_type;
 
+/// The team scratch a kernel asks for to get `bytes` at a 16-byte boundary: a whole number of
+/// 16 bytes. Kokkos::Cuda lays the level-1 scratch of the teams end to end, so a size that is
+/// not a multiple of 16 leaves every other team's base unaligned, and get_shmem_aligned(bytes,
+/// 16) then finds no room (a null pointer) in those teams.
+inline std::size_t team_scratch_request(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
+
 /// The team scratch level that holds `bytes`: shared memory (0) where it fits, else 1.
 template <class Exec>
 int team_scratch_level(std::size_t bytes) {
-  return bytes <= std::size_t(Kokkos::TeamPolicy<Exec>::scratch_size_max(0)) ? 0 : 1;
+  return team_scratch_request(bytes) <= std::size_t(Kokkos::TeamPolicy<Exec>::scratch_size_max(0)) ? 0 : 1;
 }
 
 /// A TeamPolicy of `teams` teams of `team_size` threads (at most what `functor` can run with;
-/// -1: Kokkos's choice), each with `scratch` bytes of team scratch at `level`.
+/// -1: Kokkos's choice), each with `scratch` bytes of team scratch at `level`, 16-aligned.
 template <class Exec, class Functor, class Tag>
 Kokkos::TeamPolicy<Exec> team_policy(const Exec& exec, std::uint64_t teams, int team_size,
                                      std::size_t scratch, int level, const Functor& functor,
                                      Tag tag) {
   using policy = Kokkos::TeamPolicy<Exec>;
+  const std::size_t request = team_scratch_request(scratch);
   policy p = team_size < 0 ? policy(exec, std::int64_t(teams), Kokkos::AUTO)
                            : policy(exec, std::int64_t(teams), 1);
-  p.set_scratch_size(level, Kokkos::PerTeam(scratch));
+  p.set_scratch_size(level, Kokkos::PerTeam(request));
   if (team_size > 1) {
     const int most = p.team_size_max(functor, tag);
     p = policy(exec, std::int64_t(teams), team_size < most ? team_size : most);
-    p.set_scratch_size(level, Kokkos::PerTeam(scratch));
+    p.set_scratch_size(level, Kokkos::PerTeam(request));
   }
   return p;
 }
@@ -217,7 +224,8 @@ struct team_compression {
       Kokkos::memory_fence();
       if (Kokkos::atomic_fetch_add(&counters[1], std::uint64_t(1)) == chunks - 1) {
         Kokkos::memory_fence();
-        write_stream_header<T>(out, base, layout, Kokkos::atomic_load(&status[chunks - 1]), length);
+        write_stream_header<T>(out, range_slot<T, Exec>(out), base, layout,
+                               Kokkos::atomic_load(&status[chunks - 1]), length);
       }
     });
   }
@@ -235,7 +243,7 @@ void enqueue_team_compression(const Exec& exec, const value_range_segments<T>& s
   const std::uint64_t chunks = encoder.layout.chunk_count();
   auto* const status = reinterpret_cast<std::uint64_t*>(encoder.ends);
   auto* const counters = reinterpret_cast<std::uint64_t*>(out + team_counters_offset);
-  auto* const range = reinterpret_cast<packed_range<T>*>(out);
+  auto* const range = range_slot<T, Exec>(out);
   const bool known = known_range != nullptr;
   const packed_range<T> given = known ? *known_range : packed_range<T>{};
   Kokkos::parallel_for(

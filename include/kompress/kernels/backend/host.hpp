@@ -334,7 +334,8 @@ struct fused_compression {
       end += recorded(chunk) & ~from_back;
       store<std::uint64_t>(encoder.ends + 8 * chunk, end);
     }
-    write_stream_header<T>(out, encoder.base, encoder.layout, end, length);
+    write_stream_header<T>(out, range_slot<T, Kokkos::DefaultHostExecutionSpace>(out), encoder.base,
+                           encoder.layout, end, length);
   }
 };
 
