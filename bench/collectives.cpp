@@ -144,18 +144,6 @@ struct options {
   std::exit(2);
 }
 
-std::size_t parse_bytes(const std::string& text) {
-  std::size_t used = 0;
-  const double number = std::stod(text, &used);
-  std::string suffix = text.substr(used);
-  std::size_t unit = 1;
-  if (suffix == "K" || suffix == "KiB" || suffix == "k") unit = KiB;
-  else if (suffix == "M" || suffix == "MiB" || suffix == "m") unit = MiB;
-  else if (suffix == "G" || suffix == "GiB" || suffix == "g") unit = 1024 * MiB;
-  else if (!suffix.empty()) throw std::invalid_argument(text);
-  return std::size_t(number * double(unit));
-}
-
 options parse_options(int argc, char** argv) {
   options opts;
   for (int i = 1; i < argc; ++i) {
@@ -731,13 +719,6 @@ std::vector<row> measure(const std::string& op, const dataset& data, std::size_t
 
 // ---------------------------------------------------------------------------------------------
 // Output
-
-std::string human_bytes(std::size_t bytes) {
-  char text[32];
-  if (bytes >= MiB) std::snprintf(text, sizeof text, "%zu MiB", bytes / MiB);
-  else std::snprintf(text, sizeof text, "%zu KiB", bytes / KiB);
-  return text;
-}
 
 const char* auto_decision(const row& r) {
   if (r.v == variant::plain || r.v == variant::raw || r.v == variant::mpi_persistent ||

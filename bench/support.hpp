@@ -8,8 +8,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <fstream>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +30,28 @@ inline std::vector<std::string> split(std::string_view text, char separator = ',
     text.remove_prefix(at + 1);
   }
   return parts;
+}
+
+/// A byte count with an optional binary suffix: "512", "64K", "16M", "1.5G" (KiB, MiB, GiB
+/// spelled out are taken too). Throws std::invalid_argument on any other suffix.
+inline std::size_t parse_bytes(const std::string& text) {
+  std::size_t used = 0;
+  const double number = std::stod(text, &used);
+  const std::string suffix = text.substr(used);
+  double unit = 1.0;
+  if (suffix == "K" || suffix == "KiB" || suffix == "k") unit = 1024.0;
+  else if (suffix == "M" || suffix == "MiB" || suffix == "m") unit = 1024.0 * 1024.0;
+  else if (suffix == "G" || suffix == "GiB" || suffix == "g") unit = 1024.0 * 1024.0 * 1024.0;
+  else if (!suffix.empty()) throw std::invalid_argument(text);
+  return std::size_t(number * unit);
+}
+
+/// "64 MiB", "16 KiB": whole binary units, for tables.
+inline std::string human_bytes(std::size_t bytes) {
+  char text[32];
+  if (bytes >= (1u << 20)) std::snprintf(text, sizeof text, "%zu MiB", bytes >> 20);
+  else std::snprintf(text, sizeof text, "%zu KiB", bytes >> 10);
+  return text;
 }
 
 /// The fastest call of `f`: one warm-up call, then `reps` repetitions, each calling `f` until

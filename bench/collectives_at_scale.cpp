@@ -1,0 +1,402 @@
+// bench_collectives_at_scale: one collective at one size, kompress against plain MPI, written
+// for many simulated ranks (SimGrid's SMPI; bench/simulated/run builds it with smpicxx and runs
+// the grid, docs/scale.md) and built with the real MPI too, where it runs like any MPI program.
+//
+// For --op (allreduce, alltoall, allgather, reduce_scatter) and --bytes (the whole buffer each
+// rank holds: allreduce's vector, alltoall's send buffer, allgather's result, reduce_scatter's
+// input; the per-peer block is bytes / p), the variants of --variants:
+//   plain        MPI_Allreduce(MPI_SUM) / MPI_Alltoall / MPI_Allgather /
+//                MPI_Reduce_scatter_block(MPI_SUM): the baseline (under SMPI, the algorithm
+//                its selector picks: --cfg=smpi/coll-selector:mpich or ompi)
+//   raw          kompress, transfer_mode::raw
+//   compressed   kompress, transfer_mode::compressed, pipelined, at REL --bound
+//   auto         kompress, transfer_mode::automatic; its cost model holds --link-gbps and the
+//                codec's throughput measured at start on rank 0 (4 MiB of the data, real
+//                time), times --compute-speedup
+//   homomorphic  allreduce and reduce_scatter: compressed with reduction_method::homomorphic
+// Each variant runs once untimed, then --reps times; a call's time is the slowest rank's
+// (MPI_Wtime: simulated time under SMPI), and the fastest call is reported.
+//
+// Check (--check): every rank's buffers are its own, filled with the data at a different
+// offset per rank, and each kompress result is compared element by element with plain MPI's
+// against the call's absolute_bound (sums: plus the float summation slack 2 p eps sum|x|);
+// allreduce results must be bit-identical across ranks. A violation prints "CHECK FAILED" and
+// makes the exit status 1. Without --check and with --shared (SMPI only) the send and result
+// buffers come from SMPI_SHARED_MALLOC: one copy for all ranks, so 1024 ranks of 64 MiB fit in
+// memory; every rank then sends the same data and the results are not checked.
+//
+// Output: one line per variant on rank 0 and, with --csv, one CSV row per variant (--label
+// names the platform in it): the bytes and messages summed over ranks, the loosest bound any
+// rank reported and the largest error any rank saw.
+//
+//   bench_collectives_at_scale --op allreduce --bytes 64M [--bound 1e-3] [--data FILE]
+//       [--variants plain,raw,compressed,auto] [--reps 2] [--link-gbps 10]
+//       [--compute-speedup 1] [--check] [--shared] [--csv PATH] [--label NAME]
+
+#include "real_data.hpp"
+
+#include "support.hpp"
+
+#include <kompress/comm.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using host_exec = Kokkos::DefaultHostExecutionSpace;
+using values_view = Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+struct options {
+  std::string op = "allreduce";
+  std::uint64_t bytes = 64ull << 20;
+  double bound = 1e-3;
+  std::string data = "act_mlp_relu2_out_1024x1024.f32";
+  std::vector<std::string> variants = {"plain", "raw", "compressed", "auto"};
+  int reps = 2;
+  double link_gbps = 10.0;
+  double compute_speedup = 1.0;
+  bool check = false;
+  bool shared = false;
+  std::string csv;
+  std::string label = "-";
+};
+
+[[noreturn]] void usage(const std::string& complaint) {
+  std::fprintf(stderr,
+               "bench_collectives_at_scale: %s\n"
+               "usage: bench_collectives_at_scale --op allreduce|alltoall|allgather|reduce_scatter --bytes N[KMG]\n"
+               "       [--bound REL] [--data FILE] [--variants plain,raw,compressed,auto,homomorphic] [--reps N]\n"
+               "       [--link-gbps G] [--compute-speedup K] [--check] [--shared] [--csv PATH] [--label NAME]\n",
+               complaint.c_str());
+  std::exit(2);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--check") { o.check = true; continue; }
+    if (arg == "--shared") { o.shared = true; continue; }
+    if (i + 1 >= argc) usage("missing value after " + arg);
+    const std::string value = argv[++i];
+    try {
+      if (arg == "--op") o.op = value;
+      else if (arg == "--bytes") o.bytes = kompress_bench::parse_bytes(value);
+      else if (arg == "--bound") o.bound = std::stod(value);
+      else if (arg == "--data") o.data = value;
+      else if (arg == "--variants") o.variants = kompress_bench::split(value, ',');
+      else if (arg == "--reps") o.reps = std::stoi(value);
+      else if (arg == "--link-gbps") o.link_gbps = std::stod(value);
+      else if (arg == "--compute-speedup") o.compute_speedup = std::stod(value);
+      else if (arg == "--csv") o.csv = value;
+      else if (arg == "--label") o.label = value;
+      else usage("unknown option " + arg);
+    } catch (const std::logic_error&) {
+      usage("bad value '" + value + "' for " + arg);
+    }
+  }
+  if (o.op != "allreduce" && o.op != "alltoall" && o.op != "allgather" && o.op != "reduce_scatter")
+    usage("--op takes allreduce, alltoall, allgather or reduce_scatter");
+  for (const auto& v : o.variants)
+    if (v != "plain" && v != "raw" && v != "compressed" && v != "auto" && v != "homomorphic")
+      usage("unknown variant " + v);
+  if (o.reps < 1 || !(o.link_gbps > 0.0) || !(o.compute_speedup > 0.0) || o.bytes < 4) usage("bad numbers");
+  if (o.shared && o.check) usage("--shared buffers hold every rank's data at once: they cannot be checked");
+#ifndef SMPI_SHARED_MALLOC
+  if (o.shared) usage("--shared needs SimGrid's SMPI (build with smpicxx)");
+#endif
+  return o;
+}
+
+/// Which buffer: SMPI shares the allocations of one line of code between ranks, so each role
+/// allocates on its own line.
+enum class role { send, result, reference };
+
+/// A buffer of floats: the rank's own, or (--shared, SMPI) one copy shared by all ranks.
+class buffer {
+ public:
+  buffer(std::size_t count, bool shared, role r = role::reference) : count_(count), shared_(shared) {
+    const std::size_t bytes = std::max<std::size_t>(count, 1) * sizeof(float);
+#ifdef SMPI_SHARED_MALLOC
+    if (shared_ && r == role::send) data_ = static_cast<float*>(SMPI_SHARED_MALLOC(bytes));
+    if (shared_ && r == role::result) data_ = static_cast<float*>(SMPI_SHARED_MALLOC(bytes));
+#endif
+    if (!data_) {
+      shared_ = false;
+      data_ = new float[bytes / sizeof(float)]();
+    }
+  }
+  buffer(const buffer&) = delete;
+  buffer& operator=(const buffer&) = delete;
+  ~buffer() {
+#ifdef SMPI_SHARED_MALLOC
+    if (shared_) { SMPI_SHARED_FREE(data_); return; }
+#endif
+    delete[] data_;
+  }
+  float* data() const { return data_; }
+  values_view view() const { return values_view(data_, count_); }
+
+ private:
+  float* data_ = nullptr;
+  std::size_t count_;
+  bool shared_;
+};
+
+/// The data repeated over `out`, rank `rank`'s copy starting a fraction of the array further.
+void fill_tiled(const std::vector<float>& values, float* out, std::size_t count, int rank, int ranks) {
+  const std::size_t n = values.size();
+  std::size_t at = (n / std::size_t(ranks) * std::size_t(rank)) / 128 * 128 % n;
+  for (std::size_t i = 0; i < count;) {
+    const std::size_t run = std::min(count - i, n - at);
+    std::memcpy(out + i, values.data() + at, run * sizeof(float));
+    i += run;
+    at = 0;
+  }
+}
+
+/// The codec's throughput (bytes/s, compress and decompress) on 4 MiB of the data at the run's
+/// bound, timed in real time on rank 0 (under SMPI, the core that runs the simulation), the
+/// fastest of 5 calls; broadcast so that every rank's cost model agrees.
+kompress::cost_model measured_cost_model(const std::vector<float>& values, const options& o, int rank) {
+  double rates[2] = {0.0, 0.0};
+  if (rank == 0) {
+    const std::size_t count = (4u << 20) / sizeof(float);
+    buffer tile(count, false), back(count, false);
+    fill_tiled(values, tile.data(), count, 0, 1);
+    const kompress::compress_options copts{.bound = kompress::relative(o.bound), .block_size = 32};
+    Kokkos::View<std::byte*, Kokkos::HostSpace> stream("bench::probe_stream",
+                                                       kompress::max_compressed_size(tile.view(), copts));
+    const host_exec exec;
+    std::size_t length = 0;
+    const auto fastest = [](auto&& f) {
+      double best = std::numeric_limits<double>::infinity();
+      for (int i = 0; i < 6; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        f();
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (i > 0) best = std::min(best, seconds);
+      }
+      return best;
+    };
+    const double c = fastest([&] { length = kompress::compress(exec, tile.view(), stream, copts); });
+    const auto packed = Kokkos::subview(stream, std::pair<std::size_t, std::size_t>(0, length));
+    const double d = fastest([&] { kompress::decompress(exec, packed, back.view()); });
+    rates[0] = double(count * sizeof(float)) / c * o.compute_speedup;
+    rates[1] = double(count * sizeof(float)) / d * o.compute_speedup;
+  }
+  MPI_Bcast(rates, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  kompress::cost_model model;
+  model.link_bytes_per_second = o.link_gbps * 1e9 / 8.0;
+  model.compress_bytes_per_second = rates[0];
+  model.decompress_bytes_per_second = rates[1];
+  return model;
+}
+
+struct result {
+  std::string variant;
+  double seconds = 0.0;  // the fastest call's slowest rank
+  kompress::collective_report report;
+  double max_error = std::numeric_limits<double>::quiet_NaN();
+  bool ok = true;
+  std::string problem;
+};
+
+/// The element counts of send and result buffers for `o.op` on `p` ranks (a multiple of p).
+std::pair<std::size_t, std::size_t> counts_of(const options& o, int p) {
+  const std::size_t whole = std::max<std::size_t>(o.bytes / sizeof(float) / std::size_t(p), 1) * std::size_t(p);
+  if (o.op == "allgather") return {whole / std::size_t(p), whole};
+  if (o.op == "reduce_scatter") return {whole, whole / std::size_t(p)};
+  return {whole, whole};
+}
+
+void run_plain(const options& o, const buffer& send, const buffer& recv, std::size_t send_count, int p) {
+  const int block = int(send_count / std::size_t(o.op == "allgather" ? 1 : p));
+  if (o.op == "allreduce")
+    MPI_Allreduce(send.data(), recv.data(), int(send_count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  else if (o.op == "alltoall")
+    MPI_Alltoall(send.data(), block, MPI_FLOAT, recv.data(), block, MPI_FLOAT, MPI_COMM_WORLD);
+  else if (o.op == "allgather")
+    MPI_Allgather(send.data(), block, MPI_FLOAT, recv.data(), block, MPI_FLOAT, MPI_COMM_WORLD);
+  else
+    MPI_Reduce_scatter_block(send.data(), recv.data(), block, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+kompress::collective_report run_kompress(const options& o, const kompress::collective_options& copts,
+                                         const buffer& send, const buffer& recv) {
+  const host_exec exec;
+  if (o.op == "allreduce") return kompress::allreduce(exec, send.view(), recv.view(), MPI_COMM_WORLD, copts);
+  if (o.op == "alltoall") return kompress::alltoall(exec, send.view(), recv.view(), MPI_COMM_WORLD, copts);
+  if (o.op == "allgather") return kompress::allgather(exec, send.view(), recv.view(), MPI_COMM_WORLD, copts);
+  return kompress::reduce_scatter(exec, send.view(), recv.view(), MPI_COMM_WORLD, copts);
+}
+
+double slowest_rank(double seconds) {
+  MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return seconds;
+}
+
+/// Compares `got` with plain MPI's `want` within `bound` (+ the summation slack for sums, from
+/// `abs_sum`, the plain sum of |x|); allreduce: also bit-identical on every rank.
+void check(const options& o, const float* got, const float* want, const float* abs_sum, std::size_t count,
+           int p, result& r) {
+  const bool sums = o.op == "allreduce" || o.op == "reduce_scatter";
+  double worst = 0.0, worst_excess = -std::numeric_limits<double>::infinity();
+  std::uint64_t hash = 1469598103934665603ull;
+  for (std::size_t i = 0; i < count; ++i) {
+    const double error = std::fabs(double(got[i]) - double(want[i]));
+    const double slack = sums ? 2.0 * p * double(std::numeric_limits<float>::epsilon()) * double(abs_sum[i]) : 0.0;
+    worst = std::max(worst, error);
+    worst_excess = std::max(worst_excess, error - (r.report.absolute_bound + slack));
+    if (!(error == error)) worst_excess = std::numeric_limits<double>::infinity();
+    std::uint32_t bits;
+    std::memcpy(&bits, &got[i], sizeof bits);
+    hash = (hash ^ bits) * 1099511628211ull;
+  }
+  double reduced[2] = {worst, worst_excess};
+  MPI_Allreduce(MPI_IN_PLACE, reduced, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  r.max_error = reduced[0];
+  if (reduced[1] > 0.0) {
+    r.ok = false;
+    r.problem += "an element off plain MPI's result by more than the bound; ";
+  }
+  if (o.op == "allreduce") {
+    std::uint64_t low = hash, high = hash;
+    MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    if (low != high) {
+      r.ok = false;
+      r.problem += "ranks ended with different results; ";
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, p = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  // Under SMPI all ranks share one process and one Kokkos: the first rank initialises it, and
+  // it is finalised by the process's exit, after the last rank.
+  const bool owns_kokkos = !Kokkos::is_initialized();
+  if (owns_kokkos) Kokkos::initialize(Kokkos::InitializationSettings().set_num_threads(1));
+  int status = 0;
+  try {
+    const options o = parse(argc, argv);
+    const std::vector<float> values = kompress::test::read_raw<float>(o.data);
+    const auto [send_count, recv_count] = counts_of(o, p);
+    buffer send(send_count, o.shared, role::send), recv(recv_count, o.shared, role::result);
+    if (o.shared) fill_tiled(values, send.data(), send_count, 0, 1);
+    else fill_tiled(values, send.data(), send_count, rank, p);
+
+    // The reference for --check: plain MPI's result, and the sum of |x| for the slack.
+    std::vector<float> want, abs_sum;
+    if (o.check) {
+      buffer plain_out(recv_count, false), abs_in(send_count, false), abs_out(recv_count, false);
+      run_plain(o, send, plain_out, send_count, p);
+      want.assign(plain_out.data(), plain_out.data() + recv_count);
+      for (std::size_t i = 0; i < send_count; ++i) abs_in.data()[i] = std::fabs(send.data()[i]);
+      if (o.op == "allreduce" || o.op == "reduce_scatter") {
+        run_plain(o, abs_in, abs_out, send_count, p);
+        abs_sum.assign(abs_out.data(), abs_out.data() + recv_count);
+      }
+    }
+
+    kompress::collective_options base;
+    base.codec.bound = kompress::relative(o.bound);
+    base.cost = measured_cost_model(values, o, rank);
+
+    std::vector<result> results;
+    for (const std::string& variant : o.variants) {
+      const bool sums = o.op == "allreduce" || o.op == "reduce_scatter";
+      if (variant == "homomorphic" && !sums) continue;
+      result r;
+      r.variant = variant;
+      kompress::collective_options copts = base;
+      copts.mode = variant == "raw"    ? kompress::transfer_mode::raw
+                   : variant == "auto" ? kompress::transfer_mode::automatic
+                                       : kompress::transfer_mode::compressed;
+      if (variant == "homomorphic") copts.reduction = kompress::reduction_method::homomorphic;
+      const auto call = [&] {
+        if (variant == "plain") run_plain(o, send, recv, send_count, p);
+        else r.report = run_kompress(o, copts, send, recv);
+      };
+      call();  // untimed: the warm-up, and the result the check reads
+      if (o.check && variant != "plain") check(o, recv.data(), want.data(), abs_sum.data(), recv_count, p, r);
+      r.seconds = std::numeric_limits<double>::infinity();
+      for (int i = 0; i < o.reps; ++i) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double start = MPI_Wtime();
+        call();
+        r.seconds = std::min(r.seconds, slowest_rank(MPI_Wtime() - start));
+      }
+      // Totals over ranks; the bound is the loosest any rank reports (alltoall's REL bound
+      // resolves per sender).
+      std::uint64_t bytes[3] = {r.report.payload_bytes, r.report.wire_bytes, r.report.compressed_messages};
+      MPI_Allreduce(MPI_IN_PLACE, bytes, 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+      r.report.payload_bytes = bytes[0];
+      r.report.wire_bytes = bytes[1];
+      r.report.compressed_messages = bytes[2];
+      MPI_Allreduce(MPI_IN_PLACE, &r.report.absolute_bound, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      results.push_back(r);
+    }
+
+    if (rank == 0) {
+      double plain = std::numeric_limits<double>::quiet_NaN();
+      for (const auto& r : results)
+        if (r.variant == "plain") plain = r.seconds;
+      std::printf("%s p=%d %s per rank, REL %g, %s, link %g Gb/s, compute x%g, codec %.2f / %.2f GB/s\n",
+                  o.op.c_str(), p, kompress_bench::human_bytes(o.bytes).c_str(), o.bound, o.data.c_str(),
+                  o.link_gbps, o.compute_speedup, base.cost.compress_bytes_per_second / 1e9,
+                  base.cost.decompress_bytes_per_second / 1e9);
+      std::FILE* csv = nullptr;
+      if (!o.csv.empty()) {
+        const bool fresh = !std::ifstream(o.csv).good();
+        csv = std::fopen(o.csv.c_str(), "a");
+        if (!csv) throw std::runtime_error("cannot open " + o.csv);
+        if (fresh)
+          std::fprintf(csv, "label,op,ranks,bytes,rel_bound,data,link_gbps,compute_speedup,variant,seconds,"
+                            "speedup,ratio,compressed_messages,absolute_bound,max_error,ok\n");
+      }
+      for (const auto& r : results) {
+        const double speedup = plain / r.seconds;
+        std::printf("  %-12s %12.3f ms  %6.2fx plain  ratio %6.2f  bound %-10.3g err %-10.3g %s%s\n",
+                    r.variant.c_str(), r.seconds * 1e3, speedup, r.report.ratio(), r.report.absolute_bound,
+                    r.max_error, r.ok ? "" : "CHECK FAILED: ", r.problem.c_str());
+        if (csv)
+          std::fprintf(csv, "%s,%s,%d,%llu,%g,%s,%g,%g,%s,%.9g,%.6g,%.6g,%llu,%.6g,%.6g,%d\n", o.label.c_str(),
+                       o.op.c_str(), p, static_cast<unsigned long long>(o.bytes), o.bound, o.data.c_str(), o.link_gbps,
+                       o.compute_speedup, r.variant.c_str(), r.seconds, speedup, r.report.ratio(),
+                       static_cast<unsigned long long>(r.report.compressed_messages), r.report.absolute_bound,
+                       r.max_error, r.ok ? 1 : 0);
+        if (!r.ok) status = 1;
+      }
+      if (csv) std::fclose(csv);
+    }
+    MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_collectives_at_scale (rank %d): %s\n", rank, e.what());
+    status = 1;
+  }
+  MPI_Finalize();
+#ifndef SMPI_SHARED_MALLOC
+  if (owns_kokkos) Kokkos::finalize();
+#endif  // under SMPI the other simulated ranks may still use it: the process's exit ends it
+  return status;
+}
