@@ -129,7 +129,7 @@ enum class role { send, result, reference };
 /// A buffer of floats: the rank's own, or (--shared, SMPI) one copy shared by all ranks.
 class buffer {
  public:
-  buffer(std::size_t count, bool shared, role r = role::reference) : count_(count), shared_(shared) {
+  buffer(std::size_t count, bool shared, [[maybe_unused]] role r = role::reference) : count_(count), shared_(shared) {
     const std::size_t bytes = std::max<std::size_t>(count, 1) * sizeof(float);
 #ifdef SMPI_SHARED_MALLOC
     if (shared_ && r == role::send) data_ = static_cast<float*>(SMPI_SHARED_MALLOC(bytes));
