@@ -273,19 +273,6 @@ std::string file_of(const std::string& key) {
   return "act_mlp_relu2_out_1024x1024.f32";
 }
 
-/// The data tiled over `out`, starting `rank`'s share at a different place in the array.
-void fill_tiled(const std::vector<float>& values, float* out, std::size_t count, int rank, int ranks) {
-  const std::size_t n = values.size();
-  // Offsets a fraction of the array apart, rounded to a 128-value row.
-  std::size_t at = (n / std::size_t(ranks) * std::size_t(rank)) / 128 * 128 % n;
-  for (std::size_t i = 0; i < count;) {
-    const std::size_t run = std::min(count - i, n - at);
-    std::memcpy(out + i, values.data() + at, run * sizeof(float));
-    i += run;
-    at = 0;
-  }
-}
-
 /// Fastest of a warm-up plus `calls` calls of f, in seconds.
 template <class F>
 double fastest(F&& f, int calls) {

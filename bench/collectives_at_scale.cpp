@@ -157,18 +157,6 @@ class buffer {
   bool shared_;
 };
 
-/// The data repeated over `out`, rank `rank`'s copy starting a fraction of the array further.
-void fill_tiled(const std::vector<float>& values, float* out, std::size_t count, int rank, int ranks) {
-  const std::size_t n = values.size();
-  std::size_t at = (n / std::size_t(ranks) * std::size_t(rank)) / 128 * 128 % n;
-  for (std::size_t i = 0; i < count;) {
-    const std::size_t run = std::min(count - i, n - at);
-    std::memcpy(out + i, values.data() + at, run * sizeof(float));
-    i += run;
-    at = 0;
-  }
-}
-
 /// The codec's throughput (bytes/s, compress and decompress) on 4 MiB of the data at the run's
 /// bound, timed in real time on rank 0 (under SMPI, the core that runs the simulation), the
 /// fastest of 5 calls; broadcast so that every rank's cost model agrees.
@@ -177,7 +165,7 @@ kompress::cost_model measured_cost_model(const std::vector<float>& values, const
   if (rank == 0) {
     const std::size_t count = (4u << 20) / sizeof(float);
     buffer tile(count, false), back(count, false);
-    fill_tiled(values, tile.data(), count, 0, 1);
+    kompress_bench::fill_tiled(values, tile.data(), count, 0, 1);
     const kompress::compress_options copts{.bound = kompress::relative(o.bound), .block_size = 32};
     Kokkos::View<std::byte*, Kokkos::HostSpace> stream("bench::probe_stream",
                                                        kompress::max_compressed_size(tile.view(), copts));
@@ -302,8 +290,8 @@ int main(int argc, char** argv) {
     const std::vector<float> values = kompress::test::read_raw<float>(o.data);
     const auto [send_count, recv_count] = counts_of(o, p);
     buffer send(send_count, o.shared, role::send), recv(recv_count, o.shared, role::result);
-    if (o.shared) fill_tiled(values, send.data(), send_count, 0, 1);
-    else fill_tiled(values, send.data(), send_count, rank, p);
+    if (o.shared) kompress_bench::fill_tiled(values, send.data(), send_count, 0, 1);
+    else kompress_bench::fill_tiled(values, send.data(), send_count, rank, p);
 
     // The reference for --check: plain MPI's result, and the sum of |x| for the slack.
     std::vector<float> want, abs_sum;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <stdexcept>
@@ -52,6 +53,19 @@ inline std::string human_bytes(std::size_t bytes) {
   if (bytes >= (1u << 20)) std::snprintf(text, sizeof text, "%zu MiB", bytes >> 20);
   else std::snprintf(text, sizeof text, "%zu KiB", bytes >> 10);
   return text;
+}
+
+/// `values` repeated over `out` (`count` floats), rank `rank` of `ranks` starting a fraction of
+/// the array further than rank 0, rounded to a 128-value row: each rank sends other data.
+inline void fill_tiled(const std::vector<float>& values, float* out, std::size_t count, int rank, int ranks) {
+  const std::size_t n = values.size();
+  std::size_t at = (n / std::size_t(ranks) * std::size_t(rank)) / 128 * 128 % n;
+  for (std::size_t i = 0; i < count;) {
+    const std::size_t run = std::min(count - i, n - at);
+    std::memcpy(out + i, values.data() + at, run * sizeof(float));
+    i += run;
+    at = 0;
+  }
 }
 
 /// The fastest call of `f`: one warm-up call, then `reps` repetitions, each calling `f` until
