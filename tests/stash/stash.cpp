@@ -263,7 +263,9 @@ TEST_CASE("stash: any rank and layout; the output's shape and element order are 
   }
   SUBCASE("a rank-0 View") {
     Kokkos::View<double, memory_space> scalar("scalar");
-    Kokkos::deep_copy(scalar, 3.25);
+    const auto value = Kokkos::create_mirror_view(scalar);
+    value() = 3.25;
+    Kokkos::deep_copy(scalar, value);
     const auto handle = stash.save(scalar, kompress::relative(1e-2));
     Kokkos::View<double, memory_space> back("back");
     stash.restore(handle, back);
