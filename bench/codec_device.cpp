@@ -353,14 +353,11 @@ void run_baselines(const exec_space& exec, const Kokkos::View<T*, memory_space>&
 // ---------------------------------------------------------------------------------------------
 // kompress
 
-/// Calls f with an unmanaged LayoutRight View of `data` in the memory space: the file's shape
-/// with `tile` copies stacked along the slowest extent for the ratio codec (rank 2 to 4; its
-/// predictors follow it), rank 1 otherwise.
+/// Calls f with an unmanaged LayoutRight View of `data` in the memory space: of `shape` for the
+/// ratio codec (rank 2 to 4; its predictors follow it), rank 1 otherwise.
 template <class T, class F>
-void with_input_view(const T* data, std::vector<std::size_t> shape, std::size_t tile,
-                     kompress::codec_mode codec, F&& f) {
+void with_input_view(const T* data, const std::vector<std::size_t>& shape, kompress::codec_mode codec, F&& f) {
   using unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
-  shape[0] *= tile;
   const auto e = [&](std::size_t d) { return shape[d]; };
   std::size_t count = 1;
   for (std::size_t extent : shape) count *= extent;
@@ -466,7 +463,7 @@ void run_input(const exec_space& exec, const kompress::test::data_file_info& fil
       row r = new_row(std::string("kompress-") + codec_name(codec));
       r.bound = bound;
       try {
-        with_input_view(in.data(), shape, 1, codec, [&](const auto& view) {
+        with_input_view(in.data(), shape, codec, [&](const auto& view) {
           run_kompress(exec, view, host_in, file.fill_value, range, codec, bound,
                        stem + "." + codec_name(codec) + "." + bound_label(bound) + ".kmpz", opts, r);
         });
