@@ -9,10 +9,12 @@
 //                MPI_Reduce_scatter_block(MPI_SUM): the baseline (under SMPI, the algorithm
 //                its selector picks: --cfg=smpi/coll-selector:mpich or ompi)
 //   raw          kompress, transfer_mode::raw
-//   compressed   kompress, transfer_mode::compressed, pipelined, at REL --bound
+//   compressed   kompress, transfer_mode::compressed, pipelined, at REL --bound; allreduce's
+//                schedule chosen by the cost model
+//   ring, halving  compressed, allreduce on the ring / on recursive halving and doubling
 //   auto         kompress, transfer_mode::automatic; its cost model holds --link-gbps and the
-//                codec's throughput measured at start on rank 0 (4 MiB of the data, real
-//                time), times --compute-speedup
+//                codec's throughput and ratio measured at start on rank 0 (4 MiB of the data
+//                at --bound, real time), times --compute-speedup
 //   homomorphic  allreduce and reduce_scatter: compressed with reduction_method::homomorphic
 // Each variant runs once untimed, then --reps times; a call's time is the slowest rank's
 // (MPI_Wtime: simulated time under SMPI), and the fastest call is reported.
@@ -79,7 +81,8 @@ struct options {
   std::fprintf(stderr,
                "bench_collectives_at_scale: %s\n"
                "usage: bench_collectives_at_scale --op allreduce|alltoall|allgather|reduce_scatter --bytes N[KMG]\n"
-               "       [--bound REL] [--data FILE] [--variants plain,raw,compressed,auto,homomorphic] [--reps N]\n"
+               "       [--bound REL] [--data FILE] [--variants plain,raw,compressed,ring,halving,auto,homomorphic]\n"
+               "       [--reps N]\n"
                "       [--link-gbps G] [--compute-speedup K] [--check] [--shared] [--csv PATH] [--label NAME]\n",
                complaint.c_str());
   std::exit(2);
@@ -112,7 +115,8 @@ options parse(int argc, char** argv) {
   if (o.op != "allreduce" && o.op != "alltoall" && o.op != "allgather" && o.op != "reduce_scatter")
     usage("--op takes allreduce, alltoall, allgather or reduce_scatter");
   for (const auto& v : o.variants)
-    if (v != "plain" && v != "raw" && v != "compressed" && v != "auto" && v != "homomorphic")
+    if (v != "plain" && v != "raw" && v != "compressed" && v != "ring" && v != "halving" && v != "auto" &&
+        v != "homomorphic")
       usage("unknown variant " + v);
   if (o.reps < 1 || !(o.link_gbps > 0.0) || !(o.compute_speedup > 0.0) || o.bytes < 4) usage("bad numbers");
   if (o.shared && o.check) usage("--shared buffers hold every rank's data at once: they cannot be checked");
@@ -157,11 +161,11 @@ class buffer {
   bool shared_;
 };
 
-/// The codec's throughput (bytes/s, compress and decompress) on 4 MiB of the data at the run's
-/// bound, timed in real time on rank 0 (under SMPI, the core that runs the simulation), the
-/// fastest of 5 calls; broadcast so that every rank's cost model agrees.
+/// The codec's throughput (bytes/s, compress and decompress) and ratio on 4 MiB of the data at
+/// the run's bound, timed in real time on rank 0 (under SMPI, the core that runs the
+/// simulation), the fastest of 5 calls; broadcast so that every rank's cost model agrees.
 kompress::cost_model measured_cost_model(const std::vector<float>& values, const options& o, int rank) {
-  double rates[2] = {0.0, 0.0};
+  double rates[3] = {0.0, 0.0, 0.0};
   if (rank == 0) {
     const std::size_t count = (4u << 20) / sizeof(float);
     buffer tile(count, false), back(count, false);
@@ -186,12 +190,14 @@ kompress::cost_model measured_cost_model(const std::vector<float>& values, const
     const double d = fastest([&] { kompress::decompress(exec, packed, back.view()); });
     rates[0] = double(count * sizeof(float)) / c * o.compute_speedup;
     rates[1] = double(count * sizeof(float)) / d * o.compute_speedup;
+    rates[2] = double(count * sizeof(float)) / double(length);
   }
-  MPI_Bcast(rates, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Bcast(rates, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   kompress::cost_model model;
   model.link_bytes_per_second = o.link_gbps * 1e9 / 8.0;
   model.compress_bytes_per_second = rates[0];
   model.decompress_bytes_per_second = rates[1];
+  model.expected_ratio = rates[2];
   return model;
 }
 
@@ -321,6 +327,8 @@ int main(int argc, char** argv) {
                    : variant == "auto" ? kompress::transfer_mode::automatic
                                        : kompress::transfer_mode::compressed;
       if (variant == "homomorphic") copts.reduction = kompress::reduction_method::homomorphic;
+      if (variant == "ring") copts.schedule = kompress::collective_schedule::ring;
+      if (variant == "halving") copts.schedule = kompress::collective_schedule::halving_doubling;
       const auto call = [&] {
         if (variant == "plain") run_plain(o, send, recv, send_count, p);
         else r.report = run_kompress(o, copts, send, recv);

@@ -1167,6 +1167,8 @@ NB_MODULE(_kompress, m) {
       .def_rw("compress_bytes_per_second", &kompress::cost_model::compress_bytes_per_second)
       .def_rw("decompress_bytes_per_second", &kompress::cost_model::decompress_bytes_per_second)
       .def_rw("min_message_bytes", &kompress::cost_model::min_message_bytes)
+      .def_rw("expected_ratio", &kompress::cost_model::expected_ratio)
+      .def_rw("latency_seconds", &kompress::cost_model::latency_seconds)
       .def("worth_compressing", &kompress::cost_model::worth_compressing, "bytes"_a);
 
   nb::class_<collective_settings>(m, "_CollectiveSettings")

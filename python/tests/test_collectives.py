@@ -211,3 +211,15 @@ def test_measured_cost_model_drives_auto_mode():
     send = field(1000 * p, np.float32, 6)
     recv = np.empty_like(send)
     kompress.alltoall(send, recv, comm, mode="auto", cost=model, rel=1e-3)
+
+
+def test_cost_model_ratio_decides_auto_mode():
+    # 1 MiB over a 2.4 Gb/s link and a codec at 0.6 GB/s: at the default expected ratio of 2
+    # compressing does not win by the model's margin; data known to compress 30x does.
+    model = kompress.CostModel()
+    assert model.expected_ratio == 2.0 and model.latency_seconds > 0
+    model.link_bytes_per_second = 3e8
+    model.compress_bytes_per_second = 0.6e9
+    assert not model.worth_compressing(1 << 20)
+    model.expected_ratio = 30.0
+    assert model.worth_compressing(1 << 20)

@@ -20,6 +20,7 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -199,6 +200,53 @@ TEST_CASE_TEMPLATE("allreduce matches MPI_Allreduce within p times the bound, bi
       50000, {.codec = {.bound = kompress::absolute(1e-3)}, .mode = kompress::transfer_mode::raw}, true);
   check_allreduce_against_mpi<T>(
       500000, {.codec = {.bound = kompress::absolute(1e-3)}, .mode = kompress::transfer_mode::automatic}, false);
+}
+
+TEST_CASE_TEMPLATE("both schedules, ring and halving-doubling, match MPI_Allreduce within p times the bound", T, float,
+                   double) {
+  for (const auto schedule : {kompress::collective_schedule::ring, kompress::collective_schedule::halving_doubling}) {
+    CAPTURE(int(schedule));
+    for (const std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(3), std::size_t(1001), std::size_t(98765)}) {
+      CAPTURE(n);
+      check_allreduce_against_mpi<T>(n, {.codec = {.bound = kompress::absolute(1e-3)}, .schedule = schedule}, false);
+      check_allreduce_against_mpi<T>(n, {.codec = {.bound = kompress::relative(1e-3)}, .schedule = schedule}, true);
+      check_allreduce_against_mpi<T>(n,
+                                     {.codec = {.bound = kompress::absolute(1e-2)},
+                                      .reduction_bound = kompress::allreduce_bound::total,
+                                      .schedule = schedule},
+                                     false);
+    }
+    for_each_pipelined_case({0, 1, 1023, 60001}, 1023, [&](std::size_t n, auto options, bool nonblocking) {
+      options.schedule = schedule;
+      check_pipelined_allreduce<T>(n, options, nonblocking);
+    });
+  }
+}
+
+TEST_CASE("automatic schedule: the one the cost model predicts faster runs, one message per step") {
+  const int p = size_of(), me = rank_of();
+  const std::size_t n = 20000;
+  auto send = make_data<float>(n, me + 9);
+  host_view<float> got("got", n);
+  // Messages per rank: the ring's 2 (p-1) steps; halving and doubling's 2 log2 p', one more on
+  // a rank that hands the result to a folded rank, one in all on a folded rank.
+  const int core = int(std::bit_floor(unsigned(p))), k = std::countr_zero(unsigned(core));
+  const bool folds = me < 2 * (p - core), folded_out = folds && me % 2 == 0;
+  const std::uint64_t ring_messages = 2 * std::uint64_t(p - 1);
+  const std::uint64_t butterfly_messages = folded_out ? 1 : 2 * std::uint64_t(k) + (folds ? 1 : 0);
+  for (const double latency : {1.0, 0.0}) {
+    CAPTURE(latency);
+    kompress::collective_options options{.codec = {.bound = kompress::absolute(1e-3)}};
+    options.cost.latency_seconds = latency;
+    const bool predicted = kompress::detail::takes_halving_doubling(
+        kompress::collective_schedule::automatic, {kompress::transfer_mode::compressed, options.cost},
+        n * sizeof(float), p);
+    // Seconds per step: fewer steps at a power of two from 4 ranks on; bytes alone on 3.
+    if (p == 4 && latency > 0) CHECK(predicted);
+    if (p == 3 && latency == 0) CHECK_FALSE(predicted);
+    const auto report = kompress::allreduce(host{}, send, got, MPI_COMM_WORLD, options);
+    if (p > 1) CHECK(report.messages == (predicted ? butterfly_messages : ring_messages));
+  }
 }
 
 TEST_CASE("allreduce of 64 MiB" * doctest::test_suite("slow")) {

@@ -1,5 +1,5 @@
 // The cost model: measure_cost_model's rates, the same on every rank, and its agreement on the
-// probe size; the chunk plan of pipelined messages and the model's chunk count; and automatic
+// probe size; on a sample of the data, the ratio it measures; the chunk plan of pipelined messages and the model's chunk count; and automatic
 // mode's weighing of a staged call's copies on the execution space's memory. Run under mpiexec
 // -n 1, 2, 3 and 4.
 
@@ -101,4 +101,47 @@ TEST_CASE("automatic mode counts a staged call's copies: compressing pays where 
     CHECK(report.compressed_messages == (staged ? std::uint64_t(p - 1) : 0u));
     CHECK((ring.compressed_messages > 0) == staged);
   }
+}
+
+TEST_CASE("measure_cost_model on a sample of the data: its ratio, the lowest over the ranks, agreed by every rank") {
+  const int me = rank_of();
+  const std::size_t n = 1 << 16;
+  // Rank 0's sample is noise (it compresses little at a tight bound), the others' a smooth field.
+  host_view<float> sample("sample", n);
+  std::uint32_t state = 12345u + unsigned(me);
+  for (std::size_t i = 0; i < n; ++i) {
+    state = state * 1664525u + 1013904223u;
+    sample(i) = me == 0 ? float(state >> 8) / float(1 << 24) : float(std::sin(1e-3 * double(i)));
+  }
+  const kompress::compress_options codec{.bound = kompress::relative(1e-3)};
+  const auto model = kompress::measure_cost_model(host{}, MPI_COMM_WORLD, sample, codec, 1u << 16);
+  CHECK((std::isfinite(model.expected_ratio) && model.expected_ratio > 0.0));
+  CHECK(model.compress_bytes_per_second > 0.0);
+  double highest = 0.0;
+  MPI_Allreduce(&model.expected_ratio, &highest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  CHECK(highest == model.expected_ratio);
+  // Noise at REL 1e-3 keeps about 10 of its 24 bits: the lowest ratio, rank 0's, is below 4.
+  CHECK(model.expected_ratio < 4.0);
+  if (size_of() == 1) return;
+  // Without rank 0, the smooth field's ratio: more than the noise's.
+  MPI_Comm smooth_ranks;
+  MPI_Comm_split(MPI_COMM_WORLD, me == 0 ? MPI_UNDEFINED : 1, me, &smooth_ranks);
+  if (smooth_ranks != MPI_COMM_NULL) {
+    const double smooth = kompress::measure_cost_model(host{}, smooth_ranks, sample, codec, 1u << 16).expected_ratio;
+    CHECK(smooth > 1.5 * model.expected_ratio);
+    MPI_Comm_free(&smooth_ranks);
+  }
+}
+
+TEST_CASE("measure_cost_model on a sample: a bound that differs, or an empty sample, fails on every rank") {
+  if (size_of() == 1) return;
+  const bool last = rank_of() == size_of() - 1;
+  host_view<float> sample("sample", 4096), empty("empty", 0);
+  const kompress::compress_options codec{.bound = kompress::relative(last ? 1e-2 : 1e-3)};
+  CHECK_THROWS_WITH_AS(kompress::measure_cost_model(host{}, MPI_COMM_WORLD, sample, codec, 1u << 16),
+                       doctest::Contains("ranks disagree on"), kompress::invalid_argument);
+  const kompress::compress_options same{.bound = kompress::relative(1e-3)};
+  CHECK_THROWS_AS(kompress::measure_cost_model(host{}, MPI_COMM_WORLD, last ? empty : sample, same, 1u << 16),
+                  kompress::invalid_argument);
+  CHECK(kompress::measure_cost_model(host{}, MPI_COMM_WORLD, sample, same, 1u << 16).expected_ratio > 0.0);
 }

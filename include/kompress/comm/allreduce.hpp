@@ -22,6 +22,7 @@
 // agreement's one message each way and the sum is one add. With one rank the result is the
 // input.
 
+#include <kompress/comm/detail/halving_doubling.hpp>
 #include <kompress/comm/detail/ring_collective.hpp>
 #include <kompress/comm/persistent.hpp>
 #include <kompress/detail/arguments.hpp>
@@ -68,9 +69,11 @@ struct allreduce_call : ring_call<Exec, SendView, RecvView> {
     return {in_place() ? MPI_IN_PLACE : static_cast<const void*>(send.data()), recv.data(), int(send.size()), comm};
   }
 
-  /// The compressing ring; a REL bound resolves against all ranks' values now. Recompress: the
-  /// bound of each of the p compressions on an element's path. Homomorphic: the bound of each
-  /// rank's one quantization (p of them add up), the same grid on every rank.
+  /// The compressing schedule, the ring or recursive halving and doubling (by the cost model,
+  /// or as options.schedule says); a REL bound resolves against all ranks' values now.
+  /// Recompress: the bound of each of the p compressions on an element's path (either
+  /// schedule). Homomorphic (the ring): the bound of each rank's one quantization (p of them
+  /// add up), the same grid on every rank.
   std::unique_ptr<operation> ring(const agreed_ring& agreed, workspace_slot* slot, MPI_Comm comm,
                                   bool nonblocking) const {
     const comm_shape shape = agreed.shape;
@@ -78,6 +81,11 @@ struct allreduce_call : ring_call<Exec, SendView, RecvView> {
     const double hop = options.reduction_bound == allreduce_bound::total ? e / shape.size : e;
     compress_options codec = options.codec;
     codec.bound = absolute(hop);
+    if (options.reduction == reduction_method::recompress &&
+        takes_halving_doubling(options.schedule, agreed.rule, send.size() * sizeof(value_type), shape.size))
+      return std::make_unique<halving_doubling_operation<value_type, Exec>>(
+          exec, butterfly_geometry{shape, send.size()}, agreed.rule, codec, hop * shape.size, send.data(), recv.data(),
+          slot, comm, nonblocking, agreed.how, options.measure_error, who);
     return std::make_unique<ring_allreduce_operation<value_type, Exec>>(
         exec, ring_geometry{shape, send.size()}, agreed.rule, codec, hop * shape.size, send.data(), recv.data(), slot,
         comm, nonblocking, agreed.how, who, ring_schedule::allreduce, ring_extras_for(options, hop, shape));

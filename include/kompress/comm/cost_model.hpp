@@ -25,6 +25,13 @@ struct cost_model {
   /// docs/performance.md compressed and lost at 1 MiB per peer and 5 Gb/s, predicted 1.25-1.40x,
   /// measured 0.77-0.98x; 1.5 sends those raw and keeps the decisions that paid well.
   double min_gain = 1.5;
+  /// The compression ratio the model expects of the data (the chunk size and automatic mode's
+  /// decision use it): 2 unless stated, or measured on a sample of the caller's data
+  /// (measure_cost_model).
+  double expected_ratio = 2.0;
+  /// The link's latency: what one more step of a schedule costs beyond its bytes, seconds
+  /// (the choice between the ring and recursive halving and doubling weighs it).
+  double latency_seconds = 10e-6;
 
   /// Pipelining: a message that may be compressed is cut into chunks, each its own stream and
   /// its own MPI message, so that compressing chunk k+1, sending chunk k and decoding chunk
@@ -57,7 +64,7 @@ struct cost_model {
   double wire_seconds(double bytes, double ratio) const { return bytes / (ratio * link_bytes_per_second); }
   double decompress_seconds(double bytes) const { return bytes / decompress_bytes_per_second; }
 
-  /// Chunks for a compressed message of `bytes` (ratio 2 assumed, as worth_compressing does).
+  /// Chunks for a compressed message of `bytes` (at expected_ratio, as worth_compressing).
   /// In k chunks the stages overlap: T(k) = sum/k + (k-1)/k * max + k * chunk_seconds, where
   /// sum and max are over the three stages of the whole message (the first chunk fills the
   /// pipeline, then the slowest stage sets the pace). T is least at k = sqrt((sum - max) /
@@ -66,7 +73,7 @@ struct cost_model {
     if (!pipeline || bytes == 0) return 1;
     if (fixed_chunk_bytes > 0) return (bytes + fixed_chunk_bytes - 1) / fixed_chunk_bytes;
     const double b = double(bytes);
-    const double c = compress_seconds(b), w = wire_seconds(b, 2.0), d = decompress_seconds(b);
+    const double c = compress_seconds(b), w = wire_seconds(b, expected_ratio), d = decompress_seconds(b);
     const double sum = c + w + d, slowest = std::max({c, w, d});
     double k = chunk_seconds > 0.0 ? std::sqrt((sum - slowest) / chunk_seconds) : double(max_chunks);
     k = std::min({k, double(max_chunks), std::floor(b / double(std::max<std::uint64_t>(min_chunk_bytes, 1)))});
@@ -86,11 +93,19 @@ struct cost_model {
     return (c + w + d) / k + (k - 1.0) / k * std::max({c, w, d}) + (k - 1.0) * chunk_seconds;
   }
 
-  /// True when compressing a message of `bytes` could pay, at a ratio of at least 2: the
-  /// message, pipelined as above, beats the raw values on the link by min_gain.
+  /// True when compressing a message of `bytes` could pay, at expected_ratio: the message,
+  /// pipelined as above, beats the raw values on the link by min_gain.
   bool worth_compressing(std::uint64_t bytes) const {
     if (bytes < min_message_bytes) return false;
-    return compressed_seconds(bytes, 2.0) * min_gain < double(bytes) / link_bytes_per_second;
+    return compressed_seconds(bytes, expected_ratio) * min_gain < double(bytes) / link_bytes_per_second;
+  }
+
+  /// Predicted seconds of one step of a schedule that moves a message of `bytes` (and takes one
+  /// in): the latency, then the message compressed and pipelined at expected_ratio, or raw.
+  double step_seconds(std::uint64_t bytes, bool compressed) const {
+    if (bytes == 0) return latency_seconds;
+    return latency_seconds +
+           (compressed ? compressed_seconds(bytes, expected_ratio) : double(bytes) / link_bytes_per_second);
   }
 
   /// True when `wire_bytes` compressed beat `raw_bytes` raw, the compression already done.

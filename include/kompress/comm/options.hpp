@@ -30,6 +30,15 @@ enum class reduction_method {
   homomorphic,  ///< quantize once on one grid shared by all ranks; hops add the integer codes
 };
 
+/// The order of the messages of allreduce (docs/collectives.md, "Schedules"). Both move the
+/// same bytes and compress every value along p - 1 partial sums plus once as a final value: the
+/// same bound.
+enum class collective_schedule {
+  automatic,         ///< by the cost model: the one predicted faster for this size and p
+  ring,              ///< 2 (p - 1) steps of n / p values each, between neighbours
+  halving_doubling,  ///< recursive halving, then doubling: 2 log2 p steps (+ 2 where p is no power of two)
+};
+
 /// How a collective's bytes reach MPI (docs/collectives.md, "The transport seam"). The bytes on
 /// the wire are the same either way; the ranks of a collective must agree on whether they stage
 /// (a mismatch is invalid_argument on every rank), those of the DLRM exchange may differ.
@@ -55,6 +64,9 @@ struct collective_options {
   /// allreduce and reduce_scatter: homomorphic adds codes without recompressing; the result is
   /// within p times the per-rank bound (docs/collectives.md, "Homomorphic reduction").
   reduction_method reduction = reduction_method::recompress;
+  /// allreduce: ring or recursive halving and doubling (the homomorphic reduction takes the
+  /// ring whatever this says).
+  collective_schedule schedule = collective_schedule::automatic;
   cost_model cost{};
   /// Report the largest error this rank's own compressions introduced (collective_report::
   /// max_error): decodes what it sends (one decompression per stream); homomorphic: the largest

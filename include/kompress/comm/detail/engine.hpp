@@ -84,7 +84,7 @@ struct wire_rule {
       f.add(cost.link_bytes_per_second).add(cost.compress_bytes_per_second).add(cost.decompress_bytes_per_second)
           .add(cost.min_message_bytes).add(cost.min_gain).add(std::uint64_t(cost.pipeline)).add(cost.chunk_seconds)
           .add(cost.min_chunk_bytes).add(cost.max_chunks).add(cost.fixed_chunk_bytes)
-          .add(cost.staging_bytes_per_second);
+          .add(cost.staging_bytes_per_second).add(cost.expected_ratio).add(cost.latency_seconds);
   }
   /// The rule of a call whose bytes reach MPI as `how` says: a staged call's cost model counts
   /// its copies through host staging (cost_model::staged), so automatic mode weighs them.
@@ -133,6 +133,30 @@ double max_difference(const Exec& exec, const T* values, const T* decoded, std::
       },
       Kokkos::Max<double>(error));
   return error;
+}
+
+/// One message of `count` values at `values`, both sides deciding alike: a stream in `out`
+/// where `compressible` (the wire rule's may_compress for the message) and the rule sends it,
+/// else the raw values copied there. Returns its length. `max_error`, when not NaN, takes the
+/// largest error the stream introduced (decoded into `decode_scratch`, `count` values).
+template <class Memory, class T, class Exec>
+std::size_t encode_message(const Exec& exec, const wire_rule& rule, const compress_options& codec, bool compressible,
+                           const T* values, std::size_t count, std::byte* out, T* decode_scratch,
+                           double& max_error) {
+  const std::size_t raw = count * sizeof(T);
+  if (compressible && count > 0) {
+    const std::size_t length = compress(exec, values_in<const T, Memory>(values, count),
+                                        values_in<std::byte, Memory>(out, max_compressed_size<T>(count, codec)), codec);
+    if (rule.send_compressed(raw, length)) {
+      if (max_error == max_error) {
+        decode_message<Memory>(exec, out, length, count, decode_scratch, "kompress::measure_error");
+        max_error = std::max(max_error, max_difference<Memory>(exec, values, decode_scratch, count));
+      }
+      return length;
+    }
+  }
+  copy_values<Memory>(exec, out, reinterpret_cast<const std::byte*>(values), raw);
+  return raw;
 }
 
 /// What one call knows of a failure after the agreement (docs/collectives.md, "Failure after

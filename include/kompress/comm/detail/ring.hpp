@@ -209,21 +209,8 @@ class ring_phases {
   /// The message for `count` values: a stream in `out` when the wire rule says so, else the
   /// raw values copied there.
   std::size_t encode(const T* values, std::size_t count, std::byte* out) {
-    const std::size_t raw = count * sizeof(T);
-    if (may_compress() && count > 0) {
-      const std::size_t length = compress(exec_, values_in<const T, memory>(values, count),
-                                          values_in<std::byte, memory>(out, max_compressed_size<T>(count, codec_)),
-                                          codec_);
-      if (rule_.send_compressed(raw, length)) {
-        if (max_error_ == max_error_) {  // measuring: decode what leaves (incoming_ is free while sending)
-          decode_message<memory>(exec_, out, length, count, incoming_, "kompress::measure_error");
-          max_error_ = std::max(max_error_, max_difference<memory>(exec_, values, incoming_, count));
-        }
-        return length;
-      }
-    }
-    copy_values<memory>(exec_, out, reinterpret_cast<const std::byte*>(values), raw);
-    return raw;
+    // measuring: the stream is decoded into incoming_, free while sending
+    return encode_message<memory>(exec_, rule_, codec_, may_compress(), values, count, out, incoming_, max_error_);
   }
   bool may_compress() const { return rule_.may_compress(ring_.count * sizeof(T) / std::size_t(ring_.p())); }
 

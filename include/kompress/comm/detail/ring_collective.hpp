@@ -84,8 +84,9 @@ agreed_ring agree_ring_call(const Call& call, MPI_Comm comm, comm_workspace* wor
       options.transport);
   agreed.rule = wire_rule::for_call(options, agreed.how);
   agreement a;
-  a.must_match = Call::sums ? "the element count, element type, transfer mode, cost model, reduction method, bound "
-                              "(mode, value and reduction_bound), for the homomorphic reduction block size, and "
+  a.must_match = Call::sums ? "the element count, element type, transfer mode, cost model, reduction method, "
+                              "schedule, bound (mode, value and reduction_bound), for the homomorphic reduction "
+                              "block size, and "
                               "whether the Views are staged for MPI"
                             : "the element count, element type, transfer mode, cost model, bound (mode and value) "
                               "and whether the Views are staged for MPI";
@@ -99,7 +100,10 @@ agreed_ring agree_ring_call(const Call& call, MPI_Comm comm, comm_workspace* wor
   fingerprint f = call_fingerprint(Call::kind, nonblocking, sizeof(typename Call::value_type));
   if (persistent) f.add(persistent_call_mark);
   f.add(std::uint64_t(call.count())).add(std::uint64_t(options.codec.bound.mode)).add(options.codec.bound.value);
-  if (Call::sums) f.add(std::uint64_t(options.reduction_bound)).add(std::uint64_t(options.reduction));
+  if (Call::sums)
+    f.add(std::uint64_t(options.reduction_bound))
+        .add(std::uint64_t(options.reduction))
+        .add(std::uint64_t(options.schedule));
   // The homomorphic codes are blocked by it on every rank alike (streams carry their own).
   if (Call::sums && options.reduction == reduction_method::homomorphic) f.add(std::uint64_t(options.codec.block_size));
   agreed.rule.add_to(f);

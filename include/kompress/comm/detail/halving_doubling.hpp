@@ -1,0 +1,372 @@
+#pragma once
+// allreduce's second schedule: recursive halving, then recursive doubling (Rabenseifner's
+// algorithm), for p = 2^k core ranks, with the r = p - 2^k extra ranks folded in first and
+// handed the result last. The same bytes as the ring (n (p-1)/p each way per rank) in 2k steps
+// instead of 2(p-1): what wins where a step's latency and the codec's per-call cost add up, at
+// many ranks or small messages.
+//
+//   fold     (r > 0) rank 2i (i < r) sends its whole vector to rank 2i+1, which adds it; rank
+//            2i then waits for the end.
+//   halve    step j of k: core rank c and c ^ d (d = 2^(k-1-j)) split the blocks they both
+//            still hold; each sends the half it gives up (a partial sum, compressed once) and
+//            adds the half it keeps. After k steps core rank c holds the sum of block c.
+//   double   step j of k: c and c ^ 2^j swap the final streams of the blocks they hold. Block
+//            c's owner compresses it once; every rank forwards and decodes those same bytes,
+//            so every rank ends bit-identical.
+//   unfold   (r > 0) rank 2i+1 sends every final stream to rank 2i.
+//
+// Error: a value's sum is built along a tree whose p - 1 edges are partial sums, each
+// compressed once (the fold's r edges and the halving's 2^k - 1), then compressed once more as
+// a final value: at most p e, the ring's bound. Blocks are the p' = 2^k blocks of the vector;
+// messages are cut into pieces as the ring's are (comm/detail/pipeline.hpp), each piece of a
+// halving range or of a final block its own stream and its own MPI message. docs/collectives.md
+// ("Schedules") gives the choice between the two, docs/scale.md the measurements.
+
+#include <kompress/comm/detail/engine.hpp>
+#include <kompress/comm/options.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace kompress::inline v0::detail {
+
+/// Which ranks take part where: the core of p' = 2^floor(log2 p) ranks and the r folded ones,
+/// and the p' blocks of the vector.
+struct butterfly_geometry {
+  comm_shape shape;
+  std::size_t count = 0;
+
+  int core_size() const { return int(std::bit_floor(unsigned(shape.size))); }
+  int extra() const { return shape.size - core_size(); }
+  int levels() const { return std::countr_zero(unsigned(core_size())); }
+  /// Ranks 2i and 2i+1 (i < r) are folded: the odd one stands in the core for both.
+  bool folded_out(int rank) const { return rank < 2 * extra() && rank % 2 == 0; }
+  int core_rank(int rank) const { return rank < 2 * extra() ? rank / 2 : rank - extra(); }
+  int rank_of_core(int core) const { return core < extra() ? 2 * core + 1 : core + extra(); }
+  std::size_t block_begin(int block) const { return std::size_t(block) * count / std::size_t(core_size()); }
+};
+
+/// One step of one rank: what it sends to whom and what it receives from whom. Reduce steps
+/// (fold, halve) move a value range [begin, end) of partial sums; final steps (double, unfold)
+/// the final streams of a block range [begin, end).
+struct butterfly_step {
+  bool reduces = true;
+  int send_peer = -1, receive_peer = -1;  ///< -1: nothing that way
+  std::size_t send_begin = 0, send_end = 0, receive_begin = 0, receive_end = 0;
+  bool reads_input = false;  ///< a reduce step on this rank's own values, before any sum was formed
+};
+
+/// The steps rank `geometry.shape.rank` runs, in order.
+inline std::vector<butterfly_step> butterfly_steps(const butterfly_geometry& geometry) {
+  std::vector<butterfly_step> steps;
+  const int rank = geometry.shape.rank, core_size = geometry.core_size();
+  const bool folding = geometry.extra() > 0 && rank < 2 * geometry.extra();
+  if (folding) {
+    butterfly_step fold{.reads_input = true};
+    if (geometry.folded_out(rank)) fold.send_peer = rank + 1, fold.send_end = geometry.count;
+    else fold.receive_peer = rank - 1, fold.receive_end = geometry.count;
+    steps.push_back(fold);
+    if (geometry.folded_out(rank)) {
+      steps.push_back({.reduces = false, .receive_peer = rank + 1, .receive_end = std::size_t(core_size)});
+      return steps;
+    }
+  }
+  const int core = geometry.core_rank(rank);
+  int low = 0;  // the blocks [low, low + 2d) this rank still holds partial sums of
+  for (int d = core_size / 2; d >= 1; d /= 2) {
+    const bool keeps_upper = (core & d) != 0;
+    const int kept = keeps_upper ? low + d : low, given = keeps_upper ? low : low + d;
+    const int peer = geometry.rank_of_core(core ^ d);
+    steps.push_back({.send_peer = peer,
+                     .receive_peer = peer,
+                     .send_begin = geometry.block_begin(given),
+                     .send_end = geometry.block_begin(given + d),
+                     .receive_begin = geometry.block_begin(kept),
+                     .receive_end = geometry.block_begin(kept + d),
+                     .reads_input = d == core_size / 2 && !folding});
+    low = kept;
+  }
+  for (int d = 1; d < core_size; d *= 2) {
+    const int held = core & ~(d - 1), peer_core = core ^ d;
+    const int peer_held = peer_core & ~(d - 1);
+    const int peer = geometry.rank_of_core(peer_core);
+    steps.push_back({.reduces = false,
+                     .send_peer = peer,
+                     .receive_peer = peer,
+                     .send_begin = std::size_t(held),
+                     .send_end = std::size_t(held + d),
+                     .receive_begin = std::size_t(peer_held),
+                     .receive_end = std::size_t(peer_held + d)});
+  }
+  if (folding) steps.push_back({.reduces = false, .send_peer = rank - 1, .send_end = std::size_t(core_size)});
+  return steps;
+}
+
+/// Whether an allreduce of `bytes` on `p` ranks runs recursive halving and doubling rather
+/// than the ring: as `schedule` says, or (automatic) where the cost model predicts it faster.
+/// Both move the same bytes through the codec and the link; the ring takes 2 (p-1) steps of
+/// n/p, halving and doubling 2 log2 p' steps of n/2 ... n/p' (p' = 2^floor(log2 p)), and where
+/// p is no power of two two more of the whole vector (the fold and the result handed back).
+inline bool takes_halving_doubling(collective_schedule schedule, const wire_rule& rule, std::uint64_t bytes, int p) {
+  if (schedule != collective_schedule::automatic || p <= 1) return schedule == collective_schedule::halving_doubling;
+  const cost_model& cost = rule.cost;
+  const auto step = [&](std::uint64_t message) { return cost.step_seconds(message, rule.may_compress(message)); };
+  const double ring = 2.0 * (p - 1) * step(bytes / std::uint64_t(p));
+  const int core = int(std::bit_floor(unsigned(p)));
+  double halving_doubling = core < p ? 2.0 * step(bytes) : 0.0;
+  for (int d = core / 2; d >= 1; d /= 2) halving_doubling += 2.0 * step(bytes * std::uint64_t(d) / std::uint64_t(core));
+  return halving_doubling < ring;
+}
+
+/// sums[i] = own[i] + incoming[i] for i < n, on `exec` (sums may be own), and waits.
+template <class Exec, class T>
+void add_partial_sums(const Exec& exec, T* sums, const T* own, const T* incoming, std::size_t n) {
+  Kokkos::parallel_for("kompress::allreduce::add", Kokkos::RangePolicy<Exec>(exec, 0, n),
+                       KOKKOS_LAMBDA(std::size_t i) { sums[i] = own[i] + incoming[i]; });
+  exec.fence("kompress::allreduce: partial sum added");
+}
+
+/// The recompressing allreduce over recursive halving and doubling; one step in flight at a
+/// time, its messages cut into pieces, arrivals decoded (and added) as they come. Its scratch is
+/// in the execution space's memory; the bytes reach MPI through the transport seam.
+template <class T, class Exec>
+class halving_doubling_operation final : public operation {
+  using memory = typename Exec::memory_space;
+
+ public:
+  halving_doubling_operation(const Exec& exec, butterfly_geometry geometry, wire_rule rule, compress_options codec,
+                             double result_bound, const T* input, T* output, workspace_slot* leased, MPI_Comm comm,
+                             bool nonblocking, transport how, bool measure_error, const char* who)
+      : exec_(exec), who_(who), how_(how), geometry_(geometry), rule_(rule), codec_(codec), input_(input),
+        output_(output), scratch_(leased, comm, nonblocking, who) {
+    if (geometry_.count > 0) steps_ = butterfly_steps(geometry_);  // no values: no messages
+    report_.absolute_bound = result_bound;
+    if (measure_error) max_error_ = 0.0;
+    reserve();
+    if (!steps_.empty()) start_step();
+    else finish();
+  }
+
+  /// After a failure every later step still runs, its messages abort markers (every receive is
+  /// matched); then it throws (again on each call).
+  bool progress(bool block) override {
+    while (step_ < steps_.size()) {
+      if (!posted_->progress(block, who_, [&](int key, std::size_t bytes) { arrived(key, bytes); })) return false;
+      ++step_;
+      if (step_ < steps_.size()) start_step();
+      else finish();
+    }
+    if (failure_.aborting()) failure_.raise(who_);
+    return true;
+  }
+
+  const collective_report& report() const override { return report_; }
+
+ private:
+  /// One MPI message of a step: `values` values at position `begin` of the vector; for a final
+  /// step, piece `piece` of block `block`.
+  struct message {
+    std::size_t begin = 0, values = 0;
+    int block = -1;
+    std::size_t piece = 0;
+  };
+
+  std::size_t block_size(int block) const { return geometry_.block_begin(block + 1) - geometry_.block_begin(block); }
+  /// How a message of `values` values is cut, the same on both sides (from its own size).
+  chunk_plan plan(std::size_t values) const { return rule_.plan(values, sizeof(T), values * sizeof(T)); }
+  bool compressible(std::size_t values) const { return rule_.may_compress(values * sizeof(T)); }
+
+  /// The messages one side of a step moves, in the order they travel.
+  std::vector<message> messages(const butterfly_step& step, bool sending) const {
+    const std::size_t begin = sending ? step.send_begin : step.receive_begin;
+    const std::size_t end = sending ? step.send_end : step.receive_end;
+    std::vector<message> out;
+    if ((sending ? step.send_peer : step.receive_peer) < 0) return out;
+    if (step.reduces) {
+      const chunk_plan pieces = plan(end - begin);
+      for (std::size_t i = 0; i < pieces.count(); ++i) out.push_back({begin + pieces.begin(i), pieces.size(i)});
+      return out;
+    }
+    for (int block = int(begin); block < int(end); ++block) {
+      const chunk_plan pieces = plan(block_size(block));
+      for (std::size_t i = 0; i < pieces.count(); ++i)
+        out.push_back({geometry_.block_begin(block) + pieces.begin(i), pieces.size(i), block, i});
+    }
+    return out;
+  }
+
+  /// Scratch, sized by walking this rank's steps. Receive: a reduce arrival (raw size), then
+  /// every block's final streams at their raw offsets. Decode: the partial sums, then one
+  /// decoded arrival (or piece, measuring). Send: the pieces one step encodes (staged: one slot
+  /// per message of a step).
+  void reserve() {
+    std::size_t widest = 0, arrival = 0, encoded = 0, sent = 0;
+    for (const butterfly_step& step : steps_) {
+      const std::vector<message> out = messages(step, true), in = messages(step, false);
+      for (const message& m : out) widest = std::max(widest, m.values);
+      for (const message& m : in) widest = std::max(widest, m.values);
+      if (step.reduces) {
+        arrival = std::max(arrival, step.receive_end - step.receive_begin);
+        encoded = std::max(encoded, out.size());
+      }
+      sent = std::max(sent, out.size());
+    }
+    encoded = std::max(encoded, plan(block_size(own_block())).count());  // doubling step 0
+    piece_room_ = (max_compressed_size<T>(std::max<std::size_t>(widest, 1), codec_) + 7) / 8 * 8;
+    arrival_bytes_ = (arrival * sizeof(T) + 7) / 8 * 8;
+    const std::size_t count = geometry_.count;
+    const scratch_room room = scratch_->template reserve_in<memory>(
+        std::max<std::size_t>(1, encoded) * piece_room_, arrival_bytes_ + count * sizeof(T),
+        (count + std::max(arrival, widest)) * sizeof(T));
+    send_ = room.send;
+    hop_ = room.receive;
+    finals_ = room.receive + arrival_bytes_;
+    sums_ = reinterpret_cast<T*>(room.decode);
+    decoded_ = sums_ + count;
+    if (how_.staged)
+      scratch_->reserve_staging(std::max<std::size_t>(1, sent) * piece_room_, arrival_bytes_ + count * sizeof(T));
+    own_encoded_.assign(plan(block_size(own_block())).count(), false);
+    final_length_.resize(std::size_t(geometry_.core_size()));
+    for (int block = 0; block < geometry_.core_size(); ++block)
+      final_length_[std::size_t(block)].assign(plan(block_size(block)).count(), 0);
+  }
+
+  /// The block this rank holds the sum of after halving (none for a folded-out rank).
+  int own_block() const {
+    return geometry_.folded_out(geometry_.shape.rank) ? 0 : geometry_.core_rank(geometry_.shape.rank);
+  }
+  bool holds_own_block() const { return !geometry_.folded_out(geometry_.shape.rank) && geometry_.shape.size > 1; }
+
+  /// The values a reduce step sends from and adds to: this rank's input before a sum was formed.
+  const T* source(const butterfly_step& step) const { return step.reads_input ? input_ : sums_; }
+
+  std::byte* staged_twin(const std::byte* target) const {
+    return scratch_->staged_receive.data() + (target - hop_);
+  }
+  std::byte* receive_target(const message& m, const butterfly_step& step) const {
+    return step.reduces ? hop_ + (m.begin - step.receive_begin) * sizeof(T) : finals_ + m.begin * sizeof(T);
+  }
+
+  /// Posts the step's receives, then encodes and sends its messages one by one, decoding
+  /// arrivals between them.
+  void start_step() {
+    const butterfly_step& step = steps_[step_];
+    posted_.emplace(failure_);  // the previous step's requests have all completed
+    incoming_ = messages(step, false);
+    for (std::size_t i = 0; i < incoming_.size(); ++i) {
+      std::byte* const target = receive_target(incoming_[i], step);
+      posted_->receive(how_.staged ? staged_twin(target) : target, incoming_[i].values * sizeof(T), step.receive_peer,
+                       scratch_->comm, who_, int(i));
+    }
+    const std::vector<message> outgoing = messages(step, true);
+    if (outgoing.empty()) return;
+    bool compressed = false;
+    std::size_t raw = 0;
+    send_chunks(
+        *posted_, chunk_plan{outgoing.size(), 1}, step.send_peer, scratch_->comm, who_,
+        [&](std::size_t i) {
+          const message& m = outgoing[i];
+          const std::span<const std::byte> payload = step.reduces ? encode_partial(step, m, i) : final_stream(m);
+          compressed = compressed || payload.size() < m.values * sizeof(T);
+          report_.wire_bytes += payload.size();
+          ++report_.chunks;
+          raw += m.values * sizeof(T);
+          return to_mpi(i, payload);
+        },
+        [&] { posted_->progress(false, who_, [&](int key, std::size_t bytes) { arrived(key, bytes); }); });
+    report_.payload_bytes += raw;
+    if (compressed) ++report_.compressed_messages;
+    ++report_.messages;
+  }
+
+  /// A piece of partial sums (or of this rank's own values), compressed once, in send scratch.
+  std::span<const std::byte> encode_partial(const butterfly_step& step, const message& m, std::size_t i) {
+    std::byte* const out = send_ + i * piece_room_;
+    // measuring: the stream is decoded into decoded_, free while sending
+    const bool whole_compressible = compressible(step.send_end - step.send_begin);
+    const std::size_t length = encode_message<memory>(exec_, rule_, codec_, whole_compressible, source(step) + m.begin,
+                                                      m.values, out, decoded_, max_error_);
+    return {out, length};
+  }
+
+  /// A final block's piece: the owner compresses it once (and decodes its own bytes, as every
+  /// rank does); afterwards the stored stream is forwarded unchanged.
+  std::span<const std::byte> final_stream(const message& m) {
+    std::byte* const slot = finals_ + m.begin * sizeof(T);
+    std::size_t& length = final_length_[std::size_t(m.block)][m.piece];
+    if (m.block == own_block() && holds_own_block() && !own_encoded_[m.piece]) {
+      std::byte* const out = send_ + m.piece * piece_room_;
+      length = encode_message<memory>(exec_, rule_, codec_, compressible(block_size(m.block)), sums_ + m.begin,
+                                      m.values, out, decoded_, max_error_);
+      copy_values<memory>(exec_, slot, static_cast<const std::byte*>(out), length);
+      decode_message<memory>(exec_, slot, length, m.values, output_ + m.begin, who_);
+      own_encoded_[m.piece] = true;
+    }
+    return {slot, length};
+  }
+
+  /// What MPI sends for message `i` of a step: the payload, or its copy in host staging.
+  std::span<const std::byte> to_mpi(std::size_t i, std::span<const std::byte> payload) {
+    if (!how_.staged) return payload;
+    std::byte* const staged = scratch_->staged_send.data() + i * piece_room_;
+    stage_out(exec_, staged, payload.data(), payload.size());
+    return {staged, payload.size()};
+  }
+
+  /// Message `key` of this step arrived, `bytes` long: a partial sum decoded and added, or a
+  /// final stream kept (to forward) and decoded into the output.
+  void arrived(int key, std::size_t bytes) {
+    const butterfly_step& step = steps_[step_];
+    const message& m = incoming_[std::size_t(key)];
+    std::byte* const landed = receive_target(m, step);
+    if (how_.staged) stage_in(exec_, landed, staged_twin(landed), bytes);
+    if (!step.reduces) {
+      final_length_[std::size_t(m.block)][m.piece] = bytes;
+      decode_message<memory>(exec_, landed, bytes, m.values, output_ + m.begin, who_);
+      return;
+    }
+    T* const decoded = decoded_ + (m.begin - step.receive_begin);
+    decode_message<memory>(exec_, landed, bytes, m.values, decoded, who_);
+    add_partial_sums(exec_, sums_ + m.begin, source(step) + m.begin, decoded, m.values);
+  }
+
+  /// One rank: the result is the input. Otherwise the output was written as the final streams
+  /// were decoded.
+  void finish() {
+    if (failure_.aborting()) return;
+    if (geometry_.shape.size == 1 && input_ != output_) copy_values<memory>(exec_, output_, input_, geometry_.count);
+    exec_.fence("kompress: halving-doubling result in place");
+    report_.max_error = max_error_;
+  }
+
+  Exec exec_;
+  const char* who_;
+  transport how_;
+  butterfly_geometry geometry_;
+  wire_rule rule_;
+  compress_options codec_;  ///< the bound already the per-step absolute bound
+  const T* input_;          ///< this rank's values (never written)
+  T* output_;
+  call_scratch scratch_;
+  std::vector<butterfly_step> steps_;
+  std::size_t step_ = 0;
+  std::vector<message> incoming_;  ///< this step's arrivals, by key
+  T *sums_ = nullptr, *decoded_ = nullptr;
+  std::byte *send_ = nullptr, *hop_ = nullptr, *finals_ = nullptr;
+  std::size_t piece_room_ = 0, arrival_bytes_ = 0;
+  std::vector<std::vector<std::size_t>> final_length_;  ///< per block, per piece
+  std::vector<bool> own_encoded_;  ///< per piece of the own block: compressed once
+  double max_error_ = NAN;  ///< measured when not NaN
+  collective_report report_;
+  call_failure failure_;                   ///< shared by every step's requests
+  std::optional<posted_messages> posted_;  // last: completed (or cancelled) before the buffers go
+};
+
+}  // namespace kompress::inline v0::detail
