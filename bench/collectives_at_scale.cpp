@@ -230,13 +230,16 @@ void run_plain(const options& o, const buffer& send, const buffer& recv, std::si
     MPI_Reduce_scatter_block(send.data(), recv.data(), block, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
 
+/// One kompress call, its scratch from `workspace` (reused by every call, as a training loop
+/// reuses it: without one each call allocates and first-touches its scratch).
 kompress::collective_report run_kompress(const options& o, const kompress::collective_options& copts,
-                                         const buffer& send, const buffer& recv) {
+                                         const buffer& send, const buffer& recv, kompress::comm_workspace& workspace) {
   const host_exec exec;
-  if (o.op == "allreduce") return kompress::allreduce(exec, send.view(), recv.view(), MPI_COMM_WORLD, copts);
-  if (o.op == "alltoall") return kompress::alltoall(exec, send.view(), recv.view(), MPI_COMM_WORLD, copts);
-  if (o.op == "allgather") return kompress::allgather(exec, send.view(), recv.view(), MPI_COMM_WORLD, copts);
-  return kompress::reduce_scatter(exec, send.view(), recv.view(), MPI_COMM_WORLD, copts);
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  if (o.op == "allreduce") return kompress::allreduce(exec, send.view(), recv.view(), comm, copts, &workspace);
+  if (o.op == "alltoall") return kompress::alltoall(exec, send.view(), recv.view(), comm, copts, &workspace);
+  if (o.op == "allgather") return kompress::allgather(exec, send.view(), recv.view(), comm, copts, &workspace);
+  return kompress::reduce_scatter(exec, send.view(), recv.view(), comm, copts, &workspace);
 }
 
 double slowest_rank(double seconds) {
@@ -317,6 +320,7 @@ int main(int argc, char** argv) {
     base.cost = measured_cost_model(values, o, rank);
 
     std::vector<result> results;
+    kompress::comm_workspace workspace(MPI_COMM_WORLD);
     for (const std::string& variant : o.variants) {
       const bool sums = o.op == "allreduce" || o.op == "reduce_scatter";
       if (variant == "homomorphic" && !sums) continue;
@@ -331,7 +335,7 @@ int main(int argc, char** argv) {
       if (variant == "halving") copts.schedule = kompress::collective_schedule::halving_doubling;
       const auto call = [&] {
         if (variant == "plain") run_plain(o, send, recv, send_count, p);
-        else r.report = run_kompress(o, copts, send, recv);
+        else r.report = run_kompress(o, copts, send, recv, workspace);
       };
       call();  // untimed: the warm-up, and the result the check reads
       if (o.check && variant != "plain") check(o, recv.data(), want.data(), abs_sum.data(), recv_count, p, r);
