@@ -27,6 +27,8 @@
 #include <kompress/comm/persistent.hpp>
 #include <kompress/detail/arguments.hpp>
 
+#include <bit>
+
 namespace kompress {
 inline namespace v0 {
 
@@ -54,10 +56,19 @@ struct allreduce_call : ring_call<Exec, SendView, RecvView> {
     byte_count(send.size() * sizeof(value_type), who);  // MPI's int counts
   }
 
-  /// Exactly MPI_Allreduce (with one rank: the input itself) where the ring would compress
-  /// nothing and MPI reads the Views (staged Views always take the ring).
+  /// Exactly MPI_Allreduce (with one rank: the input itself) where the schedule would compress
+  /// none of its messages, judged by its largest (the ring's n/p; halving and doubling's n/2, or
+  /// the fold's n), and MPI reads the Views (staged Views always take the schedule).
   bool sends_raw(const agreed_ring& agreed) const {
-    return this->raw_for(agreed, send.size() * sizeof(value_type) / std::size_t(agreed.shape.size));
+    const std::size_t bytes = send.size() * sizeof(value_type);
+    const int p = agreed.shape.size;
+    if (p <= 1 || !butterfly(agreed)) return this->raw_for(agreed, bytes / std::size_t(p));
+    return this->raw_for(agreed, std::has_single_bit(unsigned(p)) ? bytes / 2 : bytes);
+  }
+  /// Whether the compressing schedule is recursive halving and doubling.
+  bool butterfly(const agreed_ring& agreed) const {
+    return options.reduction == reduction_method::recompress &&
+           takes_halving_doubling(options.schedule, agreed.rule, send.size() * sizeof(value_type), agreed.shape.size);
   }
   small_call<value_type> small_call_of(const agreed_ring& agreed) const {
     return allreduce_small_call(send.data(), recv.data(), send.size(), agreed.shape, agreed.how, sends_raw(agreed));
@@ -81,8 +92,7 @@ struct allreduce_call : ring_call<Exec, SendView, RecvView> {
     const double hop = options.reduction_bound == allreduce_bound::total ? e / shape.size : e;
     compress_options codec = options.codec;
     codec.bound = absolute(hop);
-    if (options.reduction == reduction_method::recompress &&
-        takes_halving_doubling(options.schedule, agreed.rule, send.size() * sizeof(value_type), shape.size))
+    if (butterfly(agreed))
       return std::make_unique<halving_doubling_operation<value_type, Exec>>(
           exec, butterfly_geometry{shape, send.size()}, agreed.rule, codec, hop * shape.size, send.data(), recv.data(),
           slot, comm, nonblocking, agreed.how, options.measure_error, who);
