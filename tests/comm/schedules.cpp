@@ -40,6 +40,16 @@ void run_symbolically(int p, std::size_t count) {
     steps.push_back(kompress::detail::butterfly_steps(butterfly_geometry{{rank, p}, count}));
   const butterfly_geometry shape{{0, p}, count};
   const int blocks = shape.core_size();
+  // A core rank compresses its own block in the one final step that sends a single block.
+  for (int rank = 0; rank < p; ++rank) {
+    int single = 0;
+    for (const butterfly_step& step : steps[std::size_t(rank)])
+      if (!step.reduces && step.send_peer >= 0 && step.send_end - step.send_begin == 1) {
+        ++single;
+        CHECK(int(step.send_begin) == shape.core_rank(rank));
+      }
+    CHECK(single == (p > 1 && !shape.folded_out(rank) ? 1 : 0));
+  }
   auto sums = std::vector(std::size_t(p), std::vector<contributions>(count));
   auto formed = std::vector(std::size_t(p), std::vector<bool>(count, false));
   // The final streams a rank holds, per block: the contributions they carry (none: not held).

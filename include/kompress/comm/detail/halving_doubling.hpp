@@ -45,7 +45,6 @@ struct butterfly_geometry {
 
   int core_size() const { return int(std::bit_floor(unsigned(shape.size))); }
   int extra() const { return shape.size - core_size(); }
-  int levels() const { return std::countr_zero(unsigned(core_size())); }
   /// Ranks 2i and 2i+1 (i < r) are folded: the odd one stands in the core for both.
   bool folded_out(int rank) const { return rank < 2 * extra() && rank % 2 == 0; }
   int core_rank(int rank) const { return rank < 2 * extra() ? rank / 2 : rank - extra(); }
@@ -67,7 +66,7 @@ struct butterfly_step {
 inline std::vector<butterfly_step> butterfly_steps(const butterfly_geometry& geometry) {
   std::vector<butterfly_step> steps;
   const int rank = geometry.shape.rank, core_size = geometry.core_size();
-  const bool folding = geometry.extra() > 0 && rank < 2 * geometry.extra();
+  const bool folding = rank < 2 * geometry.extra();
   if (folding) {
     butterfly_step fold{.reads_input = true};
     if (geometry.folded_out(rank)) fold.send_peer = rank + 1, fold.send_end = geometry.count;
@@ -232,7 +231,6 @@ class halving_doubling_operation final : public operation {
     decoded_ = sums_ + count;
     if (how_.staged)
       scratch_->reserve_staging(std::max<std::size_t>(1, sent) * piece_room_, arrival_bytes_ + count * sizeof(T));
-    own_encoded_.assign(plan(block_size(own_block())).count(), false);
     final_length_.resize(std::size_t(geometry_.core_size()));
     for (int block = 0; block < geometry_.core_size(); ++block)
       final_length_[std::size_t(block)].assign(plan(block_size(block)).count(), 0);
@@ -242,7 +240,6 @@ class halving_doubling_operation final : public operation {
   int own_block() const {
     return geometry_.folded_out(geometry_.shape.rank) ? 0 : geometry_.core_rank(geometry_.shape.rank);
   }
-  bool holds_own_block() const { return !geometry_.folded_out(geometry_.shape.rank) && geometry_.shape.size > 1; }
 
   /// The values a reduce step sends from and adds to: this rank's input before a sum was formed.
   const T* source(const butterfly_step& step) const { return step.reads_input ? input_ : sums_; }
@@ -273,7 +270,7 @@ class halving_doubling_operation final : public operation {
         *posted_, chunk_plan{outgoing.size(), 1}, step.send_peer, scratch_->comm, who_,
         [&](std::size_t i) {
           const message& m = outgoing[i];
-          const std::span<const std::byte> payload = step.reduces ? encode_partial(step, m, i) : final_stream(m);
+          const std::span<const std::byte> payload = step.reduces ? encode_partial(step, m, i) : final_stream(step, m);
           compressed = compressed || payload.size() < m.values * sizeof(T);
           report_.wire_bytes += payload.size();
           ++report_.chunks;
@@ -296,18 +293,18 @@ class halving_doubling_operation final : public operation {
     return {out, length};
   }
 
-  /// A final block's piece: the owner compresses it once (and decodes its own bytes, as every
-  /// rank does); afterwards the stored stream is forwarded unchanged.
-  std::span<const std::byte> final_stream(const message& m) {
+  /// A final block's piece: its owner compresses it once, in the first doubling step, the one
+  /// final step that sends a single block, its own (and decodes those bytes, as every rank
+  /// does); every later step forwards the stored stream unchanged.
+  std::span<const std::byte> final_stream(const butterfly_step& step, const message& m) {
     std::byte* const slot = finals_ + m.begin * sizeof(T);
     std::size_t& length = final_length_[std::size_t(m.block)][m.piece];
-    if (m.block == own_block() && holds_own_block() && !own_encoded_[m.piece]) {
+    if (step.send_end - step.send_begin == 1) {
       std::byte* const out = send_ + m.piece * piece_room_;
       length = encode_message<memory>(exec_, rule_, codec_, compressible(block_size(m.block)), sums_ + m.begin,
                                       m.values, out, decoded_, max_error_);
       copy_values<memory>(exec_, slot, static_cast<const std::byte*>(out), length);
       decode_message<memory>(exec_, slot, length, m.values, output_ + m.begin, who_);
-      own_encoded_[m.piece] = true;
     }
     return {slot, length};
   }
@@ -362,7 +359,6 @@ class halving_doubling_operation final : public operation {
   std::byte *send_ = nullptr, *hop_ = nullptr, *finals_ = nullptr;
   std::size_t piece_room_ = 0, arrival_bytes_ = 0;
   std::vector<std::vector<std::size_t>> final_length_;  ///< per block, per piece
-  std::vector<bool> own_encoded_;  ///< per piece of the own block: compressed once
   double max_error_ = NAN;  ///< measured when not NaN
   collective_report report_;
   call_failure failure_;                   ///< shared by every step's requests
