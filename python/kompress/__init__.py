@@ -304,9 +304,10 @@ def _agreed(who, comm, prepare):
         raise
 
 
-def _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction="recompress"):
+def _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction="recompress",
+              schedule="auto"):
     return _ext._CollectiveSettings(*_bound_args(abs, rel), str(mode), str(reduction_bound), str(reduction),
-                                    int(block_size), bool(measure_error), cost)
+                                    str(schedule), int(block_size), bool(measure_error), cost)
 
 
 def _buffer_collective(call, who, send, recv, comm, settings, *flags):
@@ -393,22 +394,26 @@ def ialltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, c
 
 
 def allreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
-              reduction="recompress", block_size=32, measure_error=False, cost=None) -> Report:
+              reduction="recompress", schedule="auto", block_size=32, measure_error=False, cost=None) -> Report:
     """Sum of ``send`` over the ranks into ``recv`` (pass one array twice for in place).
     ``reduction_bound``: 'per_hop' (each compression within the bound, the sum within p times
     it) or 'total' (the sum within the bound). ``reduction``: 'recompress' (decode, add,
     compress again at every hop) or 'homomorphic' (every rank quantizes once on one grid, the
-    hops add integer codes; the sum within p times the bound). Report.absolute_bound is the
-    guarantee."""
+    hops add integer codes; the sum within p times the bound). ``schedule``: 'auto' (the cost
+    model's pick), 'ring' or 'halving_doubling' (recursive halving, then doubling: 2 log2 p
+    steps; same bound, same result on every rank; the homomorphic reduction keeps the ring).
+    Report.absolute_bound is the guarantee."""
     return _buffer_collective(_ext._allreduce, "kompress.allreduce", send, recv, comm,
-                              (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction), False)
+                              (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction, schedule),
+                              False)
 
 
 def iallreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
-               reduction="recompress", block_size=32, measure_error=False, cost=None) -> Request:
+               reduction="recompress", schedule="auto", block_size=32, measure_error=False, cost=None) -> Request:
     """Nonblocking allreduce; see ialltoall."""
     return _buffer_collective(_ext._allreduce, "kompress.iallreduce", send, recv, comm,
-                              (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction), True)
+                              (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction, schedule),
+                              True)
 
 
 def allgather(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
@@ -523,11 +528,12 @@ def alltoallv_init(send, send_counts, send_displs, recv, recv_counts, recv_displ
 
 
 def allreduce_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
-                   reduction="recompress", block_size=32, measure_error=False, cost=None) -> PersistentRequest:
+                   reduction="recompress", schedule="auto", block_size=32, measure_error=False,
+                   cost=None) -> PersistentRequest:
     """Persistent allreduce (one array twice for in place); each round as ``allreduce``."""
     return PersistentRequest(_buffer_collective(
         _ext._allreduce_init, "kompress.allreduce_init", send, recv, comm,
-        (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction)))
+        (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction, schedule)))
 
 
 def allgather_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,

@@ -405,6 +405,7 @@ struct collective_settings {
   std::string mode = "compressed";
   std::string reduction_bound = "per_hop";
   std::string reduction = "recompress";
+  std::string schedule = "auto";
   int block_size = 32;
   bool measure_error = false;
   std::optional<kompress::cost_model> cost;
@@ -436,6 +437,16 @@ kompress::collective_options make_collective_options(const collective_settings& 
   else
     throw kompress::invalid_argument(std::string(who) + ": reduction must be 'recompress' or 'homomorphic' (got '" +
                                      s.reduction + "')");
+  if (s.schedule == "auto" || s.schedule == "automatic")
+    options.schedule = kompress::collective_schedule::automatic;
+  else if (s.schedule == "ring")
+    options.schedule = kompress::collective_schedule::ring;
+  else if (s.schedule == "halving_doubling")
+    options.schedule = kompress::collective_schedule::halving_doubling;
+  else
+    throw kompress::invalid_argument(std::string(who) +
+                                     ": schedule must be 'auto', 'ring' or 'halving_doubling' (got '" + s.schedule +
+                                     "')");
   options.codec.block_size = s.block_size;
   options.measure_error = s.measure_error;
   if (s.cost) options.cost = *s.cost;
@@ -1177,18 +1188,26 @@ NB_MODULE(_kompress, m) {
       .def(
           "__init__",
           [](collective_settings* s, std::optional<double> abs, std::optional<double> rel, std::string mode,
-             std::string reduction_bound, std::string reduction, int block_size, bool measure_error,
-             std::optional<kompress::cost_model> cost) {
-            new (s) collective_settings{abs, rel, std::move(mode), std::move(reduction_bound), std::move(reduction),
-                                        block_size, measure_error, cost};
+             std::string reduction_bound, std::string reduction, std::string schedule, int block_size,
+             bool measure_error, std::optional<kompress::cost_model> cost) {
+            new (s) collective_settings{abs,
+                                        rel,
+                                        std::move(mode),
+                                        std::move(reduction_bound),
+                                        std::move(reduction),
+                                        std::move(schedule),
+                                        block_size,
+                                        measure_error,
+                                        cost};
           },
-          "abs"_a.none(), "rel"_a.none(), "mode"_a, "reduction_bound"_a, "reduction"_a, "block_size"_a,
-          "measure_error"_a, "cost"_a.none())
+          "abs"_a.none(), "rel"_a.none(), "mode"_a, "reduction_bound"_a, "reduction"_a, "schedule"_a,
+          "block_size"_a, "measure_error"_a, "cost"_a.none())
       .def_rw("abs", &collective_settings::abs, nb::arg().none())
       .def_rw("rel", &collective_settings::rel, nb::arg().none())
       .def_rw("mode", &collective_settings::mode)
       .def_rw("reduction_bound", &collective_settings::reduction_bound)
       .def_rw("reduction", &collective_settings::reduction)
+      .def_rw("schedule", &collective_settings::schedule)
       .def_rw("block_size", &collective_settings::block_size)
       .def_rw("measure_error", &collective_settings::measure_error)
       .def_rw("cost", &collective_settings::cost, nb::arg().none());

@@ -191,6 +191,34 @@ def test_homomorphic_allreduce_matches_mpi4py(dtype):
         kompress.allreduce(send, recv, comm, reduction="exact")
 
 
+def test_allreduce_schedules_match_mpi4py():
+    # Both schedules (the ring; recursive halving and doubling, with ranks folded in where p is
+    # no power of two) within the same bound, identical on every rank; persistent rounds too.
+    send = field(50001, np.float32, 11)
+    expected = np.empty_like(send)
+    comm.Allreduce(send, expected)
+    magnitude = np.empty_like(send)
+    comm.Allreduce(np.abs(send), magnitude)
+    eps = np.finfo(np.float32).eps
+    for schedule in ("ring", "halving_doubling", "auto"):
+        recv = np.full_like(send, np.nan)
+        report = kompress.allreduce(send, recv, comm, abs=1e-3, schedule=schedule)
+        assert report.absolute_bound <= max(p, 1) * 1e-3 * (1 + 1e-12), schedule
+        err = np.abs(recv.astype(np.float64) - expected.astype(np.float64))
+        assert np.all(err <= report.absolute_bound + 2.0 * p * eps * magnitude.astype(np.float64)), schedule
+        assert_same_on_every_rank(comm, recv)
+    persistent = np.full_like(send, np.nan)
+    with kompress.allreduce_init(send, persistent, comm, abs=1e-3, schedule="halving_doubling") as request:
+        for _ in range(2):
+            request.start()
+            report = request.wait()
+            err = np.abs(persistent.astype(np.float64) - expected.astype(np.float64))
+            assert np.all(err <= report.absolute_bound + 2.0 * p * eps * magnitude.astype(np.float64))
+            assert_same_on_every_rank(comm, persistent)
+    with pytest.raises(kompress.InvalidArgument, match="schedule must be"):
+        kompress.allreduce(send, recv, comm, schedule="tree")
+
+
 @several
 
 def test_report_is_a_small_object():
