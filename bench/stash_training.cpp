@@ -10,7 +10,7 @@
 //                           [--lr 1e-3] [--schedule cosine|constant] [--warmup 0.2]
 //                           [--bound 1e-2] [--seed 1] [--data DIR] [--verify]
 //                           [--mask bits|restored] [--async] [--quick] [--max-loss-gap PERCENT]
-//                           [--model mlp|cnn] [--check-gradients]
+//                           [--model mlp|cnn|transformer] [--check-gradients]
 //
 // --model cnn trains a small CNN instead of the MLP, with everything else the same (recipe,
 // batch, data, both runs, the report): conv 3x3 pad 1 1->8, ReLU, maxpool 2x2 (28->14); conv
@@ -23,6 +23,14 @@
 // central differences of the loss at a few entries of every parameter on the plain run's first
 // step (float precision and the kinks of ReLU and max bound how well they agree). The CNN's
 // measured loss gaps and memory are in docs/stash.md, "The small CNN".
+//
+// --model transformer trains a small vision-transformer block instead, again with everything
+// else the same: 49 patches of 4x4 embedded to 128 plus a learned position embedding; one
+// pre-norm block (4-head self-attention, then an MLP 128->512->128 with GELU); a final
+// LayerNorm, the mean over the tokens, Linear 128->10. Its kernels, what it saves and what it
+// keeps plain are in bench/stash_training_transformer.hpp; its --check-gradients fails the run
+// (exit status 1, "GRADIENT CHECK FAILED") when backward and central differences disagree.
+// Measured: docs/stash.md, "The transformer block".
 //
 // The recipe: Adam, its learning rate rising linearly from 0 to --lr over the first --warmup of
 // all steps (a fraction: 0.2, one epoch of five), then decaying to 0 along a cosine over the
@@ -332,7 +340,8 @@ struct settings {
   bool mask_bits = true;  // stash run: ReLU masks as saved bits, not from restored outputs
   double max_loss_gap = -1.0;  // percent; < 0: not checked
   bool cnn = false;  // --model cnn: the small CNN instead of the MLP
-  bool check_gradients = false;  // --check-gradients (cnn): backward against central differences
+  bool transformer = false;  // --model transformer: the transformer block instead of the MLP
+  bool check_gradients = false;  // --check-gradients (cnn, transformer): backward against central differences
   fs::path data;
 };
 
@@ -350,6 +359,7 @@ struct run_result {
   std::size_t spilled = 0;
   double max_error_over_bound = 0;
   int violations = 0;
+  double gradient_check_worst = 0;  // --check-gradients (transformer): largest relative difference
 };
 
 /// The learning rate of Adam step `step` (1-based): the first s.warmup of all steps rise
@@ -876,6 +886,10 @@ run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
   return result;
 }
 
+// --- the transformer block (--model transformer) ------------------------------------------------
+
+#include "stash_training_transformer.hpp"
+
 fs::path default_data_dir() {
   if (const char* env = std::getenv("KOMPRESS_DATA_DIR"); env && *env) return env;
   return KOMPRESS_DEFAULT_DATA_DIR;
@@ -917,8 +931,10 @@ int main(int argc, char* argv[]) {
     else if (arg == "--max-loss-gap") s.max_loss_gap = std::stod(next());
     else if (arg == "--model") {
       const std::string which = next();
-      if (which != "mlp" && which != "cnn") throw std::runtime_error("stash_training: --model mlp|cnn");
+      if (which != "mlp" && which != "cnn" && which != "transformer")
+        throw std::runtime_error("stash_training: --model mlp|cnn|transformer");
       s.cnn = which == "cnn";
+      s.transformer = which == "transformer";
     }
     else if (arg == "--check-gradients") s.check_gradients = true;
     else if (arg == "--quick") s.epochs = 1, s.train = 1024, s.eval = 512, s.verify = true;
@@ -938,6 +954,10 @@ int main(int argc, char* argv[]) {
     std::fprintf(stderr, "stash_training: --model cnn keeps its ReLU masks as bits (no --mask restored)\n");
     return 2;
   }
+  if (s.transformer && !s.mask_bits) {
+    std::fprintf(stderr, "stash_training: --model transformer has no ReLU (no --mask restored)\n");
+    return 2;
+  }
 
   // The repository's data sample has no MNIST (data/README.md): say so, and exit with the
   // status ctest counts as skipped.
@@ -949,15 +969,22 @@ int main(int argc, char* argv[]) {
   const dataset data = load_mnist(s.data);
   std::printf("%s, Adam lr %g (linear warmup over %g%% of the steps, then %s), batch %d, "
               "%d training / %d held-out MNIST images, %d epoch(s), %d thread(s)\n",
-              s.cnn ? "CNN (conv 3x3 1-8, ReLU, maxpool 2; conv 3x3 8-16, ReLU, maxpool 2; Linear 784-10)"
-                    : "784-1024-1024-10 ReLU MLP",
+              s.transformer ? "transformer block (49 patches of 4x4 -> 128, pre-norm, 4 heads, MLP 512 GELU; "
+                              "mean over tokens, Linear 128-10)"
+              : s.cnn       ? "CNN (conv 3x3 1-8, ReLU, maxpool 2; conv 3x3 8-16, ReLU, maxpool 2; Linear 784-10)"
+                            : "784-1024-1024-10 ReLU MLP",
               s.lr, 100.0 * s.warmup, s.cosine ? "cosine decay to 0" : "constant", s.batch, s.train, s.eval, s.epochs,
               exec_space().concurrency());
   std::printf("plain: activations kept as Views\n");
-  const run_result plain = s.cnn ? train_cnn(s, data, false) : train(s, data, false);
+  const auto train_model = [&](bool use_stash) {
+    return s.transformer ? train_transformer(s, data, use_stash)
+           : s.cnn       ? train_cnn(s, data, use_stash)
+                         : train(s, data, use_stash);
+  };
+  const run_result plain = train_model(false);
   std::printf("stash: activations saved through kompress::stash at REL %g (%s)\n", s.bound,
               s.async_save ? "save_async" : "save");
-  const run_result stashed = s.cnn ? train_cnn(s, data, true) : train(s, data, true);
+  const run_result stashed = train_model(true);
 
   const double last_plain = plain.epochs.back().train_loss, last_stash = stashed.epochs.back().train_loss;
   const double final_plain = plain.final_train_loss, final_stash = stashed.final_train_loss;
@@ -975,10 +1002,14 @@ int main(int argc, char* argv[]) {
               final_plain, final_stash, 100.0 * (final_stash - final_plain) / final_plain);
   std::printf("peak saved-activation memory: plain %.1f KB (Views%s), stash %.1f KB (pool high-water: "
               "streams %.1f KB + workspace%s%s)\n",
-              plain.peak_activation_bytes / 1e3, s.cnn ? " + ReLU mask bits + pool argmax bytes" : "",
+              plain.peak_activation_bytes / 1e3,
+              s.transformer ? " + LayerNorm rstd" : s.cnn ? " + ReLU mask bits + pool argmax bytes" : "",
               stashed.peak_activation_bytes / 1e3, stashed.peak_stored_bytes / 1e3,
               s.async_save ? " + the worst-case ranges of saves in flight" : "",
-              s.cnn ? "; + ReLU mask bits + pool argmax bytes" : s.mask_bits ? "; + ReLU mask bits" : "");
+              s.transformer ? "; + LayerNorm rstd"
+              : s.cnn       ? "; + ReLU mask bits + pool argmax bytes"
+              : s.mask_bits ? "; + ReLU mask bits"
+                            : "");
   std::printf("memory ratio %.2fx; compression ratio over all saves %.2fx; spilled segments %zu\n",
               double(plain.peak_activation_bytes) / double(stashed.peak_activation_bytes), stashed.ratio,
               stashed.spilled);
@@ -991,6 +1022,14 @@ int main(int argc, char* argv[]) {
     std::printf("every restored activation within its bound (largest error / bound: %.3f)\n",
                 stashed.max_error_over_bound);
   if (stashed.violations > 0) return 1;  // "BOUND VIOLATED" was printed
+  if (s.transformer && s.check_gradients) {
+    std::printf("gradient check: largest relative difference %.2e (limit %.0e)\n", plain.gradient_check_worst,
+                transformer_gradient_tolerance);
+    if (!(plain.gradient_check_worst <= transformer_gradient_tolerance)) {
+      std::printf("GRADIENT CHECK FAILED\n");
+      return 1;
+    }
+  }
   if (s.max_loss_gap >= 0 && !(gap <= s.max_loss_gap)) {
     std::printf("LOSS GAP %.3f%% exceeds %.3f%%\n", gap, s.max_loss_gap);
     return 1;
