@@ -42,6 +42,8 @@ class comm_workspace;
 // stash/: the activation stash (kompress/stash.hpp)
 struct budget_policy;
 struct stash_options;
+enum class stash_codec : std::uint8_t;
+struct stash_save_options;
 struct stash_handle;
 struct stash_placement;
 struct stash_stats;

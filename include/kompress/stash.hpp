@@ -6,5 +6,6 @@
 #include <kompress/stash/options.hpp>
 #include <kompress/stash/policy.hpp>
 #include <kompress/stash/pool.hpp>
+#include <kompress/stash/save_options.hpp>
 #include <kompress/stash/stats.hpp>
 #include <kompress/stash/stash.hpp>

@@ -37,7 +37,10 @@ struct stash_entry_info {
   std::array<std::size_t, 8> extents{};  ///< extents[0..rank)
   std::size_t count = 0;                 ///< elements
   std::size_t raw_bytes = 0;             ///< count * element size
-  std::size_t stored_bytes = 0;          ///< sum of the segments' stream lengths
+  std::size_t stored_bytes = 0;          ///< the segments' stream lengths and the sign bits
+  std::size_t sign_bytes = 0;            ///< the sign bits' share (keep_sign): 0 without
+  codec_mode codec = codec_mode::fast;   ///< the streams' codec
+  bool keeps_sign = false;               ///< restored values keep the saved side of 0
   error_bound requested_bound{};         ///< as passed to save
   error_bound used_bound{};              ///< looser than requested only under loosen_bound
   double absolute_bound = 0.0;           ///< |x - x'| <= this for every element (0: lossless)

@@ -45,12 +45,14 @@
 #include <kompress/stash/detail/entry_table.hpp>
 #include <kompress/stash/detail/pending_saves.hpp>
 #include <kompress/stash/detail/pool_tier.hpp>
+#include <kompress/stash/detail/sign_bits.hpp>
 #include <kompress/stash/detail/tier.hpp>
 #include <kompress/stash/detail/tiers.hpp>
 #include <kompress/stash/detail/tuning.hpp>
 #include <kompress/stash/handle.hpp>
 #include <kompress/stash/options.hpp>
 #include <kompress/stash/policy.hpp>
+#include <kompress/stash/save_options.hpp>
 #include <kompress/stash/stats.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -67,6 +69,7 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -130,19 +133,21 @@ class stash {
 
   // ------------------------------------------------------------------------------------------
   /// Compresses `view` (float or double, any rank, contiguous) within `bound` into the stash
-  /// and returns its handle. Reads `view` through `exec` and waits for `exec` (see the top of
+  /// and returns its handle; `how` picks the codec and keeps the sign bits (docs/stash.md,
+  /// "Per-save options"). Reads `view` through `exec` and waits for `exec` (see the top of
   /// this header). A zero-size View makes an entry of 0 bytes. Throws invalid_argument for a
   /// strided View or an invalid bound, budget_exceeded when the policy cannot place it (the
   /// stash is then unchanged).
   template <float_view View>
-  stash_handle save(const ExecutionSpace& exec, const View& view, const error_bound& bound) {
+  stash_handle save(const ExecutionSpace& exec, const View& view, const error_bound& bound,
+                    const stash_save_options& how = {}) {
     static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, typename View::memory_space>::accessible,
                   "kompress::stash::save: the View must be accessible from the stash's execution space");
-    return state_->template save<typename View::non_const_value_type>(exec, view, bound);
+    return state_->template save<typename View::non_const_value_type>(exec, view, bound, how);
   }
   template <float_view View>
-  stash_handle save(const View& view, const error_bound& bound) {
-    return save(state_->exec, view, bound);
+  stash_handle save(const View& view, const error_bound& bound, const stash_save_options& how = {}) {
+    return save(state_->exec, view, bound, how);
   }
 
   /// Enqueues the compression of `view` on `exec` and returns its handle without waiting for
@@ -151,17 +156,19 @@ class stash {
   /// stream compressed in place into a worst-case range of the pool, held until the stash
   /// settles it: fence(), restore, info or drop of the entry, or a save that needs the room.
   /// When the pool has no such range even after settling, this saves as save() does (and
-  /// waits). Throws what save throws.
+  /// waits); so does a stash_codec::automatic save whose layer is due a measurement, until the
+  /// codec is chosen. Throws what save throws.
   template <float_view View>
-  stash_handle save_async(const ExecutionSpace& exec, const View& view, const error_bound& bound) {
+  stash_handle save_async(const ExecutionSpace& exec, const View& view, const error_bound& bound,
+                          const stash_save_options& how = {}) {
     static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, typename View::memory_space>::accessible,
                   "kompress::stash::save_async: the View must be accessible from the stash's "
                   "execution space");
-    return state_->template save_async<typename View::non_const_value_type>(exec, view, bound);
+    return state_->template save_async<typename View::non_const_value_type>(exec, view, bound, how);
   }
   template <float_view View>
-  stash_handle save_async(const View& view, const error_bound& bound) {
-    return save_async(state_->exec, view, bound);
+  stash_handle save_async(const View& view, const error_bound& bound, const stash_save_options& how = {}) {
+    return save_async(state_->exec, view, bound, how);
   }
 
   /// Waits for every save_async still pending (fencing the instances they were enqueued on)
@@ -294,6 +301,13 @@ struct stash<ExecutionSpace>::state {
 
   std::mutex workspace_mutex;  // the workspace (compression, and loads into it)
 
+  /// stash_codec::automatic's choice per layer, and how many saves have used it (under mutex).
+  struct layer_codec {
+    codec_mode codec = codec_mode::fast;
+    std::uint32_t saves = 0;
+  };
+  std::unordered_map<std::uint32_t, layer_codec> layer_codecs;
+
   state(const ExecutionSpace& exec_, const stash_options& options_,
         const detail::stash_tuning& tuning_)
       : exec(exec_), options(options_), tuning(tuning_) {
@@ -313,12 +327,21 @@ struct stash<ExecutionSpace>::state {
         throw invalid_argument(std::string(who) + ": loosen_bound growth must be finite and > 1 (got " +
                                detail::number_text(policy.growth) + ")");
     }
+    if (!(options.ratio_codec_min_saving >= 0.0 && options.ratio_codec_min_saving < 1.0))
+      throw invalid_argument(std::string(who) + ": ratio_codec_min_saving must be in [0, 1) (got " +
+                             detail::number_text(options.ratio_codec_min_saving) + ")");
+    if (options.codec_remeasure_saves < 1)
+      throw invalid_argument(std::string(who) + ": codec_remeasure_saves must be at least 1");
+    // The workspace holds one segment's worst case in either codec (a save may pick either).
     const int block_size = options.codec.block_size;
-    workspace_bytes = detail::first_fit_allocator::round_up(std::max(
-        max_compressed_size<float>(detail::segment_values(options.segment_bytes, 4, block_size),
-                                   options.codec),
-        max_compressed_size<double>(detail::segment_values(options.segment_bytes, 8, block_size),
-                                    options.codec)));
+    for (const codec_mode mode : {codec_mode::fast, codec_mode::ratio}) {
+      const compress_options codec = codec_with(lossless(), mode);
+      workspace_bytes = std::max(
+          {workspace_bytes,
+           max_compressed_size<float>(detail::segment_values(options.segment_bytes, 4, block_size), codec),
+           max_compressed_size<double>(detail::segment_values(options.segment_bytes, 8, block_size), codec)});
+    }
+    workspace_bytes = detail::first_fit_allocator::round_up(workspace_bytes);
     const std::size_t capacity = options.budget_bytes / detail::first_fit_allocator::alignment *
                                  detail::first_fit_allocator::alignment;
     if (capacity < workspace_bytes + detail::first_fit_allocator::alignment)
@@ -346,10 +369,51 @@ struct stash<ExecutionSpace>::state {
 
   ~state() { pending.fence_all(); }  // a pending save may still be writing into the pool
 
-  compress_options codec_with(const error_bound& bound) const {
+  compress_options codec_with(const error_bound& bound, codec_mode mode) const {
     compress_options codec = options.codec;
     codec.bound = bound;
+    codec.codec = mode;
     return codec;
+  }
+
+  /// The codec of a save: the one `how` names (or the stash's), or stash_codec::automatic's
+  /// choice: the layer's, or measured by compressing `sample` (the save's first segment)
+  /// within `bound` with both codecs in the workspace.
+  template <class SampleView>
+  codec_mode choose_codec(const ExecutionSpace& exec_, const SampleView& sample, const error_bound& bound,
+                          const stash_save_options& how) {
+    const stash_codec asked = how.codec.value_or(
+        options.codec.codec == codec_mode::ratio ? stash_codec::ratio : stash_codec::fast);
+    if (asked != stash_codec::automatic)
+      return asked == stash_codec::ratio ? codec_mode::ratio : codec_mode::fast;
+    if (sample.size() == 0) return codec_mode::fast;  // nothing to measure, nothing to store
+    if (how.layer) {
+      std::lock_guard lock(mutex);
+      const auto found = layer_codecs.find(*how.layer);
+      if (found != layer_codecs.end() && found->second.saves < options.codec_remeasure_saves) {
+        ++found->second.saves;
+        return found->second.codec;
+      }
+    }
+    codec_mode chosen = codec_mode::fast;
+    {
+      std::lock_guard workspace_lock(workspace_mutex);
+      const unmanaged_bytes workspace_range(pool->workspace(), workspace_bytes);
+      const double fast =
+          double(kompress::compress(exec_, sample, workspace_range, codec_with(bound, codec_mode::fast)));
+      const double ratio =
+          double(kompress::compress(exec_, sample, workspace_range, codec_with(bound, codec_mode::ratio)));
+      if (ratio <= (1.0 - options.ratio_codec_min_saving) * fast) chosen = codec_mode::ratio;
+    }
+    std::lock_guard lock(mutex);
+    ++counters.codec_measurements;
+    if (how.layer) layer_codecs[*how.layer] = {chosen, 1};
+    return chosen;
+  }
+
+  static stash_save_options with_codec(stash_save_options how, codec_mode mode) {
+    how.codec = mode == codec_mode::ratio ? stash_codec::ratio : stash_codec::fast;
+    return how;
   }
 
   // --- bookkeeping ------------------------------------------------------------------------
@@ -398,8 +462,12 @@ struct stash<ExecutionSpace>::state {
     const std::size_t raw = local.raw_bytes();
     const std::size_t stored = local.stored_bytes();
     const bool loosened = local.used.value != local.requested.value;
+    const std::size_t signs = local.sign_bytes();
+    const bool ratio = local.codec == codec_mode::ratio;
     const stash_handle handle = entries.publish(slot, local);
     ++counters.saves;
+    counters.sign_bytes += signs;
+    if (ratio) ++counters.ratio_codec_saves;
     ++counters.entries;
     counters.raw_bytes += raw;
     counters.stored_bytes += stored;
@@ -411,14 +479,15 @@ struct stash<ExecutionSpace>::state {
   }
 
   template <class T, class View>
-  stash_handle save(const ExecutionSpace& exec_, const View& view, const error_bound& requested) {
+  stash_handle save(const ExecutionSpace& exec_, const View& view, const error_bound& requested,
+                    const stash_save_options& how) {
     constexpr const char* who = "kompress::stash::save";
     Kokkos::Profiling::ScopedRegion region(who);
     check_save(view, requested, who);
     detail::stash_entry local;
     const std::uint32_t slot = acquire_slot<T>(view, requested, local);
     try {
-      place_entry<T>(exec_, view, requested, local, who);
+      place_entry<T>(exec_, view, requested, how, local, who);
     } catch (...) {
       free_segments(local);
       std::lock_guard lock(mutex);
@@ -431,13 +500,19 @@ struct stash<ExecutionSpace>::state {
 
   // --- save_async -------------------------------------------------------------------------
   template <class T, class View>
-  stash_handle save_async(const ExecutionSpace& exec_, const View& view, const error_bound& requested) {
+  stash_handle save_async(const ExecutionSpace& exec_, const View& view, const error_bound& requested,
+                          const stash_save_options& how) {
+    using values_view = Kokkos::View<const T*, typename View::memory_space, Kokkos::MemoryUnmanaged>;
     constexpr const char* who = "kompress::stash::save_async";
     Kokkos::Profiling::ScopedRegion region(who);
     check_save(view, requested, who);
     const std::size_t count = view.size();
-    if (count == 0) return save<T>(exec_, view, requested);  // no device work at all
-    const std::size_t reserved = max_compressed_size<T>(count, options.codec);
+    if (count == 0) return save<T>(exec_, view, requested, how);  // no device work at all
+    const std::size_t sample =
+        std::min(count, detail::segment_values(options.segment_bytes, sizeof(T), options.codec.block_size));
+    const codec_mode mode = choose_codec(exec_, values_view(view.data(), sample), requested, how);
+    const compress_options codec = codec_with(requested, mode);
+    const std::size_t reserved = max_compressed_size<T>(count, codec);
     std::optional<std::size_t> offset = pool->reserve(reserved);
     bool others_pending;
     {
@@ -445,25 +520,41 @@ struct stash<ExecutionSpace>::state {
       others_pending = pending.count > 0;
     }
     if (!offset && others_pending && settle(std::nullopt)) offset = pool->reserve(reserved);
+    // The sign bits have their exact size: kept at once, packed on `exec` with the stream.
+    const std::size_t sign_bytes = detail::sign_bytes(count);
+    std::optional<std::size_t> sign_offset;
+    if (offset && how.keep_sign && !(sign_offset = pool->borrow(sign_bytes))) {
+      pool->unreserve(*offset, reserved);
+      offset.reset();
+    }
     // No room for the worst case: the synchronous path (segments, workspace, tiers) can
     // still place it.
-    if (!offset) return save<T>(exec_, view, requested);
+    if (!offset) return save<T>(exec_, view, requested, with_codec(how, mode));
 
     detail::stash_entry local;
     const std::uint32_t slot = acquire_slot<T>(view, requested, local);
     try {
-      kompress::compress_async(
-          exec_, Kokkos::View<const T*, typename View::memory_space, Kokkos::MemoryUnmanaged>(view.data(), count),
-          unmanaged_bytes(pool->data() + *offset, reserved), codec_with(requested));
+      kompress::compress_async(exec_, values_view(view.data(), count),
+                               unmanaged_bytes(pool->data() + *offset, reserved), codec);
+      if (sign_offset)
+        detail::pack_signs(exec_, view.data(), count,
+                           reinterpret_cast<std::uint32_t*>(pool->data() + *sign_offset));
     } catch (...) {
       pool->unreserve(*offset, reserved);
+      if (sign_offset) pool->give_back(*sign_offset, sign_bytes);
       std::lock_guard lock(mutex);
       entries.release(slot, std::move(local.segments));
       throw;
     }
     local.segments.push_back({.first_value = 0, .count = count, .tier = 0, .offset = *offset,
                               .stream_bytes = 0});
+    if (sign_offset) {
+      pool->keep(*sign_offset, sign_bytes, sign_bytes);
+      local.segments.push_back({.first_value = 0, .count = count, .tier = 0, .signs = true,
+                                .offset = *sign_offset, .stream_bytes = sign_bytes});
+    }
     local.used = requested;
+    local.codec = mode;
     local.reserved_bytes = reserved;
 
     std::lock_guard lock(mutex);
@@ -530,7 +621,7 @@ struct stash<ExecutionSpace>::state {
   /// caller.
   template <class T, class View>
   void place_entry(const ExecutionSpace& exec_, const View& view, const error_bound& requested,
-                   detail::stash_entry& entry, const char* who) {
+                   const stash_save_options& how, detail::stash_entry& entry, const char* who) {
     using values_view = Kokkos::View<const T*, typename View::memory_space, Kokkos::MemoryUnmanaged>;
     const std::size_t count = view.size();
     const T* const data = view.data();
@@ -540,15 +631,19 @@ struct stash<ExecutionSpace>::state {
 
     error_bound bound = requested;
     std::string tried;
+    std::optional<codec_mode> mode;  // chosen once, at the bound asked for
     while (true) {
       // A relative bound is relative to the whole View's range: over several segments it is
       // resolved here, and every segment gets the same absolute bound.
       error_bound segment_bound = bound;
       if (segments > 1 && bound.mode == bound_mode::relative) {
-        double e = kompress::absolute_bound(exec_, values_view(data, count), codec_with(bound));
+        double e = kompress::absolute_bound(exec_, values_view(data, count),
+                                            codec_with(bound, options.codec.codec));
         if (!(e <= 0x1p1000)) e = 0x1p1000;  // an overflowing range: the codec caps it too
         segment_bound = absolute(e);
       }
+      if (!mode) mode = choose_codec(exec_, values_view(data, std::min(count, per_segment)), segment_bound, how);
+      entry.codec = *mode;
       entry.used = bound;
       entry.absolute_bound = 0.0;
       bool placed_all = true;
@@ -560,7 +655,7 @@ struct stash<ExecutionSpace>::state {
         segment.count = std::min(per_segment, count - segment.first_value);
         double segment_abs_bound = 0.0;
         failed_bytes = place_segment<T>(exec_, values_view(data + segment.first_value, segment.count),
-                                        segment_bound, segment, segment_abs_bound, who);
+                                        codec_with(segment_bound, *mode), segment, segment_abs_bound, who);
         if (failed_bytes != 0) {
           failed = segment;
           placed_all = false;
@@ -568,6 +663,19 @@ struct stash<ExecutionSpace>::state {
         }
         entry.segments.push_back(segment);
         entry.absolute_bound = std::max(entry.absolute_bound, segment_abs_bound);
+      }
+      // The sign bits, one segment per stream, after the streams.
+      for (std::size_t s = 0; placed_all && how.keep_sign && s < segments; ++s) {
+        detail::stash_segment segment;
+        segment.first_value = s * per_segment;
+        segment.count = std::min(per_segment, count - segment.first_value);
+        failed_bytes = place_signs(exec_, data + segment.first_value, segment, who);
+        if (failed_bytes != 0) {
+          failed = segment;
+          placed_all = false;
+          break;
+        }
+        entry.segments.push_back(segment);
       }
       if (placed_all) return;
 
@@ -584,7 +692,8 @@ struct stash<ExecutionSpace>::state {
         continue;
       }
       std::string message =
-          std::string(who) + ": budget exceeded: a compressed segment of " +
+          std::string(who) + ": budget exceeded: " +
+          (failed.signs ? "the sign bits" : "a compressed segment") + " of " +
           std::to_string(failed_bytes) + " bytes (values " + std::to_string(failed.first_value) +
           ".." + std::to_string(failed.first_value + failed.count) + " of " + std::to_string(count) +
           " " + detail::type_name<T>() + ", bound " + detail::bound_text(bound) +
@@ -607,9 +716,8 @@ struct stash<ExecutionSpace>::state {
   /// placed (segment filled in), or the aligned stream size that no tier took.
   template <class T, class InView>
   std::size_t place_segment(const ExecutionSpace& exec_, const InView& values,
-                            const error_bound& bound, detail::stash_segment& segment,
+                            const compress_options& codec, detail::stash_segment& segment,
                             double& abs_bound, const char* who) {
-    const compress_options codec = codec_with(bound);
     const std::size_t worst = max_compressed_size<T>(values.size(), codec);
 
     if (tuning.compress_in_place) {
@@ -632,12 +740,46 @@ struct stash<ExecutionSpace>::state {
     }
 
     std::lock_guard workspace_lock(workspace_mutex);
-    std::byte* const workspace = pool->workspace();
-    const unmanaged_bytes workspace_range(workspace, workspace_bytes);
+    const unmanaged_bytes workspace_range(pool->workspace(), workspace_bytes);
     const std::size_t length = kompress::compress(exec_, values, workspace_range, codec);
     abs_bound = kompress::inspect_header(exec_, workspace_range).absolute_bound;
     segment.stream_bytes = length;
+    return store_from_workspace(exec_, segment, who);
+  }
 
+  /// Packs the sign bits of segment.count values at `values` and places them as place_segment
+  /// places a stream (their size is exact: no worst case to borrow).
+  template <class T>
+  std::size_t place_signs(const ExecutionSpace& exec_, const T* values, detail::stash_segment& segment,
+                          const char* who) {
+    const std::size_t bytes = detail::sign_bytes(segment.count);
+    segment.signs = true;
+    segment.stream_bytes = bytes;
+    if (const std::optional<std::size_t> offset = pool->borrow(bytes)) {
+      try {
+        detail::pack_signs(exec_, values, segment.count,
+                           reinterpret_cast<std::uint32_t*>(pool->data() + *offset));
+        exec_.fence("kompress::stash::save: sign bits packed");
+      } catch (...) {
+        pool->give_back(*offset, bytes);
+        throw;
+      }
+      pool->keep(*offset, bytes, bytes);
+      segment.tier = 0;
+      segment.offset = *offset;
+      return 0;
+    }
+    std::lock_guard workspace_lock(workspace_mutex);
+    detail::pack_signs(exec_, values, segment.count, reinterpret_cast<std::uint32_t*>(pool->workspace()));
+    return store_from_workspace(exec_, segment, who);
+  }
+
+  /// Stores the segment.stream_bytes in the workspace (its lock held, written through `exec_`)
+  /// in the first tier with room. Returns 0 when placed, or the aligned size no tier took.
+  std::size_t store_from_workspace(const ExecutionSpace& exec_, detail::stash_segment& segment,
+                                   const char* who) {
+    std::byte* const workspace = pool->workspace();
+    const std::size_t length = segment.stream_bytes;
     // The pool first; pending saves hold worst-case ranges there, so settle them before
     // turning to the next tier.
     std::optional<std::size_t> offset = pool->store(exec_, workspace, length, who);
@@ -674,6 +816,7 @@ struct stash<ExecutionSpace>::state {
     // storage does not).
     const detail::stash_segment* segments;
     std::size_t segment_count;
+    double abs_bound;
     {
       std::lock_guard lock(mutex);
       detail::stash_entry& entry = entries.lookup(handle, who);
@@ -681,6 +824,7 @@ struct stash<ExecutionSpace>::state {
       ++entry.pins;
       segments = entry.segments.data();
       segment_count = entry.segments.size();
+      abs_bound = entry.absolute_bound;
     }
     struct unpin_on_throw {
       state* self;
@@ -692,6 +836,8 @@ struct stash<ExecutionSpace>::state {
       }
     } guard{this, handle.slot};
 
+    // The streams, then the sign bits that follow them (every value decoded before its sign
+    // is applied).
     for (std::size_t s = 0; s < segment_count; ++s) {
       const detail::stash_segment& segment = segments[s];
       const Kokkos::View<T*, typename View::memory_space, Kokkos::MemoryUnmanaged> values(
@@ -701,6 +847,12 @@ struct stash<ExecutionSpace>::state {
       if (where.loads_into_scratch()) workspace_lock = std::unique_lock(workspace_mutex);
       const detail::tier_bytes bytes =
           where.load(exec_, segment.offset, segment.stream_bytes, pool->workspace(), who);
+      if (segment.signs) {
+        detail::apply_signs(exec_, reinterpret_cast<const std::uint32_t*>(bytes.data), values.data(),
+                            segment.count, abs_bound);
+        exec_.fence("kompress::stash::restore: signs applied");
+        continue;
+      }
       if constexpr (Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible) {
         if (bytes.host) {
           decompress(exec_, const_host_bytes(bytes.data, segment.stream_bytes), values);
@@ -756,6 +908,7 @@ struct stash<ExecutionSpace>::state {
   void drop_locked(detail::stash_entry& entry, std::uint32_t slot) {
     counters.raw_bytes -= entry.raw_bytes();
     counters.stored_bytes -= entry.stored_bytes();
+    counters.sign_bytes -= entry.sign_bytes();
     --counters.entries;
     ++counters.drops;
     free_segments(entry);
@@ -790,9 +943,14 @@ struct stash<ExecutionSpace>::state {
     result.requested_bound = entry.requested;
     result.used_bound = entry.used;
     result.absolute_bound = entry.absolute_bound;
-    result.segments = entry.segments.size();
-    for (const detail::stash_segment& segment : entry.segments)
+    result.sign_bytes = entry.sign_bytes();
+    result.codec = entry.codec;
+    result.keeps_sign = entry.keeps_sign();
+    for (const detail::stash_segment& segment : entry.segments) {
+      if (segment.signs) continue;
+      ++result.segments;
       tiers[segment.tier]->count(result.placement);
+    }
     return result;
   }
 

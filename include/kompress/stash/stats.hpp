@@ -13,8 +13,9 @@ struct stash_stats {
   std::size_t workspace_bytes = 0;  ///< the part of the pool kept as compression workspace
   std::size_t entries = 0;          ///< live entries
   std::size_t raw_bytes = 0;        ///< live entries, uncompressed: what plain Views would hold
-  std::size_t stored_bytes = 0;     ///< live entries' streams, wherever they are (a pending
-                                    ///< save_async counts once settled)
+  std::size_t stored_bytes = 0;     ///< live entries' streams and sign bits, wherever they are
+                                    ///< (a pending save_async's stream counts once settled)
+  std::size_t sign_bytes = 0;       ///< of stored_bytes, the sign bits (keep_sign saves)
   std::size_t pool_bytes = 0;       ///< pool bytes held: the workspace, the streams and the
                                     ///< ranges pending save_asyncs reserve (64-byte aligned);
                                     ///< not the worst-case ranges a save borrows from free
@@ -33,6 +34,8 @@ struct stash_stats {
   std::uint64_t drops = 0;
   std::uint64_t spilled_segments = 0;  ///< to host or file
   std::uint64_t loosened_saves = 0;    ///< saves stored with a looser bound than asked
+  std::uint64_t ratio_codec_saves = 0; ///< saves stored with codec_mode::ratio
+  std::uint64_t codec_measurements = 0;  ///< stash_codec::automatic's trials of both codecs
   std::size_t total_raw_bytes = 0;     ///< over every save
   std::size_t total_stored_bytes = 0;  ///< over every save
 

@@ -18,11 +18,14 @@
 namespace kompress::inline v0::detail {
 
 /// One stream of an entry: values [first_value, first_value + count), kept in tier `tier` of
-/// the stash's list (0: the pool) at `offset`.
+/// the stash's list (0: the pool) at `offset`. With `signs`, not a stream but the values' sign
+/// bits (a keep_sign save: stash/detail/sign_bits.hpp), one such segment per stream, after
+/// the streams.
 struct stash_segment {
   std::size_t first_value = 0;
   std::size_t count = 0;
   std::uint8_t tier = 0;
+  bool signs = false;
   std::size_t offset = 0;
   std::size_t stream_bytes = 0;
 };
@@ -43,6 +46,7 @@ struct stash_entry {
   error_bound used{};
   double absolute_bound = 0.0;
   std::vector<stash_segment> segments;  ///< capacity kept when the slot is reused
+  codec_mode codec = codec_mode::fast;
 
   std::size_t element_size() const { return type == element_type::float32 ? 4 : 8; }
   std::size_t raw_bytes() const { return count * element_size(); }
@@ -50,6 +54,16 @@ struct stash_entry {
     std::size_t total = 0;
     for (const stash_segment& s : segments) total += s.stream_bytes;
     return total;
+  }
+  std::size_t sign_bytes() const {
+    std::size_t total = 0;
+    for (const stash_segment& s : segments) total += s.signs ? s.stream_bytes : 0;
+    return total;
+  }
+  bool keeps_sign() const {
+    for (const stash_segment& s : segments)
+      if (s.signs) return true;
+    return false;
   }
 };
 

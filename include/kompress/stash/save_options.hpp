@@ -1,0 +1,34 @@
+#pragma once
+// kompress::stash_save_options: how one save is stored (its codec, its layer, its sign bits).
+// None of it changes the save's error bound, only the bytes it takes (docs/stash.md,
+// "Per-save options").
+
+#include <cstdint>
+#include <optional>
+
+namespace kompress {
+inline namespace v0 {
+
+/// The codec a save's streams use.
+enum class stash_codec : std::uint8_t {
+  fast,       ///< codec_mode::fast: the SZx-style blocks
+  ratio,      ///< codec_mode::ratio: fewer bytes, about a third of the speed
+  automatic,  ///< measured on the save's first segment (remembered per layer): the ratio codec
+              ///< where its stream is at least stash_options::ratio_codec_min_saving shorter
+};
+
+struct stash_save_options {
+  /// Nothing: the stash's options().codec.codec.
+  std::optional<stash_codec> codec = std::nullopt;
+  /// The tensor's role (a layer's output, say). stash_codec::automatic remembers its choice
+  /// per layer and measures again every stash_options::codec_remeasure_saves saves of it;
+  /// without a layer every automatic save measures.
+  std::optional<std::uint32_t> layer = std::nullopt;
+  /// Keep x > 0 as one bit per value beside the streams: restored values are then on the
+  /// saved side of 0 (x'' > 0 exactly where x > 0), still within the bound. What a ReLU's
+  /// backward needs to take its mask from the restored output.
+  bool keep_sign = false;
+};
+
+}  // namespace v0
+}  // namespace kompress

@@ -1,0 +1,292 @@
+// The stash's per-save options: the sign bits (restored values on their saved side of 0, within
+// the bound, wherever the bits are placed) and the codec (asked for, or measured per layer).
+#include <kompress/stash.hpp>
+
+#include "support/codec_checks.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace {
+
+using exec_space = Kokkos::DefaultExecutionSpace;
+using memory_space = exec_space::memory_space;
+using stash_type = kompress::stash<exec_space>;
+
+template <class T>
+Kokkos::View<T*, memory_space> to_view(const std::vector<T>& values) {
+  Kokkos::View<T*, memory_space> view("values", values.size());
+  Kokkos::deep_copy(view, Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                              values.data(), values.size()));
+  return view;
+}
+
+template <class T>
+std::vector<T> to_vector(const Kokkos::View<T*, memory_space>& view) {
+  std::vector<T> values(view.size());
+  Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(values.data(), values.size()),
+                    view);
+  return values;
+}
+
+/// Values crowding 0 from both sides at the scale of `bound` (a fraction of the range), with
+/// exact zeros, a few -0.0 and large values that set the range; with `special`, NaN and
+/// infinities too (which a relative bound leaves out of the range). A block holding -0.0, NaN
+/// or an infinity is stored exactly, so they stay rare.
+template <class T>
+std::vector<T> straddling_zero(std::size_t count, unsigned seed, bool special) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  std::vector<T> values(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const double u = uniform(rng);
+    switch (i % 8) {
+      case 0: values[i] = T(0); break;
+      case 1: values[i] = T(u * 1e-3); break;  // well inside any bound tested here
+      case 2: values[i] = T(std::fabs(u) * 2e-2); break;
+      case 3: values[i] = i % 4096 == 3 ? T(-0.0) : T(u * 5e-2); break;  // rare: its block is kept exact
+      default: values[i] = T(u * 10.0); break;
+    }
+  }
+  if (special && count > 40) {
+    values[11] = std::numeric_limits<T>::quiet_NaN();
+    values[21] = std::numeric_limits<T>::infinity();
+    values[31] = -std::numeric_limits<T>::infinity();
+    values[33] = std::numeric_limits<T>::denorm_min();
+  }
+  return values;
+}
+
+template <class T>
+std::size_t sign_flips(const std::vector<T>& original, const std::vector<T>& restored) {
+  std::size_t flips = 0;
+  for (std::size_t i = 0; i < original.size(); ++i) flips += (original[i] > T(0)) != (restored[i] > T(0));
+  return flips;
+}
+
+template <class T>
+void require_within(const std::vector<T>& original, const std::vector<T>& restored, double abs_bound) {
+  const auto check = kompress::test::check_bound<T>(std::span<const T>(original), std::span<const T>(restored),
+                                                    abs_bound);
+  if (check.violations) {
+    const std::size_t i = check.first_violation;
+    FAIL(check.violations << " values out of bound " << abs_bound << "; first at " << i << ": "
+                          << double(original[i]) << " -> " << double(restored[i]));
+  }
+}
+
+kompress::stash_options options(std::size_t budget, std::size_t segment_bytes) {
+  return {.budget_bytes = budget, .segment_bytes = segment_bytes};
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("stash keep_sign: x'' > 0 exactly where x > 0, every value within the bound", T, float, double) {
+  const exec_space exec;
+  // 16 KiB segments: the larger counts span several streams, each with its own sign bits.
+  stash_type stash(exec, options(std::size_t(16) << 20, std::size_t(16) << 10));
+  for (const auto& bound : {kompress::relative(1e-1), kompress::relative(1e-2), kompress::absolute(0.5),
+                            kompress::absolute(1e-4)}) {
+    const bool absolute = bound.mode == kompress::bound_mode::absolute;
+    for (const std::size_t count : {std::size_t(1), std::size_t(33), std::size_t(4099), std::size_t(100001)}) {
+      for (const bool async : {false, true}) {
+        CAPTURE(bound.value);
+        CAPTURE(count);
+        CAPTURE(async);
+        const auto values = straddling_zero<T>(count, unsigned(count) + 7, absolute);
+        const auto view = to_view(values);
+        const kompress::stash_save_options how{.keep_sign = true};
+        const auto handle = async ? stash.save_async(exec, view, bound, how) : stash.save(exec, view, bound, how);
+        const auto plain = stash.save(exec, view, bound);
+        const auto info = stash.info(handle);
+        CHECK(info.keeps_sign);
+        CHECK_FALSE(stash.info(plain).keeps_sign);
+        // One bit per value in 32-bit words: per stream (16 KiB of values) or, async, for the
+        // one stream of the View.
+        const std::size_t per_stream = async ? count : (std::size_t(16) << 10) / sizeof(T);
+        std::size_t expected_sign_bytes = 0;
+        for (std::size_t first = 0; first < count; first += per_stream)
+          expected_sign_bytes += 4 * ((std::min(per_stream, count - first) + 31) / 32);
+        CHECK(info.sign_bytes == expected_sign_bytes);
+        CHECK(info.absolute_bound == doctest::Approx(kompress::test::expected_abs_bound<T>(values, bound)));
+
+        Kokkos::View<T*, memory_space> back("back", count), back_plain("back plain", count);
+        stash.restore(exec, handle, back);
+        stash.restore_and_drop(exec, plain, back_plain);
+        const auto restored = to_vector(back), restored_plain = to_vector(back_plain);
+        require_within(values, restored, info.absolute_bound);
+        CHECK(sign_flips(values, restored) == 0);
+        // Restoring twice gives the same bits (the fix-up is a function of stream and bits).
+        stash.restore_and_drop(exec, handle, back);
+        CHECK(std::memcmp(to_vector(back).data(), restored.data(), count * sizeof(T)) == 0);
+        // The values straddle 0 at the bound's scale: without the bits, some land on the wrong
+        // side (the test would not see a missing fix-up otherwise).
+        if (count > 1000 && bound.value >= 1e-2) CHECK(sign_flips(values, restored_plain) > 0);
+      }
+    }
+  }
+  CHECK(stash.stats().entries == 0);
+  CHECK(stash.stats().sign_bytes == 0);
+}
+
+TEST_CASE("stash keep_sign: the bits are counted, one per value per stream, and freed with the entry") {
+  const exec_space exec;
+  stash_type stash(exec, options(std::size_t(4) << 20, std::size_t(16) << 10));  // 4096 floats a segment
+  const std::size_t count = 10000;  // streams of 4096, 4096 and 1808 values
+  const auto values = straddling_zero<float>(count, 3, false);
+  const auto view = to_view(values);
+  const auto before = stash.stats();
+  const auto handle = stash.save(exec, view, kompress::relative(1e-2), {.keep_sign = true});
+  const auto info = stash.info(handle);
+  CHECK(info.segments == 3);
+  CHECK(info.placement.pool_segments == 3);
+  CHECK(info.sign_bytes == 4 * (128 + 128 + 57));
+  const auto during = stash.stats();
+  CHECK(during.sign_bytes == info.sign_bytes);
+  CHECK(during.stored_bytes == info.stored_bytes);
+  CHECK(during.stored_bytes > info.sign_bytes);
+  CHECK(during.pool_bytes > before.pool_bytes + info.stored_bytes - 1);
+  stash.drop(handle);
+  const auto after = stash.stats();
+  CHECK(after.sign_bytes == 0);
+  CHECK(after.stored_bytes == 0);
+  CHECK(after.pool_bytes == before.pool_bytes);
+}
+
+TEST_CASE("stash keep_sign: bits spilled to host memory restore the same; bits that fit nowhere throw") {
+  const exec_space exec;
+  const std::size_t count = std::size_t(1) << 20;
+  const std::vector<float> zeros(count, 0.0f);  // constant blocks: tiny streams, full-size bits
+  const auto view = to_view(zeros);
+  const auto bound = kompress::absolute(1e-3);
+  // 16 KiB segments: 256 streams of a few dozen bytes (aligned to 64) and 256 x 512 bytes of bits.
+  auto o = options(0, std::size_t(16) << 10);
+  {
+    stash_type probe(exec, options(std::size_t(8) << 20, std::size_t(16) << 10));
+    (void)probe.save(exec, view, bound);
+    o.budget_bytes = probe.stats().pool_bytes + (std::size_t(48) << 10);  // the streams, a third of the bits
+  }
+  SUBCASE("throw_error: budget_exceeded names the sign bits, and the stash is unchanged") {
+    stash_type stash(exec, o);
+    const auto before = stash.stats();
+    try {
+      (void)stash.save(exec, view, bound, {.keep_sign = true});
+      FAIL("the save fitted");
+    } catch (const kompress::budget_exceeded& e) {
+      CHECK(std::string(e.what()).find("the sign bits") != std::string::npos);
+    }
+    const auto after = stash.stats();
+    CHECK(after.entries == 0);
+    CHECK(after.pool_bytes == before.pool_bytes);
+    CHECK(after.sign_bytes == 0);
+  }
+  SUBCASE("spill_to_host: the bits that do not fit go to host memory") {
+    o.policy = kompress::budget_policy::spill_to_host();
+    stash_type stash(exec, o);
+    std::vector<float> values = zeros;
+    for (std::size_t i = 0; i < count; i += 3) values[i] = 1e-4f;  // positive, below the bound
+    const auto small_positives = to_view(values);
+    const auto handle = stash.save(exec, small_positives, bound, {.keep_sign = true});
+    CHECK(stash.stats().spilled_segments > 0);
+    CHECK(stash.stats().host_spilled_bytes > 0);
+    Kokkos::View<float*, memory_space> back("back", count);
+    stash.restore_and_drop(exec, handle, back);
+    const auto restored = to_vector(back);
+    require_within(values, restored, 1e-3);
+    CHECK(sign_flips(values, restored) == 0);
+  }
+}
+
+TEST_CASE("stash codec: asked for, or measured on the first segment and remembered per layer") {
+  const exec_space exec;
+  const std::size_t count = 50000;
+  const auto bound = kompress::relative(1e-3);
+  // A smooth field (the ratio codec's predictor wins by far) and white noise (nothing to win).
+  std::vector<float> smooth(count), noise(count);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (std::size_t i = 0; i < count; ++i) {
+    smooth[i] = float(std::sin(double(i) * 1e-3) + 0.3 * std::sin(double(i) * 7e-3));
+    noise[i] = uniform(rng);
+  }
+  const auto smooth_view = to_view(smooth), noise_view = to_view(noise);
+  auto o = options(std::size_t(8) << 20, std::size_t(64) << 10);
+  o.codec_remeasure_saves = 3;
+
+  // The rule, from the codec's own lengths on the first segment (16384 floats): the data must
+  // land on both sides of it, or the choices below would not show it is applied.
+  const auto first_segment_length = [&](const Kokkos::View<float*, memory_space>& v, kompress::codec_mode mode) {
+    const auto sample = Kokkos::subview(v, std::pair<std::size_t, std::size_t>(0, 16384));
+    return double(kompress::compress(exec, sample, kompress::compress_options{.bound = bound, .codec = mode}).size());
+  };
+  const auto rule = [&](const Kokkos::View<float*, memory_space>& v) {
+    const double ratio = first_segment_length(v, kompress::codec_mode::ratio);
+    const double fast = first_segment_length(v, kompress::codec_mode::fast);
+    return ratio <= 0.8 * fast ? kompress::codec_mode::ratio : kompress::codec_mode::fast;
+  };
+  REQUIRE(rule(smooth_view) == kompress::codec_mode::ratio);
+  REQUIRE(rule(noise_view) == kompress::codec_mode::fast);
+
+  stash_type stash(exec, o);
+  const kompress::stash_save_options smooth_layer{.codec = kompress::stash_codec::automatic, .layer = 1};
+  const kompress::stash_save_options noise_layer{.codec = kompress::stash_codec::automatic, .layer = 2};
+  std::vector<kompress::stash_handle> handles;
+  handles.push_back(stash.save(exec, smooth_view, bound, smooth_layer));
+  CHECK(stash.stats().codec_measurements == 1);
+  handles.push_back(stash.save(exec, noise_view, bound, noise_layer));
+  CHECK(stash.stats().codec_measurements == 2);
+  handles.push_back(stash.save_async(exec, smooth_view, bound, smooth_layer));  // remembered
+  handles.push_back(stash.save(exec, smooth_view, bound, smooth_layer));
+  CHECK(stash.stats().codec_measurements == 2);
+  handles.push_back(stash.save(exec, smooth_view, bound, smooth_layer));  // 3 saves on: measured again
+  CHECK(stash.stats().codec_measurements == 3);
+  handles.push_back(stash.save(exec, noise_view, bound, {.codec = kompress::stash_codec::automatic}));  // no layer
+  handles.push_back(stash.save(exec, noise_view, bound, {.codec = kompress::stash_codec::automatic}));
+  CHECK(stash.stats().codec_measurements == 5);
+  handles.push_back(stash.save(exec, noise_view, bound, {.codec = kompress::stash_codec::ratio}));
+  handles.push_back(stash.save(exec, smooth_view, bound));  // the stash's codec: fast
+  CHECK(stash.stats().codec_measurements == 5);
+
+  const std::vector<kompress::codec_mode> expected = {
+      kompress::codec_mode::ratio, kompress::codec_mode::fast, kompress::codec_mode::ratio,
+      kompress::codec_mode::ratio, kompress::codec_mode::ratio, kompress::codec_mode::fast,
+      kompress::codec_mode::fast,  kompress::codec_mode::ratio, kompress::codec_mode::fast};
+  REQUIRE(handles.size() == expected.size());
+  std::uint64_t ratio_saves = 0;
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    CAPTURE(i);
+    CHECK(stash.info(handles[i]).codec == expected[i]);
+    ratio_saves += expected[i] == kompress::codec_mode::ratio;
+  }
+  CHECK(stash.stats().ratio_codec_saves == ratio_saves);
+  // The ratio codec's smooth entry is the shorter, and both restore within the bound.
+  CHECK(stash.info(handles[0]).stored_bytes < stash.info(handles.back()).stored_bytes);
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    const bool is_smooth = i == 0 || (i >= 2 && i <= 4) || i == 8;
+    Kokkos::View<float*, memory_space> back("back", count);
+    stash.restore_and_drop(exec, handles[i], back);
+    const auto& original = is_smooth ? smooth : noise;
+    require_within(original, to_vector(back), kompress::test::expected_abs_bound<float>(original, bound));
+  }
+}
+
+TEST_CASE("stash codec: options out of range are rejected when the stash is made") {
+  const exec_space exec;
+  for (const double saving : {-0.1, 1.0, std::nan("")}) {
+    auto o = options(std::size_t(1) << 20, std::size_t(16) << 10);
+    o.ratio_codec_min_saving = saving;
+    CHECK_THROWS_WITH_AS(stash_type(exec, o), doctest::Contains("ratio_codec_min_saving"),
+                         kompress::invalid_argument);
+  }
+  auto o = options(std::size_t(1) << 20, std::size_t(16) << 10);
+  o.codec_remeasure_saves = 0;
+  CHECK_THROWS_WITH_AS(stash_type(exec, o), doctest::Contains("codec_remeasure_saves"), kompress::invalid_argument);
+}
