@@ -3,6 +3,7 @@
 // budget, restore them for the backward pass (docs/stash.md).
 
 #include <kompress/stash/handle.hpp>
+#include <kompress/stash/layer_bounds.hpp>
 #include <kompress/stash/options.hpp>
 #include <kompress/stash/policy.hpp>
 #include <kompress/stash/pool.hpp>
