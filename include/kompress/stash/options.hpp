@@ -32,6 +32,9 @@ struct stash_options {
   double ratio_codec_min_saving = 0.2;
   /// stash_codec::automatic measures a layer's codec again after this many saves of it (>= 1).
   std::uint32_t codec_remeasure_saves = 64;
+  /// The most save_asyncs pending at once (>= 1): a save_async beyond it first settles the
+  /// oldest, so the pool holds at most this many worst-case ranges besides the streams.
+  std::size_t async_window = 2;
 };
 
 }  // namespace v0

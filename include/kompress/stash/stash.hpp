@@ -22,8 +22,10 @@
 // Sync points (nothing here fences the whole device or any instance but those passed in):
 //   save_async  enqueues the compression on `exec` into a worst-case range of the pool and
 //             returns without waiting; the stash settles the entry (waits for that instance,
-//             gives the range's unused tail back) in fence(), in restore/info/drop of it, or
-//             when a save needs the room. `view` must not change until `exec` has run it.
+//             moves the stream down to a free range of its length or gives the range's unused
+//             tail back) in fence(), in restore/info/drop of it, when async_window saves are
+//             pending, or when a save needs the room. `view` must not change until `exec` has
+//             run it.
 //   save      reads the View and writes the pool through `exec` only, and returns when the
 //             streams are in place: it waits for `exec` (a relative bound over more than one
 //             segment adds a value-range reduction; a copy out of the workspace or to the host
@@ -332,6 +334,7 @@ struct stash<ExecutionSpace>::state {
                              detail::number_text(options.ratio_codec_min_saving) + ")");
     if (options.codec_remeasure_saves < 1)
       throw invalid_argument(std::string(who) + ": codec_remeasure_saves must be at least 1");
+    if (options.async_window < 1) throw invalid_argument(std::string(who) + ": async_window must be at least 1");
     // The workspace holds one segment's worst case in either codec (a save may pick either).
     const int block_size = options.codec.block_size;
     for (const codec_mode mode : {codec_mode::fast, codec_mode::ratio}) {
@@ -513,6 +516,17 @@ struct stash<ExecutionSpace>::state {
     const codec_mode mode = choose_codec(exec_, values_view(view.data(), sample), requested, how);
     const compress_options codec = codec_with(requested, mode);
     const std::size_t reserved = max_compressed_size<T>(count, codec);
+    // The window: the oldest pending saves settle first, so at most async_window worst-case
+    // ranges are held at once.
+    while (true) {
+      std::optional<std::uint32_t> oldest;
+      {
+        std::lock_guard lock(mutex);
+        if (pending.count >= options.async_window) oldest = pending.oldest();
+      }
+      if (!oldest) break;
+      settle(*oldest);
+    }
     std::optional<std::size_t> offset = pool->reserve(reserved);
     bool others_pending;
     {
@@ -590,10 +604,11 @@ struct stash<ExecutionSpace>::state {
       job.length = header.compressed_bytes;
       job.abs_bound = header.absolute_bound;
     }
-    for (const auto& job : jobs) pool->settle(job.offset, job.reserved, job.length);
+    for (auto& job : jobs) job.offset = pool->settle(job.exec, job.offset, job.reserved, job.length);
     std::lock_guard lock(mutex);
     for (const auto& job : jobs) {
       detail::stash_entry& entry = entries[job.slot];
+      entry.segments.front().offset = job.offset;
       entry.segments.front().stream_bytes = job.length;
       entry.absolute_bound = job.abs_bound;
       entry.reserved_bytes = 0;

@@ -21,6 +21,9 @@ struct stash_stats {
                                     ///< not the worst-case ranges a save borrows from free
                                     ///< space while it compresses in place
   std::size_t pending_saves = 0;    ///< save_asyncs not yet settled (stash::fence settles them)
+  std::size_t reserved_bytes = 0;   ///< of pool_bytes, the pending save_asyncs' worst-case ranges
+  std::size_t padding_bytes = 0;    ///< of pool_bytes, the streams' rounding up to 64 bytes: with
+                                    ///< the workspace and the reservations, all that is not stream
   std::size_t host_spilled_bytes = 0;  ///< live streams spilled to host memory
   std::size_t file_spilled_bytes = 0;  ///< live streams spilled to the spill file
   // --- high-water marks since construction or reset_peaks() ---
@@ -36,6 +39,7 @@ struct stash_stats {
   std::uint64_t loosened_saves = 0;    ///< saves stored with a looser bound than asked
   std::uint64_t ratio_codec_saves = 0; ///< saves stored with codec_mode::ratio
   std::uint64_t codec_measurements = 0;  ///< stash_codec::automatic's trials of both codecs
+  std::uint64_t moved_streams = 0;     ///< settled save_async streams moved down the pool
   std::size_t total_raw_bytes = 0;     ///< over every save
   std::size_t total_stored_bytes = 0;  ///< over every save
 

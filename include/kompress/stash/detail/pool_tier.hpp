@@ -3,7 +3,8 @@
 // device's, or the host's for a host execution space), allocated when the stash is made. It
 // holds the compression workspace and the streams, placed by first fit (stash/pool.hpp).
 // Beyond storage_tier it lends ranges to compress into in place (borrow/keep) and holds the
-// worst-case reservations of pending save_asyncs (reserve/settle).
+// worst-case reservations of pending save_asyncs (reserve/settle); settling moves a stream
+// down to the lowest free range of its exact length, so reservations leave no holes behind.
 
 #include <kompress/stash/detail/tier.hpp>
 #include <kompress/stash/pool.hpp>
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 
@@ -74,6 +76,7 @@ class pool_tier final : public storage_tier<ExecutionSpace> {
     auto offset = allocator_.allocate(bytes);
     if (offset) {
       held_bytes_ += first_fit_allocator::round_up(bytes);
+      reserved_bytes_ += first_fit_allocator::round_up(bytes);
       note_usage();
     }
     return offset;
@@ -82,13 +85,34 @@ class pool_tier final : public storage_tier<ExecutionSpace> {
     std::lock_guard lock(mutex_);
     allocator_.free(offset, reserved);
     held_bytes_ -= first_fit_allocator::round_up(reserved);
+    reserved_bytes_ -= first_fit_allocator::round_up(reserved);
   }
-  /// The reservation now holds a stream of `length` bytes: the tail goes back.
-  void settle(std::size_t offset, std::size_t reserved, std::size_t length) {
-    std::lock_guard lock(mutex_);
-    allocator_.shrink(offset, reserved, length);
+  /// The reservation at `offset` now holds a stream of `length` bytes (written through `exec`,
+  /// which has finished): the stream moves to the lowest free range of its length when that
+  /// lies below the reservation (a device copy on `exec`, waited for), else stays and the tail
+  /// goes back. Returns the stream's offset.
+  std::size_t settle(const ExecutionSpace& exec, std::size_t offset, std::size_t reserved, std::size_t length) {
+    std::unique_lock lock(mutex_);
+    std::optional<std::size_t> lower = allocator_.allocate(length);
+    if (lower && *lower > offset) {
+      allocator_.free(*lower, length);
+      lower.reset();
+    }
+    if (lower) {
+      lock.unlock();  // both ranges are ours: copy without the lock
+      Kokkos::deep_copy(exec, unmanaged_bytes(pool_.data() + *lower, length),
+                        const_unmanaged_bytes(pool_.data() + offset, length));
+      exec.fence("kompress::stash: a settled stream moved down");
+      lock.lock();
+      allocator_.free(offset, reserved);
+      ++moved_streams_;
+    } else {
+      allocator_.shrink(offset, reserved, length);
+    }
     held_bytes_ -= first_fit_allocator::round_up(reserved);
+    reserved_bytes_ -= first_fit_allocator::round_up(reserved);
     add_stream(length);
+    return lower.value_or(offset);
   }
 
   void reset_peaks() {
@@ -133,6 +157,9 @@ class pool_tier final : public storage_tier<ExecutionSpace> {
     stats.budget_bytes = allocator_.capacity();
     stats.workspace_bytes = workspace_bytes_;
     stats.pool_bytes = held_bytes_;
+    stats.reserved_bytes = reserved_bytes_;
+    stats.padding_bytes = held_bytes_ - workspace_bytes_ - reserved_bytes_ - stored_bytes_;
+    stats.moved_streams = moved_streams_;
     stats.peak_pool_bytes = peak_held_bytes_;
     stats.peak_stored_bytes = peak_stored_bytes_;
   }
@@ -160,6 +187,8 @@ class pool_tier final : public storage_tier<ExecutionSpace> {
   std::size_t workspace_bytes_ = 0;
   std::size_t stored_bytes_ = 0;  ///< streams in the pool
   std::size_t held_bytes_ = 0;    ///< the workspace, streams and reservations, 64-byte aligned
+  std::size_t reserved_bytes_ = 0;  ///< of held_bytes_, pending save_asyncs' reservations
+  std::uint64_t moved_streams_ = 0;  ///< settled streams moved down
   std::size_t peak_held_bytes_ = 0;
   std::size_t peak_stored_bytes_ = 0;
 };
