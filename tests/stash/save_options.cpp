@@ -109,12 +109,12 @@ TEST_CASE_TEMPLATE("stash keep_sign: x'' > 0 exactly where x > 0, every value wi
         const auto info = stash.info(handle);
         CHECK(info.keeps_sign);
         CHECK_FALSE(stash.info(plain).keeps_sign);
-        // One bit per value in 32-bit words: per stream (16 KiB of values) or, async, for the
-        // one stream of the View.
+        // One bit per value in an even number of 32-bit words, and 16 bytes, per stream (16 KiB
+        // of values) or, async, for the one stream of the View.
         const std::size_t per_stream = async ? count : (std::size_t(16) << 10) / sizeof(T);
         std::size_t expected_sign_bytes = 0;
         for (std::size_t first = 0; first < count; first += per_stream)
-          expected_sign_bytes += 4 * ((std::min(per_stream, count - first) + 31) / 32);
+          expected_sign_bytes += 4 * ((std::min(per_stream, count - first) + 63) / 64 * 2) + 16;
         CHECK(info.sign_bytes == expected_sign_bytes);
         CHECK(info.absolute_bound == doctest::Approx(kompress::test::expected_abs_bound<T>(values, bound)));
 
@@ -137,6 +137,42 @@ TEST_CASE_TEMPLATE("stash keep_sign: x'' > 0 exactly where x > 0, every value wi
   CHECK(stash.stats().sign_bytes == 0);
 }
 
+TEST_CASE_TEMPLATE("stash keep_sign: positives rounded to 0 come back at their mean, not biased", T, float, double) {
+  // ReLU-like: half zeros, the rest exponential, so a loose bound rounds most positives to 0.
+  const exec_space exec;
+  const std::size_t count = 200000;
+  std::mt19937 rng(9);
+  std::exponential_distribution<double> exponential(1.0);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<T> values(count);
+  for (T& v : values) v = uniform(rng) < 0.5 ? T(0) : T(exponential(rng));
+  const auto view = to_view(values);
+  stash_type stash(exec, options(std::size_t(16) << 20, std::size_t(64) << 10));
+  for (const bool async : {false, true}) {
+    CAPTURE(async);
+    const auto bound = kompress::relative(1e-1);
+    const auto handle = async ? stash.save_async(exec, view, bound, {.keep_sign = true})
+                              : stash.save(exec, view, bound, {.keep_sign = true});
+    const double e = stash.info(handle).absolute_bound;
+    Kokkos::View<T*, memory_space> back("back", count);
+    stash.restore_and_drop(exec, handle, back);
+    const auto restored = to_vector(back);
+    require_within(values, restored, e);
+    CHECK(sign_flips(values, restored) == 0);
+    double original_sum = 0, restored_sum = 0;
+    std::size_t small = 0;
+    for (std::size_t i = 0; i < count; ++i)
+      if (values[i] > T(0) && double(values[i]) <= e) {  // what the quantizer rounds to 0
+        original_sum += double(values[i]);
+        restored_sum += double(restored[i]);
+        ++small;
+      }
+    REQUIRE(small > count / 10);
+    // Their mean survives (a fixed point such as e / 2 would be off by a tenth of e here).
+    CHECK(std::fabs(restored_sum - original_sum) / double(small) < 0.02 * e);
+  }
+}
+
 TEST_CASE("stash keep_sign: the bits are counted, one per value per stream, and freed with the entry") {
   const exec_space exec;
   stash_type stash(exec, options(std::size_t(4) << 20, std::size_t(16) << 10));  // 4096 floats a segment
@@ -148,7 +184,7 @@ TEST_CASE("stash keep_sign: the bits are counted, one per value per stream, and 
   const auto info = stash.info(handle);
   CHECK(info.segments == 3);
   CHECK(info.placement.pool_segments == 3);
-  CHECK(info.sign_bytes == 4 * (128 + 128 + 57));
+  CHECK(info.sign_bytes == 4 * (128 + 128 + 58) + 3 * 16);  // even word counts, then sum and count
   const auto during = stash.stats();
   CHECK(during.sign_bytes == info.sign_bytes);
   CHECK(during.stored_bytes == info.stored_bytes);

@@ -550,9 +550,8 @@ struct stash<ExecutionSpace>::state {
     try {
       kompress::compress_async(exec_, values_view(view.data(), count),
                                unmanaged_bytes(pool->data() + *offset, reserved), codec);
-      if (sign_offset)
-        detail::pack_signs(exec_, view.data(), count,
-                           reinterpret_cast<std::uint32_t*>(pool->data() + *sign_offset));
+      if (sign_offset)  // the bound is in the stream's header, on the device
+        detail::pack_signs(exec_, view.data(), count, pool->data() + *sign_offset, 0.0, pool->data() + *offset);
     } catch (...) {
       pool->unreserve(*offset, reserved);
       if (sign_offset) pool->give_back(*sign_offset, sign_bytes);
@@ -684,7 +683,7 @@ struct stash<ExecutionSpace>::state {
         detail::stash_segment segment;
         segment.first_value = s * per_segment;
         segment.count = std::min(per_segment, count - segment.first_value);
-        failed_bytes = place_signs(exec_, data + segment.first_value, segment, who);
+        failed_bytes = place_signs(exec_, data + segment.first_value, entry.absolute_bound, segment, who);
         if (failed_bytes != 0) {
           failed = segment;
           placed_all = false;
@@ -762,18 +761,17 @@ struct stash<ExecutionSpace>::state {
     return store_from_workspace(exec_, segment, who);
   }
 
-  /// Packs the sign bits of segment.count values at `values` and places them as place_segment
-  /// places a stream (their size is exact: no worst case to borrow).
+  /// Packs the sign bits of segment.count values at `values` (stored within `abs_bound`) and
+  /// places them as place_segment places a stream (their size is exact: no worst case).
   template <class T>
-  std::size_t place_signs(const ExecutionSpace& exec_, const T* values, detail::stash_segment& segment,
-                          const char* who) {
+  std::size_t place_signs(const ExecutionSpace& exec_, const T* values, double abs_bound,
+                          detail::stash_segment& segment, const char* who) {
     const std::size_t bytes = detail::sign_bytes(segment.count);
     segment.signs = true;
     segment.stream_bytes = bytes;
     if (const std::optional<std::size_t> offset = pool->borrow(bytes)) {
       try {
-        detail::pack_signs(exec_, values, segment.count,
-                           reinterpret_cast<std::uint32_t*>(pool->data() + *offset));
+        detail::pack_signs(exec_, values, segment.count, pool->data() + *offset, abs_bound);
         exec_.fence("kompress::stash::save: sign bits packed");
       } catch (...) {
         pool->give_back(*offset, bytes);
@@ -785,7 +783,7 @@ struct stash<ExecutionSpace>::state {
       return 0;
     }
     std::lock_guard workspace_lock(workspace_mutex);
-    detail::pack_signs(exec_, values, segment.count, reinterpret_cast<std::uint32_t*>(pool->workspace()));
+    detail::pack_signs(exec_, values, segment.count, pool->workspace(), abs_bound);
     return store_from_workspace(exec_, segment, who);
   }
 
@@ -863,8 +861,7 @@ struct stash<ExecutionSpace>::state {
       const detail::tier_bytes bytes =
           where.load(exec_, segment.offset, segment.stream_bytes, pool->workspace(), who);
       if (segment.signs) {
-        detail::apply_signs(exec_, reinterpret_cast<const std::uint32_t*>(bytes.data), values.data(),
-                            segment.count, abs_bound);
+        detail::apply_signs(exec_, bytes.data, values.data(), segment.count, abs_bound);
         exec_.fence("kompress::stash::restore: signs applied");
         continue;
       }

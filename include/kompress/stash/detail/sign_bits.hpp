@@ -1,7 +1,17 @@
 #pragma once
 // The sign bits of a keep_sign save: x > 0 as one bit per value, and restored values put back
 // on their saved side of 0 within the same bound (docs/stash.md, "Per-save options").
+//
+// Layout of one stream's sign bits: the bits in 32-bit words (an even number of them), then
+// the sum and the count of the values in (0, e] (e: the stream's absolute bound) as the real
+// and imaginary parts of one Kokkos::complex<double>. Restore gives a positive value that came
+// back <= 0 their mean, the expected value of what the quantizer rounded to 0, rather than a
+// fixed point of (0, e] that would shift every such value the same way.
 
+#include <kompress/detail/bytes.hpp>
+#include <kompress/format.hpp>
+
+#include <Kokkos_Complex.hpp>
 #include <Kokkos_Core.hpp>
 
 #include <cstddef>
@@ -10,36 +20,58 @@
 
 namespace kompress::inline v0::detail {
 
-constexpr std::size_t sign_words(std::size_t count) { return (count + 31) / 32; }
-constexpr std::size_t sign_bytes(std::size_t count) { return sign_words(count) * sizeof(std::uint32_t); }
+constexpr std::size_t sign_words(std::size_t count) { return ((count + 31) / 32 + 1) / 2 * 2; }
+constexpr std::size_t sign_bytes(std::size_t count) {
+  return sign_words(count) * sizeof(std::uint32_t) + sizeof(Kokkos::complex<double>);
+}
 
-/// words[w] bit b = values[32 w + b] > 0 (NaN: 0). Enqueued on `exec`.
+/// Packs words[w] bit b = values[32 w + b] > 0 (NaN: 0) and reduces the sum and count of the
+/// values in (0, e] into the bytes after the words. e is `bound`, or, when `header` is given,
+/// the absolute bound in that stream header (written by kernels enqueued before on `exec`: a
+/// save_async's bound is known only on the device). Enqueued on `exec`, nothing waits.
 template <class T, class ExecutionSpace>
-void pack_signs(const ExecutionSpace& exec, const T* values, std::size_t count, std::uint32_t* words) {
-  Kokkos::parallel_for(
+void pack_signs(const ExecutionSpace& exec, const T* values, std::size_t count, std::byte* out, double bound,
+                const std::byte* header = nullptr) {
+  using memory_space = typename ExecutionSpace::memory_space;
+  auto* const words = reinterpret_cast<std::uint32_t*>(out);
+  const Kokkos::View<Kokkos::complex<double>, memory_space, Kokkos::MemoryUnmanaged> small_positives(
+      reinterpret_cast<Kokkos::complex<double>*>(out + sign_words(count) * sizeof(std::uint32_t)));
+  Kokkos::parallel_reduce(
       "kompress::stash::pack_signs",
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, sign_words(count)),
-      KOKKOS_LAMBDA(const std::size_t w) {
+      KOKKOS_LAMBDA(const std::size_t w, Kokkos::complex<double>& sum_count) {
+        const double e = header ? load<double>(header + abs_bound_offset) : bound;
         const std::size_t first = 32 * w;
-        const std::size_t n = count - first < 32 ? count - first : 32;
+        const std::size_t n = first >= count ? 0 : count - first < 32 ? count - first : 32;
         std::uint32_t bits = 0;
-        for (std::size_t b = 0; b < n; ++b)
-          if (values[first + b] > T(0)) bits |= std::uint32_t(1) << b;
+        for (std::size_t b = 0; b < n; ++b) {
+          const T x = values[first + b];
+          if (x > T(0)) {
+            bits |= std::uint32_t(1) << b;
+            if (double(x) <= e) sum_count += Kokkos::complex<double>(double(x), 1.0);
+          }
+        }
         words[w] = bits;
-      });
+      },
+      Kokkos::Sum<Kokkos::complex<double>, memory_space>(small_positives));
 }
 
 /// Puts every restored value x' back on the side of 0 its bit records, within `bound` of the
-/// saved x when x' was: a set bit with x' <= 0 means x in (0, x' + bound], and its midpoint
-/// (at least the smallest positive value) is within x' + bound <= bound of x; a clear bit with
+/// saved x when x' was: a set bit with x' <= 0 means x in (0, x' + bound], and any point of
+/// that range is within x' + bound <= bound of x (the stream's mean of (0, e] when it lies
+/// there, else the range's midpoint, at least the smallest positive value); a clear bit with
 /// x' > 0 means x in [x' - bound, 0], and +0 is within bound - x' of x. Enqueued on `exec`.
 template <class T, class ExecutionSpace>
-void apply_signs(const ExecutionSpace& exec, const std::uint32_t* words, T* values, std::size_t count,
-                 double bound) {
+void apply_signs(const ExecutionSpace& exec, const std::byte* in, T* values, std::size_t count, double bound) {
+  const auto* const words = reinterpret_cast<const std::uint32_t*>(in);
+  const auto* const small_positives =
+      reinterpret_cast<const Kokkos::complex<double>*>(in + sign_words(count) * sizeof(std::uint32_t));
   Kokkos::parallel_for(
       "kompress::stash::apply_signs",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, sign_words(count)),
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, (count + 31) / 32),
       KOKKOS_LAMBDA(const std::size_t w) {
+        const Kokkos::complex<double> sum_count = *small_positives;
+        const double mean = sum_count.imag() > 0.0 ? sum_count.real() / sum_count.imag() : 0.0;
         const std::size_t first = 32 * w;
         const std::size_t n = count - first < 32 ? count - first : 32;
         const std::uint32_t bits = words[w];
@@ -47,7 +79,9 @@ void apply_signs(const ExecutionSpace& exec, const std::uint32_t* words, T* valu
           const T x = values[first + b];
           if ((bits >> b) & 1u) {
             if (!(x > T(0))) {
-              T inside = T((double(x) + bound) * 0.5);
+              const double top = double(x) + bound;  // x lies in (0, top]
+              T inside = T(mean);
+              if (!(inside > T(0) && double(inside) <= top)) inside = T(top * 0.5);
               if (!(inside > T(0))) inside = std::numeric_limits<T>::denorm_min();
               values[first + b] = inside;
             }
