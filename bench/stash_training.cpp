@@ -9,8 +9,10 @@
 //   bench_stash_training [--epochs 5] [--train 8000] [--eval 2000] [--batch 128]
 //                           [--lr 1e-3] [--schedule cosine|constant] [--warmup 0.2]
 //                           [--bound 1e-2] [--seed 1] [--data DIR] [--verify]
-//                           [--mask bits|restored] [--async] [--quick] [--max-loss-gap PERCENT]
+//                           [--mask stash|bits|restored] [--async] [--quick] [--max-loss-gap PERCENT]
 //                           [--model mlp|cnn|transformer] [--check-gradients]
+//                           [--codec fast|ratio|auto] [--segment-bytes 65536]
+//                           [--adaptive-bounds CEILING] [--tolerance 0.05] [--check-every 50]
 //
 // --model cnn trains a small CNN instead of the MLP, with everything else the same (recipe,
 // batch, data, both runs, the report): conv 3x3 pad 1 1->8, ReLU, maxpool 2x2 (28->14); conv
@@ -44,10 +46,19 @@
 // forward pass after training (also printed: the mean over the last epoch's minibatches, which
 // mixes in the weights of the whole epoch).
 //
-// The ReLUs' backward needs to know which outputs were positive. By default the stash run
-// keeps that as a 1-bit mask per value beside the compressed outputs (as ActNN does; counted in
-// its memory); --mask restored takes it from the restored outputs instead, which zeroes the
-// gradient through every output the bound rounds to 0 and biases training (docs/stash.md).
+// The ReLUs' backward needs to know which outputs were positive. By default (--mask stash) the
+// MLP's stash run saves the ReLU outputs with keep_sign: the stash keeps a bit per value and
+// restores every value on its saved side of 0, so the mask is taken from the restored outputs
+// and is exact (counted in the stash's memory). --mask bits keeps the mask as the caller's own
+// bits beside the compressed outputs (as ActNN does; counted too); --mask restored takes it from
+// restored outputs saved without keep_sign, which zeroes the gradient through every output the
+// bound rounds to 0 and biases training (docs/stash.md).
+//
+// --codec picks the stash's codec per save (auto: measured per layer, stash_codec::automatic).
+// --adaptive-bounds CEILING (MLP) chooses each saved tensor's bound with kompress::layer_bounds,
+// from --bound up to CEILING: on check steps the run keeps exact copies of the saved tensors,
+// computes each weight gradient from both, and reports their distance; the bounds' changes are
+// printed at the end. --segment-bytes sizes the stash's segments (and its workspace).
 //
 // --async saves with save_async, which enqueues the compression and returns (the backward
 // pass's restores settle the entries). It compresses each activation as one stream instead of
@@ -83,6 +94,7 @@
 #include <fstream>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -337,7 +349,13 @@ struct settings {
   unsigned seed = 1;
   bool verify = false;
   bool async_save = false;  // stash run: save_async instead of save
-  bool mask_bits = true;  // stash run: ReLU masks as saved bits, not from restored outputs
+  // The MLP's stash run: where its ReLUs' backward takes their masks from (the --mask comment).
+  enum class mask_source { stash, bits, restored } mask = mask_source::stash;
+  kompress::stash_codec codec = kompress::stash_codec::fast;
+  std::size_t segment_bytes = 64 * 1024;
+  double adaptive_ceiling = 0;  // > 0: kompress::layer_bounds from `bound` up to this
+  double tolerance = 0.05;
+  std::uint64_t check_every = 50;
   double max_loss_gap = -1.0;  // percent; < 0: not checked
   bool cnn = false;  // --model cnn: the small CNN instead of the MLP
   bool transformer = false;  // --model transformer: the transformer block instead of the MLP
@@ -360,6 +378,9 @@ struct run_result {
   double max_error_over_bound = 0;
   int violations = 0;
   double gradient_check_worst = 0;  // --check-gradients (transformer): largest relative difference
+  std::uint64_t saves = 0, ratio_codec_saves = 0;
+  std::vector<kompress::layer_bound_change> bound_log;  // --adaptive-bounds
+  std::vector<double> final_bounds;                     // --adaptive-bounds: per saved tensor
 };
 
 /// The learning rate of Adam step `step` (1-based): the first s.warmup of all steps rise
@@ -382,14 +403,15 @@ struct schedule {
 
 using stash_type = kompress::stash<exec_space>;
 
-/// The stash of the stash run: a budget of half what the plain run keeps, with 64 KiB segments
-/// (a ~66 KB workspace); anything over would spill to host memory rather than fail (and be
-/// counted).
-std::unique_ptr<stash_type> make_stash(const exec_space& exec, std::size_t plain_bytes) {
+/// The stash of the stash run: a budget of half what the plain run keeps, with --segment-bytes
+/// segments (64 KiB: a ~66 KB workspace); anything over would spill to host memory rather than
+/// fail (and be counted).
+std::unique_ptr<stash_type> make_stash(const exec_space& exec, std::size_t plain_bytes,
+                                       std::size_t segment_bytes = 64 * 1024) {
   return std::make_unique<stash_type>(
       exec, kompress::stash_options{.budget_bytes = plain_bytes / 2,
                                     .policy = kompress::budget_policy::spill_to_host(),
-                                    .segment_bytes = 64 * 1024});
+                                    .segment_bytes = segment_bytes});
 }
 
 /// Restores saved activation `which` into `target` (the buffer the forward wrote it in; in a
@@ -478,6 +500,8 @@ void stash_statistics(const stash_type& stash, run_result& result) {
   result.peak_stored_bytes = stats.peak_stored_bytes;
   result.ratio = stats.ratio();
   result.spilled = stats.spilled_segments;
+  result.saves = stats.saves;
+  result.ratio_codec_saves = stats.ratio_codec_saves;
 }
 
 /// Trains the MLP; with `use_stash`, the activations backward needs go through a stash.
@@ -493,7 +517,8 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
   matrix xt("xt", 784, batch), a1t("a1t", 1024, batch), a2t("a2t", 1024, batch);
   matrix check("check", batch, 1024);  // --verify: a copy of what was saved
   mask_matrix mask1("mask1", batch, 32), mask2("mask2", batch, 32);
-  const bool mask_bits = use_stash && s.mask_bits;
+  const bool mask_bits = use_stash && s.mask == settings::mask_source::bits;
+  const bool stash_signs = use_stash && s.mask == settings::mask_source::stash;
   batch_loader loader(batch);
   const auto labels = loader.labels;
 
@@ -501,10 +526,24 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
   // workspace and the compressed activations take under half of it.
   const std::size_t plain_bytes = std::size_t(batch) * (784 + 1024 + 1024) * sizeof(float);
   std::unique_ptr<stash_type> stash;
-  if (use_stash) stash = make_stash(exec, plain_bytes);
-  const auto bound = kompress::relative(s.bound);
+  if (use_stash) stash = make_stash(exec, plain_bytes, s.segment_bytes);
   run_result result;
   const schedule learning_rate(s);
+  // --adaptive-bounds: each saved tensor's bound from the training (kompress::layer_bounds);
+  // on check steps exact copies of the saved tensors and one weight gradient's worth of room.
+  std::optional<kompress::layer_bounds> bounds;
+  if (use_stash && s.adaptive_ceiling > 0)
+    bounds.emplace(kompress::layer_bounds_options{.initial = kompress::relative(s.bound),
+                                                  .ceiling = kompress::relative(s.adaptive_ceiling),
+                                                  .tolerance = s.tolerance,
+                                                  .check_every = s.check_every});
+  matrix exact_x, exact_a1, exact_a2, exact_grad;
+  if (bounds) {
+    exact_x = matrix("exact x", batch, 784);
+    exact_a1 = matrix("exact a1", batch, 1024);
+    exact_a2 = matrix("exact a2", batch, 1024);
+    exact_grad = matrix("exact grad", 1024, 1024);
+  }
 
   // One forward (+ backward when training) over rows [first, first + rows) of `order`.
   auto step = [&](const std::vector<int>& order, int first, int rows, bool training, int adam_step,
@@ -526,12 +565,19 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
     // a2 (fc3's input, ReLU 2's output).
     kompress::stash_handle saved[3];
     const matrix* kept[3] = {&xm, &a1m, &a2m};
+    const matrix exact[3] = {matrix(exact_x.data(), rows, 784), matrix(exact_a1.data(), rows, 1024),
+                             matrix(exact_a2.data(), rows, 1024)};
+    const bool checking = training && bounds && bounds->check_due(std::uint64_t(adam_step));
     auto save = [&](int which) {
       if (!training) return;
       if (stash) {
+        if (checking) Kokkos::deep_copy(exec, exact[which], *kept[which]);
         const auto start = clock_type::now();
-        saved[which] = s.async_save ? stash->save_async(exec, *kept[which], bound)
-                                    : stash->save(exec, *kept[which], bound);
+        const auto bound = bounds ? bounds->bound(std::uint32_t(which)) : kompress::relative(s.bound);
+        const kompress::stash_save_options how{
+            .codec = s.codec, .layer = std::uint32_t(which), .keep_sign = which > 0 && stash_signs};
+        saved[which] = s.async_save ? stash->save_async(exec, *kept[which], bound, how)
+                                    : stash->save(exec, *kept[which], bound, how);
         result.save_seconds += seconds_since(start);
       } else {
         result.peak_activation_bytes = std::max(result.peak_activation_bytes,
@@ -560,9 +606,20 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
     auto restore = [&](int which) {
       if (stash) restore_checked(*stash, exec, s, saved[which], *kept[which], check.data(), result, which);
     };
+    // A check step: the weight gradient from the exact copy too, and their distance. The
+    // deltas are exact in both (the ReLUs' masks are), so this is all compression changes.
+    auto check_gradient = [&](int which, const matrix& transposed, const matrix& delta, const linear& layer) {
+      if (!checking) return;
+      transpose(exec, exact[which], transposed);
+      const matrix grad(exact_grad.data(), layer.in, layer.out);
+      gemm(exec, transposed, delta, grad);
+      bounds->report(std::uint64_t(adam_step), std::uint32_t(which),
+                     kompress::layer_bounds::deviation(exec, grad, layer.grad_t));
+    };
     restore(2);
     transpose(exec, a2m, matrix(a2t.data(), 1024, rows));
     gemm(exec, matrix(a2t.data(), 1024, rows), d3m, fc3.grad_t);  // dW3^T = a2^T d3
+    check_gradient(2, matrix(a2t.data(), 1024, rows), d3m, fc3);
     column_sums(exec, d3m, fc3.bias.grad);
     transpose(exec, fc3.weight_t, fc3.weight_plain);
     gemm(exec, d3m, fc3.weight_plain, d2m);  // d a2 = d3 W3
@@ -571,6 +628,7 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
     restore(1);
     transpose(exec, a1m, matrix(a1t.data(), 1024, rows));
     gemm(exec, matrix(a1t.data(), 1024, rows), d2m, fc2.grad_t);
+    check_gradient(1, matrix(a1t.data(), 1024, rows), d2m, fc2);
     column_sums(exec, d2m, fc2.bias.grad);
     transpose(exec, fc2.weight_t, fc2.weight_plain);
     gemm(exec, d2m, fc2.weight_plain, d1m);
@@ -579,6 +637,7 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
     restore(0);
     transpose(exec, xm, matrix(xt.data(), 784, rows));
     gemm(exec, matrix(xt.data(), 784, rows), d1m, fc1.grad_t);
+    check_gradient(0, matrix(xt.data(), 784, rows), d1m, fc1);
     column_sums(exec, d1m, fc1.bias.grad);
     const float lr = learning_rate(adam_step);
     for (linear* layer : layers) {
@@ -591,6 +650,10 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
   if (stash) {
     stash_statistics(*stash, result);
     if (mask_bits) result.peak_activation_bytes += std::size_t(batch) * 2 * 32 * sizeof(std::uint32_t);
+  }
+  if (bounds) {
+    result.bound_log = bounds->log();
+    for (std::uint32_t which = 0; which < 3; ++which) result.final_bounds.push_back(bounds->bound(which).value);
   }
   return result;
 }
@@ -752,7 +815,7 @@ run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
   const std::size_t side_bytes = (c1_size + c2_size) / 8 + p1_size + p2_size;
   const std::size_t plain_bytes = std::size_t(batch) * saved_floats * sizeof(float);
   std::unique_ptr<stash_type> stash;
-  if (use_stash) stash = make_stash(exec, plain_bytes);
+  if (use_stash) stash = make_stash(exec, plain_bytes, s.segment_bytes);
   const auto bound = kompress::relative(s.bound);
   run_result result;
   const schedule learning_rate(s);
@@ -925,8 +988,11 @@ int main(int argc, char* argv[]) {
     else if (arg == "--async") s.async_save = true;
     else if (arg == "--mask") {
       const std::string how = next();
-      if (how != "bits" && how != "restored") throw std::runtime_error("stash_training: --mask bits|restored");
-      s.mask_bits = how == "bits";
+      if (how != "stash" && how != "bits" && how != "restored")
+        throw std::runtime_error("stash_training: --mask stash|bits|restored");
+      s.mask = how == "stash" ? settings::mask_source::stash
+               : how == "bits" ? settings::mask_source::bits
+                               : settings::mask_source::restored;
     }
     else if (arg == "--max-loss-gap") s.max_loss_gap = std::stod(next());
     else if (arg == "--model") {
@@ -937,6 +1003,18 @@ int main(int argc, char* argv[]) {
       s.transformer = which == "transformer";
     }
     else if (arg == "--check-gradients") s.check_gradients = true;
+    else if (arg == "--codec") {
+      const std::string which = next();
+      if (which != "fast" && which != "ratio" && which != "auto")
+        throw std::runtime_error("stash_training: --codec fast|ratio|auto");
+      s.codec = which == "fast"    ? kompress::stash_codec::fast
+                : which == "ratio" ? kompress::stash_codec::ratio
+                                   : kompress::stash_codec::automatic;
+    }
+    else if (arg == "--segment-bytes") s.segment_bytes = std::stoul(next());
+    else if (arg == "--adaptive-bounds") s.adaptive_ceiling = std::stod(next());
+    else if (arg == "--tolerance") s.tolerance = std::stod(next());
+    else if (arg == "--check-every") s.check_every = std::stoull(next());
     else if (arg == "--quick") s.epochs = 1, s.train = 1024, s.eval = 512, s.verify = true;
     else {
       std::fprintf(stderr, "stash_training: unknown argument '%s' (see the top of bench/stash_training.cpp)\n",
@@ -950,11 +1028,11 @@ int main(int argc, char* argv[]) {
                          "0 <= warmup < 1, lr > 0\n");
     return 2;
   }
-  if (s.cnn && !s.mask_bits) {
+  if (s.cnn && s.mask != settings::mask_source::stash) {
     std::fprintf(stderr, "stash_training: --model cnn keeps its ReLU masks as bits (no --mask restored)\n");
     return 2;
   }
-  if (s.transformer && !s.mask_bits) {
+  if (s.transformer && s.mask != settings::mask_source::stash) {
     std::fprintf(stderr, "stash_training: --model transformer has no ReLU (no --mask restored)\n");
     return 2;
   }
@@ -1008,11 +1086,22 @@ int main(int argc, char* argv[]) {
               s.async_save ? " + the worst-case ranges of saves in flight" : "",
               s.transformer ? "; + LayerNorm rstd"
               : s.cnn       ? "; + ReLU mask bits + pool argmax bytes"
-              : s.mask_bits ? "; + ReLU mask bits"
+              : s.mask == settings::mask_source::bits ? "; + ReLU mask bits"
+              : s.mask == settings::mask_source::stash ? "; the ReLU outputs' sign bits included"
                             : "");
-  std::printf("memory ratio %.2fx; compression ratio over all saves %.2fx; spilled segments %zu\n",
+  std::printf("memory ratio %.2fx; compression ratio over all saves %.2fx; spilled segments %zu; "
+              "saves with the ratio codec %llu of %llu\n",
               double(plain.peak_activation_bytes) / double(stashed.peak_activation_bytes), stashed.ratio,
-              stashed.spilled);
+              stashed.spilled, (unsigned long long)stashed.ratio_codec_saves, (unsigned long long)stashed.saves);
+  if (!stashed.final_bounds.empty()) {
+    std::printf("adaptive bounds (tolerance %g, checks every %llu steps once settled): final REL", s.tolerance,
+                (unsigned long long)s.check_every);
+    for (double b : stashed.final_bounds) std::printf(" %g", b);
+    std::printf("\n");
+    for (const auto& change : stashed.bound_log)
+      std::printf("  step %4llu  saved tensor %u  REL %g -> %g  (gradient deviation %.4f)\n",
+                  (unsigned long long)change.step, change.layer, change.from.value, change.to.value, change.deviation);
+  }
   double plain_seconds = 0, stash_seconds = 0;
   for (const auto& e : plain.epochs) plain_seconds += e.seconds;
   for (const auto& e : stashed.epochs) stash_seconds += e.seconds;
