@@ -15,6 +15,7 @@ that compresses or communicates releases the GIL.
 from __future__ import annotations
 
 import atexit as _atexit
+import operator as _operator
 import os as _os
 import sys as _sys
 import weakref as _weakref
@@ -377,6 +378,24 @@ def _index(value, who):
     return value
 
 
+def _integer(value, who, name):
+    """``value`` as an int where it is one (operator.index: no float or str); TypeError otherwise."""
+    try:
+        return _operator.index(value)
+    except TypeError:
+        raise TypeError(f"{who}: {name} must be an int (got {type(value).__name__})") from None
+
+
+def _real(value, who, name):
+    """``value`` as a float where it is a number (not a str); TypeError otherwise."""
+    try:
+        if not isinstance(value, (str, bytes)):
+            return float(value)
+    except (TypeError, ValueError):
+        pass
+    raise TypeError(f"{who}: {name} must be a number (got {type(value).__name__})")
+
+
 def alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, comm=None, *, abs=None, rel=None,
               mode="compressed", block_size=32, measure_error=False, cost=None) -> Report:
     """MPI_Alltoallv, compressed: counts and displacements in elements, one per rank."""
@@ -578,15 +597,22 @@ class Stash:
     unchanged), 'spill_host', 'spill_file' (``directory=``), 'loosen_bound' (retry with the bound
     times ``growth`` up to ``ceiling_abs=``/``ceiling_rel=``). docs/stash.md has the details.
     ``device``: 'cpu', or 'cuda' (a CUDA build) for a pool in GPU memory that keeps CUDA tensors;
-    its host spill goes to pinned memory.
+    its host spill goes to pinned memory. A save with ``codec='auto'`` takes the ratio codec where
+    its stream is at least ``ratio_codec_min_saving`` shorter than the fast codec's, and measures
+    a layer's choice again after ``codec_remeasure_saves`` saves of it. ``async_window``: C++'s
+    save_async window (Python's saves are synchronous).
     """
 
     def __init__(self, budget_bytes: int, *, policy: str = "throw", directory: str | None = None,
                  ceiling_abs: float | None = None, ceiling_rel: float | None = None, growth: float = 2.0,
-                 segment_bytes: int = 64 << 10, block_size: int = 32, device: str = "cpu"):
+                 segment_bytes: int = 64 << 10, block_size: int = 32, device: str = "cpu",
+                 ratio_codec_min_saving: float = 0.2, codec_remeasure_saves: int = 64, async_window: int = 2):
+        who = "kompress.Stash"
         options = _ext._stash_options(int(budget_bytes), str(policy), str(directory or ""),
                                       *_bound_args(ceiling_abs, ceiling_rel), float(growth), int(segment_bytes),
-                                      int(block_size))
+                                      int(block_size), _real(ratio_codec_min_saving, who, "ratio_codec_min_saving"),
+                                      _index(_integer(codec_remeasure_saves, who, "codec_remeasure_saves"), who),
+                                      _index(_integer(async_window, who, "async_window"), who))
         device = str(device)
         stream = 0
         if device.startswith("cuda"):
@@ -610,10 +636,21 @@ class Stash:
         """'cpu', or 'cuda' for a pool in GPU memory."""
         return self._stash.device
 
-    def save(self, x, *, abs: float | None = None, rel: float | None = None) -> StashHandle:
+    def save(self, x, *, abs: float | None = None, rel: float | None = None, codec: str | None = None,
+             layer: int | None = None, keep_sign: bool = False) -> StashHandle:
         """Compresses ``x`` (C-contiguous float32/float64, on the stash's device; a CUDA tensor on
-        torch's current stream) into the stash; returns its handle."""
-        return self._stash.save(_host(x, "kompress.Stash.save"), *_bound_args(abs, rel), _stream_of(x))
+        torch's current stream) into the stash; returns its handle.
+
+        ``codec``: None (the stash's), 'fast', 'ratio' or 'auto' (measured on the save's first
+        segment; remembered per ``layer``, an int in [0, 2^32) naming the tensor's role).
+        ``keep_sign=True`` stores x > 0 as one bit per value: restored values are then > 0
+        exactly where x was, still within the bound (docs/stash.md, "Per-save options")."""
+        who = "kompress.Stash.save"
+        if codec is not None and not isinstance(codec, str):
+            raise TypeError(f"{who}: codec must be None or a str (got {type(codec).__name__})")
+        if layer is not None:
+            layer = _index(_integer(layer, who, "layer"), who)
+        return self._stash.save(_host(x, who), *_bound_args(abs, rel), codec, layer, bool(keep_sign), _stream_of(x))
 
     def restore(self, handle: StashHandle, out=None, *, drop: bool = False):
         """Decompresses the entry into ``out`` (or a new 1-D array on the stash's device: numpy, or

@@ -799,6 +799,25 @@ kompress::cost_model measure_cost_model(std::uintptr_t comm, std::size_t probe_b
 
 // --- the activation stash ---------------------------------------------------------------------
 
+/// A save's codec: nothing (the stash's), "fast", "ratio" or "auto" (stash_codec::automatic).
+std::optional<kompress::stash_codec> stash_codec_of(const std::optional<std::string>& codec, const char* who) {
+  if (!codec) return std::nullopt;
+  if (*codec == "fast") return kompress::stash_codec::fast;
+  if (*codec == "ratio") return kompress::stash_codec::ratio;
+  if (*codec == "auto") return kompress::stash_codec::automatic;
+  throw kompress::invalid_argument(std::string(who) + ": codec must be None, 'fast', 'ratio' or 'auto' (got '" +
+                                   *codec + "')");
+}
+
+/// A save's layer: nothing, or a number in [0, 2^32).
+std::optional<std::uint32_t> stash_layer_of(std::optional<std::int64_t> layer, const char* who) {
+  if (!layer) return std::nullopt;
+  if (*layer < 0 || *layer > std::numeric_limits<std::uint32_t>::max())
+    throw kompress::invalid_argument(std::string(who) + ": layer must be in [0, 2^32) (got " +
+                                     std::to_string(*layer) + ")");
+  return std::uint32_t(*layer);
+}
+
 /// kompress::stash on one device (its pool in that device's memory), closable: the Python
 /// package closes every stash before it finalises Kokkos, so that no View outlives Kokkos
 /// whatever Python keeps alive at exit. A CUDA stash saves and restores on the caller's stream.
@@ -834,15 +853,18 @@ class py_stash {
   }
 
   kompress::stash_handle save(const in_array& in, std::optional<double> abs, std::optional<double> rel,
-                              std::uintptr_t stream) {
+                              const std::optional<std::string>& codec, std::optional<std::int64_t> layer,
+                              bool keep_sign, std::uintptr_t stream) {
     constexpr const char* who = "kompress.Stash.save";
     const dtype_code code = float_array(in, who, "the array");
     check_device(in, who, "the array");
     const auto bound = make_bound(who, abs, rel);
+    const kompress::stash_save_options how{.codec = stash_codec_of(codec, who), .layer = stash_layer_of(layer, who),
+                                           .keep_sign = keep_sign};
     nb::gil_scoped_release release;
     return with_stash(who, stream, [&](auto& s, auto d, const auto& exec) {
       using D = decltype(d);
-      return dispatch(code, [&](auto t) { return s.save(exec, view_of<decltype(t), D>(in), bound); });
+      return dispatch(code, [&](auto t) { return s.save(exec, view_of<decltype(t), D>(in), bound, how); });
     });
   }
 
@@ -920,10 +942,20 @@ class py_stash {
 kompress::stash_options make_stash_options(std::size_t budget_bytes, const std::string& policy,
                                            const std::string& directory, std::optional<double> ceiling_abs,
                                            std::optional<double> ceiling_rel, double growth,
-                                           std::size_t segment_bytes, int block_size) {
+                                           std::size_t segment_bytes, int block_size, double ratio_codec_min_saving,
+                                           std::int64_t codec_remeasure_saves, std::int64_t async_window) {
   constexpr const char* who = "kompress.Stash";
+  if (codec_remeasure_saves < 1 || codec_remeasure_saves > std::numeric_limits<std::uint32_t>::max())
+    throw kompress::invalid_argument(std::string(who) + ": codec_remeasure_saves must be in [1, 2^32) (got " +
+                                     std::to_string(codec_remeasure_saves) + ")");
+  if (async_window < 1)
+    throw kompress::invalid_argument(std::string(who) + ": async_window must be at least 1 (got " +
+                                     std::to_string(async_window) + ")");
   kompress::stash_options options{.budget_bytes = budget_bytes, .segment_bytes = segment_bytes,
-                                  .codec = {.block_size = block_size}};
+                                  .codec = {.block_size = block_size},
+                                  .ratio_codec_min_saving = ratio_codec_min_saving,
+                                  .codec_remeasure_saves = std::uint32_t(codec_remeasure_saves),
+                                  .async_window = std::size_t(async_window)};
   if (policy == "throw")
     options.policy = kompress::budget_policy::throw_error();
   else if (policy == "spill_host")
@@ -1270,6 +1302,11 @@ NB_MODULE(_kompress, m) {
       .def_ro("count", &kompress::stash_entry_info::count)
       .def_ro("raw_bytes", &kompress::stash_entry_info::raw_bytes)
       .def_ro("stored_bytes", &kompress::stash_entry_info::stored_bytes)
+      .def_ro("sign_bytes", &kompress::stash_entry_info::sign_bytes)
+      .def_prop_ro("codec", [](const kompress::stash_entry_info& i) {
+        return i.codec == kompress::codec_mode::ratio ? "ratio" : "fast";
+      })
+      .def_ro("keeps_sign", &kompress::stash_entry_info::keeps_sign)
       .def_ro("absolute_bound", &kompress::stash_entry_info::absolute_bound)
       .def_ro("segments", &kompress::stash_entry_info::segments)
       .def_prop_ro("used_bound", [](const kompress::stash_entry_info& i) { return i.used_bound.value; })
@@ -1286,7 +1323,10 @@ NB_MODULE(_kompress, m) {
       .def_ro("entries", &kompress::stash_stats::entries)
       .def_ro("raw_bytes", &kompress::stash_stats::raw_bytes)
       .def_ro("stored_bytes", &kompress::stash_stats::stored_bytes)
+      .def_ro("sign_bytes", &kompress::stash_stats::sign_bytes)
       .def_ro("pool_bytes", &kompress::stash_stats::pool_bytes)
+      .def_ro("reserved_bytes", &kompress::stash_stats::reserved_bytes)
+      .def_ro("padding_bytes", &kompress::stash_stats::padding_bytes)
       .def_ro("host_spilled_bytes", &kompress::stash_stats::host_spilled_bytes)
       .def_ro("file_spilled_bytes", &kompress::stash_stats::file_spilled_bytes)
       .def_ro("peak_raw_bytes", &kompress::stash_stats::peak_raw_bytes)
@@ -1297,6 +1337,9 @@ NB_MODULE(_kompress, m) {
       .def_ro("drops", &kompress::stash_stats::drops)
       .def_ro("spilled_segments", &kompress::stash_stats::spilled_segments)
       .def_ro("loosened_saves", &kompress::stash_stats::loosened_saves)
+      .def_ro("ratio_codec_saves", &kompress::stash_stats::ratio_codec_saves)
+      .def_ro("codec_measurements", &kompress::stash_stats::codec_measurements)
+      .def_ro("moved_streams", &kompress::stash_stats::moved_streams)
       .def_ro("total_raw_bytes", &kompress::stash_stats::total_raw_bytes)
       .def_ro("total_stored_bytes", &kompress::stash_stats::total_stored_bytes)
       .def_prop_ro("ratio", &kompress::stash_stats::ratio);
@@ -1304,7 +1347,8 @@ NB_MODULE(_kompress, m) {
   m.def("_stash_options", &make_stash_options);
   nb::class_<py_stash>(m, "_Stash")
       .def(nb::init<const kompress::stash_options&, const std::string&, std::uintptr_t>())
-      .def("save", &py_stash::save, "x"_a, "abs"_a.none(), "rel"_a.none(), "stream"_a)
+      .def("save", &py_stash::save, "x"_a, "abs"_a.none(), "rel"_a.none(), "codec"_a.none(), "layer"_a.none(),
+           "keep_sign"_a, "stream"_a)
       .def("restore", &py_stash::restore, "handle"_a, "out"_a, "drop"_a, "stream"_a)
       .def("drop", &py_stash::drop)
       .def("contains", &py_stash::contains)

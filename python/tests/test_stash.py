@@ -1,6 +1,8 @@
-"""kompress.Stash from Python: round trips within the bound, the entry's info, and each budget
-policy as in C++ (docs/stash.md)."""
+"""kompress.Stash from Python: round trips within the bound, the entry's info, each budget
+policy as in C++, and the per-save options: the kept sign, the codec, the layer
+(docs/stash.md)."""
 import numpy as np
+import pytest
 import torch
 
 import kompress
@@ -42,3 +44,130 @@ def test_budget_policies():
     info = loosen.info(h)
     assert info.loosened and info.used_bound > 1e-6 and loosen.stats().loosened_saves == 1
     assert_within(x, loosen.restore(h), info.absolute_bound)
+
+
+def straddling_zero(dtype, e, n=100_003):
+    """Values around 0 at the bound's scale (most within a few e of it, a fraction within e),
+    with zeros, -0.0, +-e, e/2 and the smallest denormal: a bound alone flips many signs."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-4 * e, 4 * e, n).astype(dtype)
+    x[:6] = [0.0, -0.0, e, -e, e / 2, np.finfo(dtype).smallest_subnormal]
+    x[6::97] = 0.0
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("codec", ["fast", "ratio"])
+@pytest.mark.parametrize("bound", [{"abs": 1e-3}, {"rel": 0.1}])   # rel: about 8e-4 of the range 8e-3
+def test_keep_sign_restores_every_value_on_its_side_of_zero_within_the_bound(dtype, codec, bound):
+    x = straddling_zero(dtype, 1e-3)
+    stash = kompress.Stash(16 << 20)
+    plain = stash.save(x, codec=codec, **bound)
+    flipped = (stash.restore(plain) > 0) != (x > 0)
+    assert flipped.sum() > 100, "the data must make the bound alone flip signs, or this test proves nothing"
+    kept = stash.save(x, codec=codec, keep_sign=True, **bound)
+    info, plain_info = stash.info(kept), stash.info(plain)
+    assert info.keeps_sign and not plain_info.keeps_sign and plain_info.sign_bytes == 0
+    assert info.codec == codec and info.absolute_bound == plain_info.absolute_bound > 0
+    # A bit a value in an even number of 32-bit words, and the stream's mean of (0, e] (16 bytes), per stream.
+    assert x.size / 8 + 16 * info.segments <= info.sign_bytes <= x.size / 8 + 24 * info.segments
+    assert info.stored_bytes == plain_info.stored_bytes + info.sign_bytes, "the same streams, and the bits"
+    restored = stash.restore(kept)
+    assert np.array_equal(restored > 0, x > 0), "positive exactly where the saved value was"
+    assert_within(x, restored, info.absolute_bound)
+    assert_within(x, stash.restore(plain), plain_info.absolute_bound)
+    stats = stash.stats()
+    assert stats.sign_bytes == info.sign_bytes and stats.stored_bytes == info.stored_bytes + plain_info.stored_bytes
+    stash.drop(kept)
+    assert stash.stats().sign_bytes == 0
+
+
+def test_keep_sign_keeps_nan_infinities_and_lossless_values():
+    x = straddling_zero(np.float32, 1e-3, n=5000)
+    x[10:14] = [np.nan, np.inf, -np.inf, -np.nan]
+    stash = kompress.Stash(4 << 20)
+    h = stash.save(x, abs=1e-3, keep_sign=True)
+    restored = stash.restore(h)
+    assert_within(x, restored, stash.info(h).absolute_bound)
+    assert np.array_equal(restored > 0, x > 0)
+    exact = stash.save(x, keep_sign=True)   # lossless: bit-exact, the bits change nothing
+    assert stash.restore(exact).tobytes() == x.tobytes()
+
+
+def smooth_field():
+    """A smooth 2-D field: the ratio codec's predictors make its stream far shorter."""
+    i, j = np.meshgrid(np.arange(256), np.arange(256), indexing="ij")
+    return (np.sin(i / 17.0) * np.cos(j / 23.0) + 0.001 * i).astype(np.float32)
+
+
+def test_codec_per_save_is_recorded_and_counted():
+    x = smooth_field()
+    stash = kompress.Stash(8 << 20)
+    fast, ratio = stash.save(x, rel=1e-3), stash.save(x, rel=1e-3, codec="ratio")
+    assert stash.info(fast).codec == "fast" and stash.info(ratio).codec == "ratio"
+    assert stash.info(ratio).stored_bytes < stash.info(fast).stored_bytes
+    assert stash.stats().ratio_codec_saves == 1 and stash.stats().codec_measurements == 0
+    for h in (fast, ratio):
+        assert_within(x, stash.restore(h), stash.info(h).absolute_bound)
+
+
+@pytest.mark.parametrize("min_saving,chosen", [(0.0, "ratio"), (0.99, "fast")])
+def test_auto_codec_takes_the_ratio_codec_where_it_saves_enough(min_saving, chosen):
+    x = smooth_field()
+    stash = kompress.Stash(8 << 20, ratio_codec_min_saving=min_saving)
+    h = stash.save(x, rel=1e-3, codec="auto")
+    assert stash.info(h).codec == chosen and stash.stats().codec_measurements == 1
+    assert stash.stats().ratio_codec_saves == (chosen == "ratio")
+    assert_within(x, stash.restore(h), stash.info(h).absolute_bound)
+
+
+def test_auto_codec_remembers_its_choice_per_layer():
+    x = smooth_field()
+    stash = kompress.Stash(8 << 20, ratio_codec_min_saving=0.0, codec_remeasure_saves=2)
+    codecs = [stash.info(stash.save(x, rel=1e-3, codec="auto", layer=7)).codec for _ in range(3)]
+    assert codecs == ["ratio"] * 3
+    assert stash.stats().codec_measurements == 2, "measured, remembered for one more save, measured again"
+    stash.save(x, rel=1e-3, codec="auto", layer=8)
+    stash.save(x, rel=1e-3, codec="auto")
+    stash.save(x, rel=1e-3, codec="auto")
+    assert stash.stats().codec_measurements == 5, "a new layer measures, and so does every save without one"
+
+
+def test_stats_report_the_pools_parts():
+    x = smooth_field()
+    stash = kompress.Stash(8 << 20, async_window=4)
+    handles = [stash.save(x, rel=1e-3, keep_sign=True), stash.save(x[:100], abs=1e-3)]
+    stats = stash.stats()
+    assert stats.reserved_bytes == 0 and stats.moved_streams == 0   # only C++'s save_async reserves and moves
+    assert 0 < stats.sign_bytes < stats.stored_bytes
+    assert stats.pool_bytes == stats.workspace_bytes + stats.stored_bytes + stats.padding_bytes
+    ranges = sum(2 * stash.info(h).segments for h in handles)     # a stream and its sign bits per segment
+    assert 0 < stats.padding_bytes < 64 * ranges                    # each rounded up to 64 bytes
+
+
+def test_per_save_options_reject_bad_values():
+    stash = kompress.Stash(4 << 20)
+    x = np.zeros(1000, np.float32)
+    with pytest.raises(kompress.InvalidArgument, match="codec must be None, 'fast', 'ratio' or 'auto'"):
+        stash.save(x, abs=1e-3, codec="zstd")
+    with pytest.raises(TypeError, match="codec must be None or a str"):
+        stash.save(x, abs=1e-3, codec=1)
+    for layer in (-1, 1 << 32):
+        with pytest.raises(kompress.InvalidArgument, match=r"layer must be in \[0, 2\^32\)"):
+            stash.save(x, abs=1e-3, layer=layer)
+    for layer in (1.5, "conv1"):
+        with pytest.raises(TypeError, match="layer must be an int"):
+            stash.save(x, abs=1e-3, layer=layer)
+    assert stash.stats().entries == 0 and stash.stats().saves == 0
+    assert stash.info(stash.save(x, abs=1e-3, layer=np.int64(3), codec="auto")).count == 1000
+    for bad in (1.0, -0.1, float("nan")):
+        with pytest.raises(kompress.InvalidArgument, match="ratio_codec_min_saving must be in"):
+            kompress.Stash(4 << 20, ratio_codec_min_saving=bad)
+    with pytest.raises(kompress.InvalidArgument, match="codec_remeasure_saves must be in"):
+        kompress.Stash(4 << 20, codec_remeasure_saves=0)
+    with pytest.raises(kompress.InvalidArgument, match="async_window must be at least 1"):
+        kompress.Stash(4 << 20, async_window=0)
+    with pytest.raises(TypeError, match="async_window must be an int"):
+        kompress.Stash(4 << 20, async_window=2.5)
+    with pytest.raises(TypeError, match="ratio_codec_min_saving must be a number"):
+        kompress.Stash(4 << 20, ratio_codec_min_saving="a lot")
