@@ -11,7 +11,6 @@ docs/python.md is the guide.
 
 import weakref as _weakref
 
-import numpy as _np
 import torch as _torch
 import torch.distributed as _dist
 
@@ -156,13 +155,13 @@ def _group_hook(state, buffer, who):
 # --- saved-tensor hooks -----------------------------------------------------------------------
 
 class _Saved:
-    """One compressed activation: its stash entry and, for exact_sign, its positive mask.
-    Dropped from the stash when the last reference (the autograd graph's) goes."""
+    """One compressed activation: its stash entry. Dropped from the stash when the last
+    reference (the autograd graph's) goes."""
 
-    __slots__ = ("stash", "handle", "shape", "dtype", "device", "positive", "bound", "key", "owner", "__weakref__")
+    __slots__ = ("stash", "handle", "shape", "dtype", "device", "bound", "key", "owner", "__weakref__")
 
     def __init__(self, key):
-        self.stash = self.handle = self.positive = self.owner = None
+        self.stash = self.handle = self.owner = None
         self.key = key
 
     def __del__(self):
@@ -191,34 +190,40 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
             torch's current stream, with policy='spill_host' spilling to pinned host memory.
         min_numel: smaller tensors are kept as they are.
         policy, directory, ceiling_abs, ceiling_rel, growth, segment_bytes: as kompress.Stash.
-        exact_sign: keep one bit per value saying whether it was > 0, and make the restored
-            value's sign agree (a value in (0, e] that would come back as 0 or below comes back
-            as the smallest normal number; a value <= 0 that would come back positive comes
-            back as 0; both stay within the bound). Functions whose backward reads only where
-            their output is positive (ReLU) then see exactly the mask the plain run sees. Costs
-            1/32 (float32) of the raw size.
+        exact_sign: save with the stash's ``keep_sign``: one bit per value saying whether it was
+            > 0, stored with the streams, and restored values on that side of 0, within the
+            bound. Functions whose backward reads only where their output is positive (ReLU)
+            then see exactly the mask the plain run sees. Costs 1/32 (float32) of the raw size,
+            counted in the stash's stored bytes (``stats().sign_bytes``).
+        codec: each save's codec: None (the stash's, 'fast' for a stash made here), 'fast',
+            'ratio' or 'auto' (measured per save), as kompress.Stash.save.
         stash: an existing kompress.Stash to use instead of making one.
 
     Non-contiguous activations are copied to a contiguous tensor before compression.
-    ``stats()`` gives the stash's statistics; ``saved_bytes()`` the bytes held now (streams in the
-    pool, sign masks and tensors passed through); ``peak_bytes`` their high-water mark.
+    ``stats()`` gives the stash's statistics; ``saved_bytes()`` the bytes held now (the pool in
+    use, sign bits included, and tensors passed through); ``peak_bytes`` their high-water mark.
     """
 
     def __init__(self, *, abs=None, rel=None, budget_bytes: int = 256 << 20, min_numel: int = 1 << 14,
                  policy: str = "throw", directory=None, ceiling_abs=None, ceiling_rel=None, growth: float = 2.0,
-                 segment_bytes: int = 64 << 10, exact_sign: bool = True, stash: "_k.Stash | None" = None,
-                 device: str = "cpu"):
+                 segment_bytes: int = 64 << 10, exact_sign: bool = True, codec: str | None = None,
+                 stash: "_k.Stash | None" = None, device: str = "cpu"):
+        who = "kompress.torch.compressed_activations"
         if abs is None and rel is None:
             rel = 1e-2
+        if codec not in (None, "fast", "ratio", "auto"):
+            raise _k.InvalidArgument(f"{who}: codec must be None, 'fast', 'ratio' or 'auto' (got {codec!r})")
         self.abs, self.rel = abs, rel
         self.min_numel = int(min_numel)
         self.exact_sign = bool(exact_sign)
+        self.codec = codec
+        # A lossless bound restores every value exactly: its signs need no bits.
+        self._keep_sign = self.exact_sign and (abs if abs is not None else rel) != 0
         self.stash = stash if stash is not None else _k.Stash(
             budget_bytes, policy=policy, directory=directory, ceiling_abs=ceiling_abs, ceiling_rel=ceiling_rel,
             growth=growth, segment_bytes=segment_bytes, device=device)
         self.device = self.stash.device   # 'cpu' or 'cuda': the tensors this stash keeps
         self._live = {}            # storage key -> weakrefs of the tensor and its _Saved
-        self._mask_bytes = 0       # sign masks held now
         self._passed = {}          # storage key -> bytes of activations passed through
         self.peak_bytes = 0
         super().__init__(self._pack, self._unpack)
@@ -229,10 +234,10 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
 
     # accounting
     def saved_bytes(self) -> int:
-        """Bytes the saved activations hold now: the stash's pool in use (streams and
-        workspace), the sign masks, and the activations passed through since the last
+        """Bytes the saved activations hold now: the stash's pool in use (streams, their sign
+        bits and the workspace), and the activations passed through since the last
         reset_peaks() (autograd frees those without telling the hooks)."""
-        return self.stash.stats().pool_bytes + self._mask_bytes + sum(self._passed.values())
+        return self.stash.stats().pool_bytes + sum(self._passed.values())
 
     def reset_peaks(self) -> None:
         """Starts a new measurement (e.g. each training step): peak_bytes, the stash's peaks and
@@ -248,8 +253,6 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         return self.stash.stats()
 
     def _forget(self, saved):
-        if saved.positive is not None:
-            self._mask_bytes -= _nbytes(saved.positive)
         entry = self._live.get(saved.key)
         if entry is not None and entry[1]() in (None, saved):
             del self._live[saved.key]
@@ -283,13 +286,11 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         if not values.is_contiguous():
             values = values.contiguous()
         saved = _Saved(key)
-        saved.handle = self.stash.save(values, abs=self.abs, rel=self.rel)
+        saved.handle = self.stash.save(values, abs=self.abs, rel=self.rel, codec=self.codec,
+                                       keep_sign=self._keep_sign)
         saved.stash = self.stash
         saved.shape, saved.dtype, saved.device = values.shape, values.dtype, values.device
         saved.bound = self.stash.info(saved.handle).absolute_bound
-        if self.exact_sign:
-            saved.positive = _pack_signs(values)
-            self._mask_bytes += _nbytes(saved.positive)
         saved.owner = self
         self._live[key] = (_weakref.ref(t), _weakref.ref(saved))
         self._note()
@@ -299,46 +300,8 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         if not isinstance(saved, _Saved):
             return saved
         out = _torch.empty(saved.shape, dtype=saved.dtype, device=saved.device)
-        self.stash.restore(saved.handle, out)
-        if saved.positive is not None and saved.bound > 0:
-            positive = _unpack_signs(saved.positive, out.numel()).view(saved.shape)
-            tiny = _torch.finfo(saved.dtype).tiny
-            out = _torch.where(positive & (out <= 0), _torch.full_like(out, tiny), out)
-            out = _torch.where(~positive & (out > 0), _torch.zeros_like(out), out)
+        self.stash.restore(saved.handle, out)   # keep_sign: on the saved side of 0 already
         return out
-
-
-def _pack_signs(values):
-    """One bit per value, whether it is > 0, packed 8 to a byte (numpy.packbits' order), where
-    the values are: numpy's packbits on the CPU, torch operations on a GPU."""
-    if values.device.type == "cpu":
-        return _np.packbits((values > 0).numpy().reshape(-1))
-    return _pack_signs_with_torch(values)
-
-
-def _unpack_signs(packed, count):
-    """_pack_signs' bits as a bool tensor of ``count`` values, on the mask's device."""
-    if isinstance(packed, _np.ndarray):
-        return _torch.from_numpy(_np.unpackbits(packed, count=count).view(_np.bool_))
-    return _unpack_signs_with_torch(packed, count)
-
-
-def _pack_signs_with_torch(values):
-    bits = (values > 0).reshape(-1)
-    pad = -bits.numel() % 8
-    if pad:
-        bits = _torch.cat([bits, bits.new_zeros(pad)])
-    weights = _torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=_torch.uint8, device=values.device)
-    return (bits.view(-1, 8).to(_torch.uint8) * weights).sum(dim=1, dtype=_torch.uint8)
-
-
-def _unpack_signs_with_torch(packed, count):
-    shifts = _torch.arange(7, -1, -1, dtype=_torch.uint8, device=packed.device)
-    return ((packed.unsqueeze(1) >> shifts) & 1).to(_torch.bool).reshape(-1)[:count]
-
-
-def _nbytes(mask):
-    return mask.nbytes if isinstance(mask, _np.ndarray) else mask.numel()
 
 
 # --- the DLRM embedding exchange ----------------------------------------------------------

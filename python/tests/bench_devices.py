@@ -10,8 +10,8 @@ on the CPU"), measured in one run. Not a test:
    the activation set (128 wide, 4 heads, feed-forward 512) trained from the same weights and
    batches (Adam, warm-up and cosine decay) with the saved-tensor hooks off and on around the
    model (REL 1e-2). Memory: the bytes the saved activations hold at the end of the model's
-   forward: off, the distinct tensors autograd saved; on, the stash's pool in use, the sign masks
-   and what passed through (hooks.peak_bytes). On a GPU also torch's peak over the step above the
+   forward: off, the distinct tensors autograd saved; on, the stash's pool in use (its sign bits
+   included) and what passed through (hooks.peak_bytes). On a GPU also torch's peak over the step above the
    memory before it (torch.cuda.max_memory_allocated), off against on plus the stash's pool
    peak, since the pool is Kokkos's memory, which torch's allocator does not count. Final loss
    of both.

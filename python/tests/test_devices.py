@@ -1,8 +1,8 @@
 """Which devices the package takes. Everywhere: what a CPU-only build says about GPU tensors, and
-the saved-tensor hooks' GPU sign masks checked on CPU tensors against numpy's. Where a CUDA
-build of kompress meets a GPU (kompress.cuda_enabled and torch.cuda.is_available()): CUDA
-tensors through every part of the package, on torch's current stream: streams byte-identical
-to the CPU's and decoded across devices, the stash and the saved-tensor hooks in GPU memory,
+the stash's kept signs on the CPU. Where a CUDA build of kompress meets a GPU
+(kompress.cuda_enabled and torch.cuda.is_available()): CUDA tensors through every part of the
+package, on torch's current stream: streams byte-identical to the CPU's and decoded across
+devices, the stash (its kept signs too) and the saved-tensor hooks in GPU memory,
 the collectives on one MPI rank, the process-group hook and the DLRM module with CUDA tensors
 on gloo groups of 1 and 2 ranks sharing the GPU, and NCCL on one rank (NCCL needs a GPU per
 rank)."""
@@ -18,7 +18,6 @@ import torch.multiprocessing as mp
 import kompress
 import kompress.torch as kt
 from conftest import load_array
-from kompress.torch import _pack_signs_with_torch, _unpack_signs_with_torch
 
 on_gpu = pytest.mark.skipif(not (kompress.cuda_enabled and torch.cuda.is_available()),
                             reason="needs a CUDA build of kompress (cuda_enabled) and a GPU torch can see")
@@ -49,18 +48,6 @@ def test_a_build_says_which_devices_it_takes():
     # A tensor on a device the build does not take: the message says which devices it does.
     with pytest.raises(kompress.InvalidArgument, match="CPU tensors only"):
         kompress.compress(torch.zeros(16, device="meta"), rel=1e-3)
-
-
-@pytest.mark.parametrize("n", [1, 7, 8, 9, 1000, 4099])
-def test_gpu_sign_masks_are_numpys_bits(n):
-    """The saved-tensor hooks pack a GPU activation's signs with torch operations; on CPU tensors
-    they must give numpy.packbits' bytes, and unpack to the same mask."""
-    x = torch.randn(n, generator=torch.Generator().manual_seed(n))
-    x[::5] = 0.0
-    packed = _pack_signs_with_torch(x)
-    assert packed.dtype == torch.uint8 and packed.numel() == (n + 7) // 8
-    assert np.array_equal(packed.numpy(), np.packbits((x > 0).numpy()))
-    assert torch.equal(_unpack_signs_with_torch(packed, n), x > 0)
 
 
 # --- CUDA tensors --------------------------------------------------------------------------------
@@ -142,6 +129,23 @@ def test_a_stash_on_each_device(device, policy):
     if device == "cuda":
         with pytest.raises(kompress.InvalidArgument, match="a stash keeps arrays of its own device"):
             stash.save(torch.zeros(16), rel=1e-2)
+    stash.close()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kept_signs_on_each_device(device):
+    """keep_sign's bits packed and applied where the stash is: restored values positive exactly
+    where the saved ones were, within the bound, on data whose signs the bound alone flips."""
+    x = torch.empty(70001).uniform_(-4e-3, 4e-3, generator=torch.Generator().manual_seed(5))
+    x[::97] = 0.0
+    g = x.to(device)
+    stash = kompress.Stash(4 << 20, device=device)
+    plain, kept = stash.save(g, abs=1e-3), stash.save(g, abs=1e-3, keep_sign=True)
+    assert stash.info(kept).keeps_sign and stash.info(kept).sign_bytes > 0
+    flipped, restored = (torch.as_tensor(stash.restore(h)).cpu() for h in (plain, kept))
+    assert ((flipped > 0) != (x > 0)).sum() > 100
+    assert torch.equal(restored > 0, x > 0)
+    within(restored.numpy(), x.numpy(), stash.info(kept).absolute_bound)
     stash.close()
 
 

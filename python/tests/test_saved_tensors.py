@@ -110,6 +110,8 @@ def test_restored_activations_are_within_the_bound_and_pass_through_rules():
     assert_within(h.detach().numpy(), restored.numpy(), saved.bound)
     assert saved.bound == hooks.stash.info(saved.handle).absolute_bound > 0
     assert torch.equal(restored > 0, h > 0), "exact_sign: positive exactly where the original is"
+    info = hooks.stash.info(saved.handle)
+    assert info.keeps_sign and hooks.stats().sign_bytes == info.sign_bytes > 0, "the stash keeps the bits"
     # Passed through untouched: integers, small tensors, parameters and their views.
     for t in (torch.arange(5000), h[:2, :10], w, w.t(), h.detach().to(torch.float16)):
         assert hooks._pack(t) is t
@@ -176,3 +178,50 @@ def test_a_new_tensor_in_a_freed_tensors_memory_is_not_taken_for_it():
     other = hooks._pack(second)
     assert other is not saved
     assert torch.all(hooks._unpack(other) == 5.0) and torch.all(hooks._unpack(saved) == 1.0)
+
+
+def straddling_zero(shape, e):
+    """Activations around 0 at the bound's scale, zeros among them: a bound alone flips signs."""
+    x = torch.empty(shape, dtype=torch.float32).uniform_(-4 * e, 4 * e, generator=torch.Generator().manual_seed(3))
+    x.view(-1)[::89] = 0.0
+    return x
+
+
+def test_exact_sign_restores_every_value_on_its_saved_side_of_zero_within_the_bound():
+    x = straddling_zero((300, 333), 1e-3)
+    restored, bounds = {}, {}
+    for exact_sign in (False, True):
+        hooks = kompress.torch.compressed_activations(abs=1e-3, min_numel=1000, exact_sign=exact_sign)
+        saved = hooks._pack(x)
+        restored[exact_sign], bounds[exact_sign] = hooks._unpack(saved), saved.bound
+        info = hooks.stash.info(saved.handle)
+        assert info.keeps_sign == exact_sign and (info.sign_bytes > 0) == exact_sign
+        # The bits are in the stash's bytes, counted once: the pool in use is all the hooks hold.
+        assert hooks.saved_bytes() == hooks.stats().pool_bytes
+        assert hooks.stats().sign_bytes == info.sign_bytes
+    assert ((restored[False] > 0) != (x > 0)).sum() > 100, "without the bits some signs flip (else this proves nothing)"
+    assert torch.equal(restored[True] > 0, x > 0)
+    for exact_sign in (False, True):
+        assert_within(x.numpy(), restored[exact_sign].numpy(), bounds[exact_sign])
+
+
+def test_a_lossless_bound_keeps_no_sign_bits():
+    hooks = kompress.torch.compressed_activations(abs=0, min_numel=1000)
+    x = straddling_zero((64, 64), 1e-3)
+    saved = hooks._pack(x)
+    assert not hooks.stash.info(saved.handle).keeps_sign and hooks.stats().sign_bytes == 0
+    assert torch.equal(hooks._unpack(saved), x)
+
+
+def test_the_codec_reaches_the_stash():
+    x = torch.from_numpy(load_array("act_mlp_relu2_out").reshape(-1, 1024)[:64].copy())
+    for codec, expected in ((None, "fast"), ("fast", "fast"), ("ratio", "ratio")):
+        hooks = kompress.torch.compressed_activations(rel=1e-2, min_numel=1000, codec=codec)
+        saved = hooks._pack(x)
+        assert hooks.stash.info(saved.handle).codec == expected
+        assert_within(x.numpy(), hooks._unpack(saved).numpy(), saved.bound)
+    hooks = kompress.torch.compressed_activations(rel=1e-2, min_numel=1000, codec="auto")
+    hooks._pack(x)
+    assert hooks.stats().codec_measurements == 1
+    with pytest.raises(kompress.InvalidArgument, match="codec must be None, 'fast', 'ratio' or 'auto'"):
+        kompress.torch.compressed_activations(codec="zstd")
