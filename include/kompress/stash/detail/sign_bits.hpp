@@ -2,7 +2,7 @@
 // The sign bits of a keep_sign save: x > 0 as one bit per value, and restored values put back
 // on their saved side of 0 within the same bound (docs/stash.md, "Per-save options").
 //
-// Layout of one stream's sign bits: the bits in 32-bit words (an even number of them), then
+// Layout of one stream's sign bits: the bits in 32-bit words (a multiple of 4 of them), then
 // the sum and the count of the values in (0, e] (e: the stream's absolute bound) as the real
 // and imaginary parts of one Kokkos::complex<double>. Restore gives a positive value that came
 // back <= 0 their mean, the expected value of what the quantizer rounded to 0, rather than a
@@ -20,7 +20,10 @@
 
 namespace kompress::inline v0::detail {
 
-constexpr std::size_t sign_words(std::size_t count) { return ((count + 31) / 32 + 1) / 2 * 2; }
+/// Words of bits, a multiple of 4 so that the complex<double> after them (aligned to 16 bytes)
+/// is: every stored range starts on 64 bytes.
+constexpr std::size_t sign_words(std::size_t count) { return ((count + 31) / 32 + 3) / 4 * 4; }
+static_assert(alignof(Kokkos::complex<double>) <= 4 * sizeof(std::uint32_t));
 constexpr std::size_t sign_bytes(std::size_t count) {
   return sign_words(count) * sizeof(std::uint32_t) + sizeof(Kokkos::complex<double>);
 }
