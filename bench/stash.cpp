@@ -30,6 +30,7 @@
 //
 // The thread count is Kokkos's (OMP_NUM_THREADS); bench/run sets it to 2.
 
+#include "activation_baselines.hpp"
 #include "real_data.hpp"
 
 #include "support.hpp"
@@ -211,66 +212,7 @@ void from_bfloat(const std::uint16_t* in, float* out, std::size_t n) {
   }
 }
 
-/// A counter-based uniform in [0, 1): splitmix64 of (seed, index). Stochastic rounding needs
-/// one per value; a counter makes it parallel and reproducible.
-inline float uniform01(std::uint64_t seed, std::uint64_t index) {
-  std::uint64_t z = seed + index * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return float(z >> 40) * 0x1p-24f;
-}
-
-/// ActNN-style per-group quantizer: groups of 256, per group min and scale (two floats), codes
-/// of `Bits` bits with stochastic rounding, packed little-endian within bytes.
-template <int Bits>
-struct group_quantizer {
-  static constexpr std::size_t group = 256;
-  static constexpr int levels = (1 << Bits) - 1;
-  static constexpr std::size_t code_bytes = group * Bits / 8;
-
-  static std::size_t groups(std::size_t n) { return (n + group - 1) / group; }
-  static std::size_t bytes(std::size_t n) { return groups(n) * (code_bytes + 2 * sizeof(float)); }
-
-  /// Groups [first, last) of `in` (n values) into `out`.
-  static void encode(const float* in, std::size_t n, std::size_t first, std::size_t last,
-                     std::byte* out, std::uint64_t seed) {
-    for (std::size_t g = first; g < last; ++g) {
-      const std::size_t begin = g * group, end = std::min(n, begin + group);
-      float low = in[begin], high = in[begin];
-      for (std::size_t i = begin; i < end; ++i) low = std::min(low, in[i]), high = std::max(high, in[i]);
-      const float scale = (high - low) / float(levels);
-      const float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
-      std::byte* const record = out + g * (code_bytes + 2 * sizeof(float));
-      std::memcpy(record, &low, sizeof(float));
-      std::memcpy(record + sizeof(float), &scale, sizeof(float));
-      std::uint8_t* const codes = reinterpret_cast<std::uint8_t*>(record + 2 * sizeof(float));
-      std::memset(codes, 0, code_bytes);
-      for (std::size_t i = begin; i < end; ++i) {
-        const float t = (in[i] - low) * inverse + uniform01(seed, i);
-        const int q = std::min(levels, std::max(0, int(t)));  // floor: t >= 0
-        const std::size_t k = i - begin;
-        codes[k * Bits / 8] |= std::uint8_t(q << ((k * Bits) % 8));
-      }
-    }
-  }
-
-  static void decode(const std::byte* in, std::size_t n, std::size_t first, std::size_t last, float* out) {
-    for (std::size_t g = first; g < last; ++g) {
-      const std::size_t begin = g * group, end = std::min(n, begin + group);
-      const std::byte* const record = in + g * (code_bytes + 2 * sizeof(float));
-      float low, scale;
-      std::memcpy(&low, record, sizeof(float));
-      std::memcpy(&scale, record + sizeof(float), sizeof(float));
-      const std::uint8_t* const codes = reinterpret_cast<const std::uint8_t*>(record + 2 * sizeof(float));
-      for (std::size_t i = begin; i < end; ++i) {
-        const std::size_t k = i - begin;
-        const int q = (codes[k * Bits / 8] >> ((k * Bits) % 8)) & levels;
-        out[i] = low + float(q) * scale;
-      }
-    }
-  }
-};
+using kompress_bench::group_quantizer;
 
 // ---------------------------------------------------------------------------------------------
 // Results

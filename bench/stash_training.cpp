@@ -79,6 +79,8 @@
 // register-blocked kernel (4 x 8 tiles of the output, one per work item), the rest are plain
 // parallel loops; the initialisation is PyTorch's default.
 
+#include "activation_baselines.hpp"
+
 #include <kompress/stash.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -95,6 +97,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <utility>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -356,6 +359,7 @@ struct settings {
   double adaptive_ceiling = 0;  // > 0: kompress::layer_bounds from `bound` up to this
   double tolerance = 0.05;
   std::uint64_t check_every = 50;
+  bool baselines = false;  // --baselines (MLP): also train through ActNN-style 2-bit codes and fp16
   double max_loss_gap = -1.0;  // percent; < 0: not checked
   bool cnn = false;  // --model cnn: the small CNN instead of the MLP
   bool transformer = false;  // --model transformer: the transformer block instead of the MLP
@@ -447,7 +451,7 @@ void restore_checked(stash_type& stash, const exec_space& exec, const settings& 
 /// loss_sum, correct_sum)` is one forward (+ backward and update when training) over rows
 /// [first, first + rows) of `order`.
 template <class Step>
-void run_epochs(const settings& s, bool use_stash, run_result& result, Step&& step) {
+void run_epochs(const settings& s, const char* run_name, run_result& result, Step&& step) {
   const int batch = s.batch;
   std::vector<int> train_order(std::size_t(s.train)), eval_order(std::size_t(s.eval));
   std::iota(train_order.begin(), train_order.end(), 0);
@@ -472,7 +476,7 @@ void run_epochs(const settings& s, bool use_stash, run_result& result, Step&& st
     e.eval_accuracy = double(eval_correct) / s.eval;
     result.epochs.push_back(e);
     std::printf("  %-6s epoch %d  train loss %.5f  held-out loss %.5f  accuracy %.2f%%  (%.1f s)\n",
-                use_stash ? "stash" : "plain", epoch + 1, e.train_loss, e.eval_loss,
+                run_name, epoch + 1, e.train_loss, e.eval_loss,
                 100.0 * e.eval_accuracy, e.seconds);
     std::fflush(stdout);
   }
@@ -488,9 +492,14 @@ void run_epochs(const settings& s, bool use_stash, run_result& result, Step&& st
     result.final_train_loss = loss / s.train;
     result.final_train_accuracy = double(correct) / s.train;
     std::printf("  %-6s final weights: training-set loss %.5f  accuracy %.2f%%  (%.1f s)\n",
-                use_stash ? "stash" : "plain", result.final_train_loss, 100.0 * result.final_train_accuracy,
+                run_name, result.final_train_loss, 100.0 * result.final_train_accuracy,
                 seconds_since(start));
   }
+}
+
+template <class Step>
+void run_epochs(const settings& s, bool use_stash, run_result& result, Step&& step) {
+  run_epochs(s, use_stash ? "stash" : "plain", result, std::forward<Step>(step));
 }
 
 /// The stash run's memory and compression from the stash's statistics.
@@ -504,8 +513,66 @@ void stash_statistics(const stash_type& stash, run_result& result) {
   result.ratio_codec_saves = stats.ratio_codec_saves;
 }
 
-/// Trains the MLP; with `use_stash`, the activations backward needs go through a stash.
-run_result train(const settings& s, const dataset& data, bool use_stash) {
+/// What the MLP's training keeps its saved activations as between forward and backward.
+enum class storage {
+  plain,    ///< the Views themselves
+  stash,    ///< kompress::stash, within the bound
+  actnn2,   ///< ActNN-style 2-bit per-group codes, stochastic rounding, ReLU masks as bits
+  float16,  ///< IEEE binary16 casts (masks from the restored outputs)
+};
+
+const char* storage_name(storage how) {
+  switch (how) {
+    case storage::plain: return "plain";
+    case storage::stash: return "stash";
+    case storage::actnn2: return "actnn2";
+    case storage::float16: return "fp16";
+  }
+  return "?";
+}
+
+/// The baselines' encoded copy of one saved activation (n values): ActNN-style codes or halves.
+struct baseline_copy {
+  using quantizer = kompress_bench::group_quantizer<2>;
+  Kokkos::View<std::byte*, memory_space> codes;
+  Kokkos::View<std::uint16_t*, memory_space> halves;  // binary16 bits
+
+  baseline_copy(storage how, std::size_t n) {
+    if (how == storage::actnn2) codes = decltype(codes)("actnn2 codes", quantizer::bytes(n));
+    if (how == storage::float16) halves = decltype(halves)("halves", n);
+  }
+  /// The bytes holding `n` values.
+  static std::size_t bytes(storage how, std::size_t n) {
+    return how == storage::actnn2 ? quantizer::bytes(n) : how == storage::float16 ? n * sizeof(std::uint16_t) : 0;
+  }
+  void save(const exec_space& exec, const float* values, std::size_t n, std::uint64_t seed) const {
+    if (codes.size() > 0) {
+      std::byte* const out = codes.data();
+      Kokkos::parallel_for("actnn2 encode", Kokkos::RangePolicy<exec_space>(exec, 0, quantizer::groups(n)),
+                           KOKKOS_LAMBDA(std::size_t g) { quantizer::encode_group(values, n, g, out, seed); });
+    } else {
+      std::uint16_t* const out = halves.data();
+      Kokkos::parallel_for("fp16 encode", Kokkos::RangePolicy<exec_space>(exec, 0, n),
+                           KOKKOS_LAMBDA(std::size_t i) { out[i] = kompress_bench::to_half_bits(values[i]); });
+    }
+  }
+  void restore(const exec_space& exec, float* values, std::size_t n) const {
+    if (codes.size() > 0) {
+      const std::byte* const in = codes.data();
+      Kokkos::parallel_for("actnn2 decode", Kokkos::RangePolicy<exec_space>(exec, 0, quantizer::groups(n)),
+                           KOKKOS_LAMBDA(std::size_t g) { quantizer::decode_group(in, n, g, values); });
+    } else {
+      const std::uint16_t* const in = halves.data();
+      Kokkos::parallel_for("fp16 decode", Kokkos::RangePolicy<exec_space>(exec, 0, n),
+                           KOKKOS_LAMBDA(std::size_t i) { values[i] = kompress_bench::from_half_bits(in[i]); });
+    }
+  }
+};
+
+/// Trains the MLP, keeping the activations backward needs as `how` says.
+run_result train(const settings& s, const dataset& data, storage how) {
+  const bool use_stash = how == storage::stash;
+  const bool baseline = how == storage::actnn2 || how == storage::float16;
   const exec_space exec;
   std::mt19937 rng(s.seed);
   linear fc1(784, 1024, rng, "fc1"), fc2(1024, 1024, rng, "fc2"), fc3(1024, 10, rng, "fc3");
@@ -517,7 +584,7 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
   matrix xt("xt", 784, batch), a1t("a1t", 1024, batch), a2t("a2t", 1024, batch);
   matrix check("check", batch, 1024);  // --verify: a copy of what was saved
   mask_matrix mask1("mask1", batch, 32), mask2("mask2", batch, 32);
-  const bool mask_bits = use_stash && s.mask == settings::mask_source::bits;
+  const bool mask_bits = (use_stash && s.mask == settings::mask_source::bits) || how == storage::actnn2;
   const bool stash_signs = use_stash && s.mask == settings::mask_source::stash;
   batch_loader loader(batch);
   const auto labels = loader.labels;
@@ -527,6 +594,9 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
   const std::size_t plain_bytes = std::size_t(batch) * (784 + 1024 + 1024) * sizeof(float);
   std::unique_ptr<stash_type> stash;
   if (use_stash) stash = make_stash(exec, plain_bytes, s.segment_bytes);
+  std::vector<baseline_copy> copies;
+  if (baseline)
+    for (const std::size_t columns : {784, 1024, 1024}) copies.emplace_back(how, std::size_t(batch) * columns);
   run_result result;
   const schedule learning_rate(s);
   // --adaptive-bounds: each saved tensor's bound from the training (kompress::layer_bounds);
@@ -574,11 +644,21 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
         if (checking) Kokkos::deep_copy(exec, exact[which], *kept[which]);
         const auto start = clock_type::now();
         const auto bound = bounds ? bounds->bound(std::uint32_t(which)) : kompress::relative(s.bound);
-        const kompress::stash_save_options how{
+        const kompress::stash_save_options save_options{
             .codec = s.codec, .layer = std::uint32_t(which), .keep_sign = which > 0 && stash_signs};
-        saved[which] = s.async_save ? stash->save_async(exec, *kept[which], bound, how)
-                                    : stash->save(exec, *kept[which], bound, how);
+        saved[which] = s.async_save ? stash->save_async(exec, *kept[which], bound, save_options)
+                                    : stash->save(exec, *kept[which], bound, save_options);
         result.save_seconds += seconds_since(start);
+      } else if (baseline) {
+        const auto start = clock_type::now();
+        copies[std::size_t(which)].save(exec, kept[which]->data(), kept[which]->size(),
+                                        std::uint64_t(adam_step) * 3 + std::uint64_t(which));
+        exec.fence();
+        result.save_seconds += seconds_since(start);
+        std::size_t held = 0;
+        for (int k = 0; k <= which; ++k) held += baseline_copy::bytes(how, kept[k]->size());
+        if (mask_bits) held += std::size_t(rows) * 2 * 32 * sizeof(std::uint32_t);
+        result.peak_activation_bytes = std::max(result.peak_activation_bytes, held);
       } else {
         result.peak_activation_bytes = std::max(result.peak_activation_bytes,
                                                 std::size_t(rows) * (784 + 2048) * sizeof(float));
@@ -605,6 +685,12 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
     // (the forward wrote it there; in a framework that buffer would have been freed).
     auto restore = [&](int which) {
       if (stash) restore_checked(*stash, exec, s, saved[which], *kept[which], check.data(), result, which);
+      if (baseline) {
+        const auto start = clock_type::now();
+        copies[std::size_t(which)].restore(exec, kept[which]->data(), kept[which]->size());
+        exec.fence();
+        result.restore_seconds += seconds_since(start);
+      }
     };
     // A check step: the weight gradient from the exact copy too, and their distance. The
     // deltas are exact in both (the ReLUs' masks are), so this is all compression changes.
@@ -646,7 +732,7 @@ run_result train(const settings& s, const dataset& data, bool use_stash) {
     }
   };
 
-  run_epochs(s, use_stash, result, step);
+  run_epochs(s, storage_name(how), result, step);
   if (stash) {
     stash_statistics(*stash, result);
     if (mask_bits) result.peak_activation_bytes += std::size_t(batch) * 2 * 32 * sizeof(std::uint32_t);
@@ -1015,6 +1101,7 @@ int main(int argc, char* argv[]) {
     else if (arg == "--adaptive-bounds") s.adaptive_ceiling = std::stod(next());
     else if (arg == "--tolerance") s.tolerance = std::stod(next());
     else if (arg == "--check-every") s.check_every = std::stoull(next());
+    else if (arg == "--baselines") s.baselines = true;
     else if (arg == "--quick") s.epochs = 1, s.train = 1024, s.eval = 512, s.verify = true;
     else {
       std::fprintf(stderr, "stash_training: unknown argument '%s' (see the top of bench/stash_training.cpp)\n",
@@ -1057,7 +1144,7 @@ int main(int argc, char* argv[]) {
   const auto train_model = [&](bool use_stash) {
     return s.transformer ? train_transformer(s, data, use_stash)
            : s.cnn       ? train_cnn(s, data, use_stash)
-                         : train(s, data, use_stash);
+                         : train(s, data, use_stash ? storage::stash : storage::plain);
   };
   const run_result plain = train_model(false);
   std::printf("stash: activations saved through kompress::stash at REL %g (%s)\n", s.bound,
@@ -1107,6 +1194,28 @@ int main(int argc, char* argv[]) {
   for (const auto& e : stashed.epochs) stash_seconds += e.seconds;
   std::printf("training time: plain %.1f s, stash %.1f s (save %.2f s, restore %.2f s)\n", plain_seconds,
               stash_seconds, stashed.save_seconds, stashed.restore_seconds);
+  if (s.baselines && !s.cnn && !s.transformer) {
+    std::vector<std::pair<storage, run_result>> baselines;
+    for (const storage how : {storage::actnn2, storage::float16}) {
+      std::printf("%s: activations stored as %s\n", storage_name(how),
+                  how == storage::actnn2 ? "ActNN-style 2-bit codes (groups of 256, stochastic rounding; "
+                                           "ReLU masks as bits)"
+                                         : "IEEE binary16");
+      baselines.emplace_back(how, train(s, data, how));
+    }
+    std::printf("\nthe same training, the saved activations stored by each method:\n");
+    std::printf("%-8s %12s %10s %12s %13s %9s\n", "method", "final loss", "gap", "memory (KB)", "memory ratio",
+                "held-out");
+    const auto row = [&](const char* name, const run_result& r) {
+      std::printf("%-8s %12.5f %+9.3f%% %12.1f %12.2fx %8.2f%%\n", name, r.final_train_loss,
+                  100.0 * (r.final_train_loss - final_plain) / final_plain, r.peak_activation_bytes / 1e3,
+                  double(plain.peak_activation_bytes) / double(r.peak_activation_bytes),
+                  100.0 * r.epochs.back().eval_accuracy);
+    };
+    row("plain", plain);
+    row("stash", stashed);
+    for (const auto& [how, result] : baselines) row(storage_name(how), result);
+  }
   if (s.verify && stashed.violations == 0)
     std::printf("every restored activation within its bound (largest error / bound: %.3f)\n",
                 stashed.max_error_over_bound);
