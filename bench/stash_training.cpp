@@ -1010,8 +1010,9 @@ run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
       if (!training) return;
       if (stash) {
         const auto start = clock_type::now();
-        saved[which] = s.async_save ? stash->save_async(exec, kept[which], bound)
-                                    : stash->save(exec, kept[which], bound);
+        const kompress::stash_save_options save_options{.codec = s.codec, .layer = std::uint32_t(which)};
+        saved[which] = s.async_save ? stash->save_async(exec, kept[which], bound, save_options)
+                                    : stash->save(exec, kept[which], bound, save_options);
         result.save_seconds += seconds_since(start);
       } else {
         result.peak_activation_bytes =
