@@ -13,10 +13,10 @@
 
 #include <Kokkos_Complex.hpp>
 #include <Kokkos_Core.hpp>
+#include <Kokkos_NumericTraits.hpp>
 
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 
 namespace kompress::inline v0::detail {
 
@@ -85,7 +85,7 @@ void apply_signs(const ExecutionSpace& exec, const std::byte* in, T* values, std
               const double top = double(x) + bound;  // x lies in (0, top]
               T inside = T(mean);
               if (!(inside > T(0) && double(inside) <= top)) inside = T(top * 0.5);
-              if (!(inside > T(0))) inside = std::numeric_limits<T>::denorm_min();
+              if (!(inside > T(0))) inside = Kokkos::Experimental::denorm_min_v<T>;
               values[first + b] = inside;
             }
           } else if (x > T(0)) {
