@@ -76,7 +76,7 @@ struct group_quantizer {
     for (std::size_t k = 0; k < code_bytes; ++k) codes[k] = 0;
     for (std::size_t i = begin; i < end; ++i) {
       const float t = (in[i] - low) * inverse + uniform01(seed, i);
-      const int q = Kokkos::min(levels, Kokkos::max(0, int(t)));  // floor: t >= 0
+      const int q = Kokkos::min(int(levels), Kokkos::max(0, int(t)));  // floor: t >= 0
       const std::size_t k = i - begin;
       codes[k * Bits / 8] |= std::uint8_t(q << ((k * Bits) % 8));
     }
