@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace kompress::inline v0::detail {
 
@@ -43,27 +44,40 @@ void pack_signs(const ExecutionSpace& exec, const T* values, std::size_t count, 
       "kompress::stash::pack_signs",
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, sign_words(count)),
       KOKKOS_LAMBDA(const std::size_t w, Kokkos::complex<double>& sum_count) {
-        const double e = header ? load<double>(header + abs_bound_offset) : bound;
+        const T e = T(header ? load<double>(header + abs_bound_offset) : bound);
         const std::size_t first = 32 * w;
         const std::size_t n = first >= count ? 0 : count - first < 32 ? count - first : 32;
+        // Without branches (the signs of activations are as good as random: a mispredicted
+        // branch per value costs more than the rest), and a fixed trip count for whole words.
+        // The sum takes the value masked to its bits or to +0; e rounded to T may be a little
+        // off, the mean only has to lie in (0, e'], which restore checks.
+        using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
         std::uint32_t bits = 0;
-        for (std::size_t b = 0; b < n; ++b) {
+        T sum = 0, small = 0;
+        const auto pack = [&](const std::size_t b) {
           const T x = values[first + b];
-          if (x > T(0)) {
-            bits |= std::uint32_t(1) << b;
-            if (double(x) <= e) sum_count += Kokkos::complex<double>(double(x), 1.0);
-          }
-        }
+          const bool positive = x > T(0);
+          const bool below = positive & (x <= e);
+          bits |= std::uint32_t(positive) << b;
+          sum += Kokkos::bit_cast<T>(Kokkos::bit_cast<bits_type>(x) & (bits_type(0) - bits_type(below)));
+          small += T(below);
+        };
+        if (n == 32)
+          for (std::size_t b = 0; b < 32; ++b) pack(b);
+        else
+          for (std::size_t b = 0; b < n; ++b) pack(b);
         words[w] = bits;
+        sum_count += Kokkos::complex<double>(double(sum), double(small));
       },
       Kokkos::Sum<Kokkos::complex<double>, memory_space>(small_positives));
 }
 
 /// Puts every restored value x' back on the side of 0 its bit records, within `bound` of the
 /// saved x when x' was: a set bit with x' <= 0 means x in (0, x' + bound], and any point of
-/// that range is within x' + bound <= bound of x (the stream's mean of (0, e] when it lies
-/// there, else the range's midpoint, at least the smallest positive value); a clear bit with
-/// x' > 0 means x in [x' - bound, 0], and +0 is within bound - x' of x. Enqueued on `exec`.
+/// that range is within x' + bound <= bound of x (for x' = 0 the stream's mean of (0, e] when
+/// it lies in (0, bound], else half the bound; for x' < 0 the range's midpoint; at least the
+/// smallest positive value); a clear bit with x' > 0 means x in [x' - bound, 0], and +0 is
+/// within bound - x' of x. Enqueued on `exec`.
 template <class T, class ExecutionSpace>
 void apply_signs(const ExecutionSpace& exec, const std::byte* in, T* values, std::size_t count, double bound) {
   const auto* const words = reinterpret_cast<const std::uint32_t*>(in);
@@ -75,23 +89,45 @@ void apply_signs(const ExecutionSpace& exec, const std::byte* in, T* values, std
       KOKKOS_LAMBDA(const std::size_t w) {
         const Kokkos::complex<double> sum_count = *small_positives;
         const double mean = sum_count.imag() > 0.0 ? sum_count.real() / sum_count.imag() : 0.0;
+        // x' = 0 (the quantizer's grid has a point there: the common case) takes the mean when
+        // it lies in (0, bound], else half the bound; any other x' <= 0 half of (x' + bound).
+        T at_zero = T(mean > 0.0 && mean <= bound ? mean : bound * 0.5);
+        if (!(at_zero > T(0) && double(at_zero) <= bound)) at_zero = Kokkos::Experimental::denorm_min_v<T>;
         const std::size_t first = 32 * w;
         const std::size_t n = count - first < 32 ? count - first : 32;
         const std::uint32_t bits = words[w];
-        for (std::size_t b = 0; b < n; ++b) {
-          const T x = values[first + b];
-          if ((bits >> b) & 1u) {
-            if (!(x > T(0))) {
-              const double top = double(x) + bound;  // x lies in (0, top]
-              T inside = T(mean);
-              if (!(inside > T(0) && double(inside) <= top)) inside = T(top * 0.5);
+        bool below_zero = false;  // a set bit and x' < 0: rare (a block stored as a constant < 0)
+        for (std::size_t b = 0; b < n; ++b) below_zero |= bool((bits >> b) & 1u) & (values[first + b] < T(0));
+        if (below_zero) {
+          for (std::size_t b = 0; b < n; ++b) {
+            const T x = values[first + b];
+            if (!((bits >> b) & 1u)) {
+              if (x > T(0)) values[first + b] = T(0);
+            } else if (x < T(0)) {  // x lies in (0, x' + bound]
+              T inside = T((double(x) + bound) * 0.5);
               if (!(inside > T(0))) inside = Kokkos::Experimental::denorm_min_v<T>;
               values[first + b] = inside;
+            } else if (!(x > T(0))) {
+              values[first + b] = at_zero;
             }
-          } else if (x > T(0)) {
-            values[first + b] = T(0);
           }
+          return;
         }
+        // Without branches, as pack_signs: the value's bits, at_zero's or +0's, chosen by masks.
+        using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+        const bits_type zero_bits = Kokkos::bit_cast<bits_type>(at_zero);
+        const auto apply = [&](const std::size_t b) {
+          const T x = values[first + b];
+          const bool positive = (bits >> b) & 1u;
+          const bool restored_positive = x > T(0);
+          const bits_type up = bits_type(0) - bits_type(positive & !restored_positive);
+          const bits_type keep = bits_type(0) - bits_type(positive == restored_positive);  // NaN: both false
+          values[first + b] = Kokkos::bit_cast<T>((Kokkos::bit_cast<bits_type>(x) & keep) | (zero_bits & up));
+        };
+        if (n == 32)
+          for (std::size_t b = 0; b < 32; ++b) apply(b);
+        else
+          for (std::size_t b = 0; b < n; ++b) apply(b);
       });
 }
 
