@@ -335,7 +335,7 @@ run_result train_transformer(const settings& s, const dataset& data, bool use_st
   const std::size_t side_bytes = 3 * std::size_t(tokens) * sizeof(float);
   const std::size_t plain_bytes = std::size_t(batch) * saved_floats * sizeof(float);
   std::unique_ptr<stash_type> stash;
-  if (use_stash) stash = make_stash(exec, plain_bytes);
+  if (use_stash) stash = make_stash(exec, plain_bytes, s.segment_bytes);
   const auto bound = kompress::relative(s.bound);
   run_result result;
   const schedule learning_rate(s);
@@ -467,8 +467,9 @@ run_result train_transformer(const settings& s, const dataset& data, bool use_st
       if (!training) return;
       if (stash) {
         const auto start = clock_type::now();
-        saved[which] = s.async_save ? stash->save_async(exec, saved_views[which], bound)
-                                    : stash->save(exec, saved_views[which], bound);
+        const kompress::stash_save_options save_options{.codec = s.codec, .layer = std::uint32_t(which)};
+        saved[which] = s.async_save ? stash->save_async(exec, saved_views[which], bound, save_options)
+                                    : stash->save(exec, saved_views[which], bound, save_options);
         result.save_seconds += seconds_since(start);
       } else {
         result.peak_activation_bytes =
