@@ -6,7 +6,7 @@
 
 #include "support/codec_checks.hpp"
 
-#include <kompress/kompress.hpp>
+#include <kompress/compress.hpp>
 
 #include <doctest/doctest.h>
 
