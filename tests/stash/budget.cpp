@@ -5,6 +5,7 @@
 
 #include "support/codec_checks.hpp"
 #include "support/data_checks.hpp"
+#include "support/stash_views.hpp"
 
 #include <doctest/doctest.h>
 
@@ -21,6 +22,8 @@ namespace {
 using exec_space = Kokkos::DefaultExecutionSpace;
 using memory_space = exec_space::memory_space;
 using stash_type = kompress::stash<exec_space>;
+using kompress::test::to_vector;
+using kompress::test::to_view;
 
 constexpr std::size_t KiB = 1024, MiB = 1024 * 1024;
 
@@ -30,20 +33,8 @@ constexpr const char* conv_file = "act_cnn_stem_conv_out_128x16x32x32.f32";
 std::vector<float> relu() { return kompress::test::read_array<float>("act_mlp_relu2_out", 1024 * 1024); }
 std::vector<float> conv() { return kompress::test::read_raw<float>(conv_file); }
 
-Kokkos::View<float*, memory_space> to_view(const std::vector<float>& values) {
-  Kokkos::View<float*, memory_space> view("values", values.size());
-  Kokkos::deep_copy(view, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                              values.data(), values.size()));
-  return view;
-}
-
 std::vector<float> restore_vector(stash_type& stash, const kompress::stash_handle& handle) {
-  auto back = stash.restore<Kokkos::View<float*, memory_space>>(exec_space{}, handle);
-  std::vector<float> values(back.size());
-  Kokkos::deep_copy(Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(values.data(),
-                                                                                     values.size()),
-                    back);
-  return values;
+  return to_vector(stash.restore<Kokkos::View<float*, memory_space>>(exec_space{}, handle));
 }
 
 bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {

@@ -3,6 +3,8 @@
 // deviation it is fed.
 #include <kompress/stash/layer_bounds.hpp>
 
+#include "support/stash_views.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -11,14 +13,7 @@
 namespace {
 
 using exec_space = Kokkos::DefaultExecutionSpace;
-using memory_space = exec_space::memory_space;
-
-Kokkos::View<double*, memory_space> to_view(const std::vector<double>& values) {
-  Kokkos::View<double*, memory_space> view("values", values.size());
-  Kokkos::deep_copy(view, Kokkos::View<const double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                              values.data(), values.size()));
-  return view;
-}
+using kompress::test::to_view;
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include <kompress/stash.hpp>
 
 #include "support/codec_checks.hpp"
+#include "support/stash_views.hpp"
 
 #include <doctest/doctest.h>
 
@@ -20,22 +21,8 @@ namespace {
 using exec_space = Kokkos::DefaultExecutionSpace;
 using memory_space = exec_space::memory_space;
 using stash_type = kompress::stash<exec_space>;
-
-template <class T>
-Kokkos::View<T*, memory_space> to_view(const std::vector<T>& values) {
-  Kokkos::View<T*, memory_space> view("values", values.size());
-  Kokkos::deep_copy(view, Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                              values.data(), values.size()));
-  return view;
-}
-
-template <class T>
-std::vector<T> to_vector(const Kokkos::View<T*, memory_space>& view) {
-  std::vector<T> values(view.size());
-  Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(values.data(), values.size()),
-                    view);
-  return values;
-}
+using kompress::test::to_vector;
+using kompress::test::to_view;
 
 /// Values crowding 0 from both sides at the scale of `bound` (a fraction of the range), with
 /// exact zeros, a few -0.0 and large values that set the range; with `special`, NaN and

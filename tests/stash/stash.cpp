@@ -5,6 +5,7 @@
 
 #include "support/codec_checks.hpp"
 #include "support/data_checks.hpp"
+#include "support/stash_views.hpp"
 
 #include <doctest/doctest.h>
 
@@ -22,6 +23,8 @@ namespace {
 using exec_space = Kokkos::DefaultExecutionSpace;
 using memory_space = exec_space::memory_space;
 using stash_type = kompress::stash<exec_space>;
+using kompress::test::to_vector;
+using kompress::test::to_view;
 
 // The MLP's second ReLU output, 1024 x 1024 (the sample's 128 rows repeated; data/README.md).
 std::vector<float> relu_activation() { return kompress::test::read_array<float>("act_mlp_relu2_out", 1024 * 1024); }
@@ -33,26 +36,6 @@ std::vector<T> random_values(std::size_t count, unsigned seed, double zero_fract
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   std::vector<T> values(count);
   for (T& v : values) v = uniform(rng) < zero_fraction ? T(0) : T(std::fabs(normal(rng)) * 3.0);
-  return values;
-}
-
-template <class T>
-Kokkos::View<T*, memory_space> to_view(const std::vector<T>& values) {
-  Kokkos::View<T*, memory_space> view("values", values.size());
-  Kokkos::deep_copy(view, Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                              values.data(), values.size()));
-  return view;
-}
-
-template <class View>
-std::vector<typename View::non_const_value_type> to_vector(const View& view) {
-  using T = typename View::non_const_value_type;
-  std::vector<T> values(view.size());
-  auto flat = Kokkos::View<const T*, typename View::memory_space, Kokkos::MemoryUnmanaged>(
-      view.data(), view.size());
-  Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(values.data(),
-                                                                                 values.size()),
-                    flat);
   return values;
 }
 
