@@ -446,6 +446,22 @@ void restore_checked(stash_type& stash, const exec_space& exec, const settings& 
   }
 }
 
+/// Saves activation `which` (`view`) into `handle`, timed, through save or save_async (--async);
+/// the plain run (no stash) instead takes `plain_bytes`, what it holds saved by now, as its peak.
+template <class View>
+void save_timed(stash_type* stash, const exec_space& exec, const settings& s, kompress::stash_handle& handle,
+                const View& view, const kompress::error_bound& bound, run_result& result, int which,
+                std::size_t plain_bytes, bool keep_sign = false) {
+  if (!stash) {
+    result.peak_activation_bytes = std::max(result.peak_activation_bytes, plain_bytes);
+    return;
+  }
+  const auto start = clock_type::now();
+  const kompress::stash_save_options options{.codec = s.codec, .layer = std::uint32_t(which), .keep_sign = keep_sign};
+  handle = s.async_save ? stash->save_async(exec, view, bound, options) : stash->save(exec, view, bound, options);
+  result.save_seconds += seconds_since(start);
+}
+
 /// The epochs (shuffled minibatches, then the held-out set) and the pass of the final weights
 /// over the training set, printing as they go. `step(order, first, rows, training, adam_step,
 /// loss_sum, correct_sum)` is one forward (+ backward and update when training) over rows
@@ -640,16 +656,7 @@ run_result train(const settings& s, const dataset& data, storage how) {
     const bool checking = training && bounds && bounds->check_due(std::uint64_t(adam_step));
     auto save = [&](int which) {
       if (!training) return;
-      if (stash) {
-        if (checking) Kokkos::deep_copy(exec, exact[which], *kept[which]);
-        const auto start = clock_type::now();
-        const auto bound = bounds ? bounds->bound(std::uint32_t(which)) : kompress::relative(s.bound);
-        const kompress::stash_save_options save_options{
-            .codec = s.codec, .layer = std::uint32_t(which), .keep_sign = which > 0 && stash_signs};
-        saved[which] = s.async_save ? stash->save_async(exec, *kept[which], bound, save_options)
-                                    : stash->save(exec, *kept[which], bound, save_options);
-        result.save_seconds += seconds_since(start);
-      } else if (baseline) {
+      if (baseline) {  // never with a stash
         const auto start = clock_type::now();
         copies[std::size_t(which)].save(exec, kept[which]->data(), kept[which]->size(),
                                         std::uint64_t(adam_step) * 3 + std::uint64_t(which));
@@ -659,10 +666,12 @@ run_result train(const settings& s, const dataset& data, storage how) {
         for (int k = 0; k <= which; ++k) held += baseline_copy::bytes(how, kept[k]->size());
         if (mask_bits) held += std::size_t(rows) * 2 * 32 * sizeof(std::uint32_t);
         result.peak_activation_bytes = std::max(result.peak_activation_bytes, held);
-      } else {
-        result.peak_activation_bytes = std::max(result.peak_activation_bytes,
-                                                std::size_t(rows) * (784 + 2048) * sizeof(float));
+        return;
       }
+      if (checking) Kokkos::deep_copy(exec, exact[which], *kept[which]);  // only a stash run has bounds
+      const auto bound = bounds ? bounds->bound(std::uint32_t(which)) : kompress::relative(s.bound);
+      save_timed(stash.get(), exec, s, saved[which], *kept[which], bound, result, which,
+                 std::size_t(rows) * (784 + 2048) * sizeof(float), which > 0 && stash_signs);
     };
     save(0);
     gemm(exec, xm, fc1.weight_t, a1m);
@@ -1007,17 +1016,9 @@ run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
     kompress::stash_handle saved[3];
     const tensor kept[3] = {r.x4, r.p1, r.p2_4};
     auto save = [&](int which) {
-      if (!training) return;
-      if (stash) {
-        const auto start = clock_type::now();
-        const kompress::stash_save_options save_options{.codec = s.codec, .layer = std::uint32_t(which)};
-        saved[which] = s.async_save ? stash->save_async(exec, kept[which], bound, save_options)
-                                    : stash->save(exec, kept[which], bound, save_options);
-        result.save_seconds += seconds_since(start);
-      } else {
-        result.peak_activation_bytes =
-            std::max(result.peak_activation_bytes, std::size_t(rows) * saved_floats * sizeof(float));
-      }
+      if (training)
+        save_timed(stash.get(), exec, s, saved[which], kept[which], bound, result, which,
+                   std::size_t(rows) * saved_floats * sizeof(float));
     };
     const auto [loss, correct] = forward(r, training, training, save);
     loss_sum += loss;

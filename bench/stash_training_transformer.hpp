@@ -1,8 +1,8 @@
 // The transformer block of bench_stash_training --model transformer. Part of
 // bench/stash_training.cpp, which includes it inside its anonymous namespace after everything it
 // uses (gemm, transpose, column_sums, bias_activation, softmax_cross_entropy, parameter, linear,
-// batch_loader, settings, run_result, make_stash, restore_checked, run_epochs, stash_statistics);
-// not a header of its own.
+// batch_loader, settings, run_result, make_stash, save_timed, restore_checked, run_epochs,
+// stash_statistics); not a header of its own.
 //
 // The model, on the shapes of ../shared/data/act_transformer_meta.json (d_model 128, 4 heads,
 // MLP hidden 512, GELU, pre-norm): the 28x28 image cut into 49 patches of 4x4, each embedded by
@@ -464,17 +464,9 @@ run_result train_transformer(const settings& s, const dataset& data, bool use_st
                                    token_view(z, rows),         token_view(normalised_final, rows),
                                    image_view(pooled, rows)};
     auto save = [&](int which) {
-      if (!training) return;
-      if (stash) {
-        const auto start = clock_type::now();
-        const kompress::stash_save_options save_options{.codec = s.codec, .layer = std::uint32_t(which)};
-        saved[which] = s.async_save ? stash->save_async(exec, saved_views[which], bound, save_options)
-                                    : stash->save(exec, saved_views[which], bound, save_options);
-        result.save_seconds += seconds_since(start);
-      } else {
-        result.peak_activation_bytes =
-            std::max(result.peak_activation_bytes, std::size_t(rows) * saved_floats * sizeof(float));
-      }
+      if (training)
+        save_timed(stash.get(), exec, s, saved[which], saved_views[which], bound, result, which,
+                   std::size_t(rows) * saved_floats * sizeof(float));
     };
     const auto [loss, correct] = forward(rows, training, save);
     loss_sum += loss;
