@@ -35,6 +35,12 @@ enum class codec_mode : std::uint8_t {
   ratio = 1,  ///< format 1.1: chunks of 4096 values, predicted codes in zero-eliminated bit planes
 };
 
+/// How a value becomes a code (docs/error-bound.md). Both keep |x - x'| <= e.
+enum class rounding_mode : std::uint8_t {
+  nearest = 0,     ///< the nearest code, step 2e: deterministic, the fewest bits
+  stochastic = 1,  ///< step e, up or down with the probability that makes E[x'] = x: one bit more
+};
+
 struct compress_options {
   error_bound bound = lossless();
   /// Values bit-identical to this one (converted to the element type) come back bit-exact and
@@ -44,6 +50,11 @@ struct compress_options {
   int block_size = 32;
   /// The codec. codec_mode::ratio ignores block_size (its chunks have their own layout).
   codec_mode codec = codec_mode::fast;
+  /// rounding_mode::stochastic draws each rounding from a hash of the value's index and
+  /// `rounding_seed`: the same seed writes the same bytes everywhere, another one independent
+  /// roundings. Decoders need neither.
+  rounding_mode rounding = rounding_mode::nearest;
+  std::uint64_t rounding_seed = 0;
 };
 
 /// Options of the allocating decompress<T>(exec, stream, options).

@@ -196,6 +196,8 @@ void enqueue_compression(const ExecutionSpace& exec, const InView& in, const Out
   header.count = in.size();
   header.user_bound = options.bound.value;
   header.block_size = options.block_size;
+  header.rounding = options.rounding;
+  header.rounding_seed = options.rounding_seed;
   if (options.fill_value) {
     header.flags = flag_fill_value;
     header.fill_bits = to_bits(static_cast<T>(*options.fill_value));

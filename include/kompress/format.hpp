@@ -144,6 +144,9 @@ struct stream_header {
   double value_min = NAN;
   double value_max = NAN;
   int minor_version = 0;  ///< as read; writers write 0 (fast codec) or 1 (ratio codec)
+  /// How the encoder rounds; not written: the decoder needs only the step.
+  rounding_mode rounding = rounding_mode::nearest;
+  std::uint64_t rounding_seed = 0;
 
   KOMPRESS_FUNCTION bool ratio() const { return (flags & flag_ratio_codec) != 0; }
   KOMPRESS_FUNCTION stream_layout layout() const {

@@ -12,6 +12,7 @@ struct error_bound;
 struct compress_options;
 struct decompress_options;
 enum class codec_mode : std::uint8_t;
+enum class rounding_mode : std::uint8_t;
 
 // format.hpp: what a stream's header says
 enum class element_type : std::uint8_t;

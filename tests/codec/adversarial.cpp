@@ -781,10 +781,10 @@ void check_uniform_block(T value, int m, const kompress::detail::value_codec<T>&
   std::vector<std::byte> general(fast);
   std::int64_t fast_base = previous_base, general_base = previous_base;
   std::uint8_t fast_descriptor = 0, general_descriptor = 0;
-  const int fast_bytes = detail::encode_block<T, BlockSize, true>(in.data(), m, codec, fast_base,
+  const int fast_bytes = detail::encode_block<T, BlockSize, true>(in.data(), m, 0, codec, fast_base,
                                                                   fast_descriptor, fast.data());
   const int general_bytes = detail::encode_block<T, BlockSize, false>(
-      in.data(), m, codec, general_base, general_descriptor, general.data());
+      in.data(), m, 0, codec, general_base, general_descriptor, general.data());
   CAPTURE(double(value));
   CAPTURE(m);
   CAPTURE(codec.step);

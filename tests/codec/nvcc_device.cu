@@ -28,7 +28,8 @@ __global__ void encode_chunks(const T* in, std::uint64_t count, value_codec<T> c
   const std::uint64_t first = chunk * chunk_values;
   if (first >= count) return;
   const std::uint64_t n = count - first < chunk_values ? count - first : chunk_values;
-  lengths[chunk] = kompress::detail::encode_chunk<T, block_size>(in + first, n, codec, out + chunk * room);
+  lengths[chunk] =
+      kompress::detail::encode_chunk<T, block_size>(in + first, n, first, codec, out + chunk * room);
 }
 
 template <class T>
@@ -68,8 +69,8 @@ bool check(const char* name, double bound) {
   bool ok = true;
   for (std::uint64_t c = 0; c < chunks; ++c) {
     const std::uint64_t n = std::min<std::uint64_t>(chunk_values, count - c * chunk_values);
-    lengths[c] = kompress::detail::encode_chunk<T, block_size>(values.data() + c * chunk_values, n, codec,
-                                                              bytes.data() + c * room);
+    lengths[c] = kompress::detail::encode_chunk<T, block_size>(values.data() + c * chunk_values, n,
+                                                              c * chunk_values, codec, bytes.data() + c * room);
     ok &= kompress::detail::decode_chunk<T, block_size>(bytes.data() + c * room, lengths[c], n, codec,
                                                        decoded.data() + c * chunk_values);
   }

@@ -172,11 +172,12 @@ struct block_analysis {
   bool any_fill;
 };
 
-/// The general path's analysis of the BlockSize padded `values` of m values; HasFill is
-/// codec.has_fill, and with UniformFastPath the values are known not to be all equal.
-template <class T, int BlockSize, bool HasFill, bool UniformFastPath>
-KOMPRESS_FUNCTION void analyze_padded_block(const T* values, int m, const value_codec<T>& codec,
-                                            block_analysis<BlockSize>& a) {
+/// The general path's analysis of the BlockSize padded `values` of m values, the first at
+/// index `first_index` of the stream; HasFill is codec.has_fill, Stochastic codec.stochastic, and
+/// with UniformFastPath the values are known not to be all equal.
+template <class T, int BlockSize, bool HasFill, bool UniformFastPath, bool Stochastic>
+KOMPRESS_FUNCTION void analyze_padded_block(const T* values, int m, std::uint64_t first_index,
+                                            const value_codec<T>& codec, block_analysis<BlockSize>& a) {
   using bits = bits_t<T>;
   using traits = float_traits<T>;
   const bits first = to_bits(values[0]);
@@ -191,11 +192,19 @@ KOMPRESS_FUNCTION void analyze_padded_block(const T* values, int m, const value_
   if (HasFill)
     while (reference_index < BlockSize && to_bits(values[reference_index]) == fill_bits)
       ++reference_index;
-  const double first_biased = codec.biased_code(static_cast<double>(values[0]));
+  // Padding repeats the last value with its dither too, so it adds no range and no steps.
+  const std::uint32_t key = Stochastic ? codec.dither_key(first_index) : 0u;
+  const std::uint32_t first_low = static_cast<std::uint32_t>(first_index);
+  const auto code_of = [&](int i) {
+    const double x = static_cast<double>(values[i]);
+    if constexpr (Stochastic)
+      return codec.biased_code(x, value_codec<T>::dither(key, first_low + std::uint32_t(i < m ? i : m - 1)));
+    else
+      return codec.biased_code(x);
+  };
+  const double first_biased = code_of(0);
   const double reference =
-      reference_index == 0 ? first_biased
-                           : codec.biased_code(static_cast<double>(
-                                 values[reference_index < BlockSize ? reference_index : 0]));
+      reference_index == 0 ? first_biased : code_of(reference_index < BlockSize ? reference_index : 0);
   // Codes below 2^51 share the biased doubles' exponent: their difference is exact, and the
   // low 32 bits of the patterns differ by the code difference modulo 2^32. A code beyond 2^51
   // makes its difference huge and fails the range check.
@@ -220,7 +229,7 @@ KOMPRESS_FUNCTION void analyze_padded_block(const T* values, int m, const value_
     specials |= ~fill & -bits(((b & traits::exponent_mask) == traits::exponent_mask) |
                              (b == traits::sign_mask));
     const double x = static_cast<double>(values[i]);
-    const double biased = codec.biased_code(x);
+    const double biased = code_of(i);
     const double error = x - static_cast<double>(value_codec<T>::reconstruct(
                                  biased - rounding_constant, step));
     // Fill values may fail this freely; they never reach the decoder's arithmetic.
@@ -333,42 +342,64 @@ KOMPRESS_FUNCTION bool is_uniform_block(const T* values) {
   return differs == 0;
 }
 
-/// Encodes the m (1..BlockSize) values at `in`. Writes the descriptor to `descriptor` and the
-/// payload to `out` (room for m * sizeof(T) bytes), returns the payload length. `base` is the
-/// previous quantized block's base in this chunk, updated when this block is quantized.
-/// `UniformFastPath` = false skips encode_uniform_block (the tests compare the two; the
-/// bytes are the same).
+/// Whether a block of equal values takes the uniform path: always when rounding to nearest;
+/// with stochastic rounding only where the dither cannot change a code (zeros) or no code is
+/// taken (NaN, infinities, the fill value). Other constants are dithered value by value.
+template <class T>
+KOMPRESS_FUNCTION bool uniform_path_applies(T value, const value_codec<T>& codec) {
+  using traits = float_traits<T>;
+  const bits_t<T> b = to_bits(value);
+  return !codec.stochastic || (b & ~traits::sign_mask) == 0 ||
+         (b & traits::exponent_mask) == traits::exponent_mask || (codec.has_fill && b == codec.fill_bits);
+}
+
+/// The general path's analysis with the fill and rounding flags as compile-time ones: without
+/// a fill value (most streams) every fill test folds away, and rounding to nearest draws no
+/// dither. A uniform block that reaches it with stochastic rounding is analysed as not known
+/// to differ, so its exact constant form stays a candidate.
+template <class T, int BlockSize, bool UniformFastPath>
+KOMPRESS_FUNCTION void analyze_block(const T* values, int m, std::uint64_t first, const value_codec<T>& codec,
+                                     block_analysis<BlockSize>& a) {
+  if (codec.stochastic) {
+    if (codec.has_fill)
+      analyze_padded_block<T, BlockSize, true, false, true>(values, m, first, codec, a);
+    else
+      analyze_padded_block<T, BlockSize, false, false, true>(values, m, first, codec, a);
+  } else if (codec.has_fill) {
+    analyze_padded_block<T, BlockSize, true, UniformFastPath, false>(values, m, first, codec, a);
+  } else {
+    analyze_padded_block<T, BlockSize, false, UniformFastPath, false>(values, m, first, codec, a);
+  }
+}
+
+/// Encodes the m (1..BlockSize) values at `in`, the first at index `first` of the stream.
+/// Writes the descriptor to `descriptor` and the payload to `out` (room for m * sizeof(T)
+/// bytes), returns the payload length. `base` is the previous quantized block's base in this
+/// chunk, updated when this block is quantized. `UniformFastPath` = false skips
+/// encode_uniform_block (the tests compare the two; the bytes are the same).
 template <class T, int BlockSize, bool UniformFastPath = true>
-KOMPRESS_FUNCTION int encode_block(const T* in, int m, const value_codec<T>& codec,
-                                        std::int64_t& base, std::uint8_t& descriptor,
-                                        std::byte* out) {
+KOMPRESS_FUNCTION int encode_block(const T* in, int m, std::uint64_t first, const value_codec<T>& codec,
+                                   std::int64_t& base, std::uint8_t& descriptor, std::byte* out) {
   return with_padded_block<T, BlockSize>(in, m, [&](const T* values) {
     if constexpr (UniformFastPath)
-      if (is_uniform_block<T, BlockSize>(values))
+      if (is_uniform_block<T, BlockSize>(values) && uniform_path_applies(values[0], codec))
         return encode_uniform_block<T, BlockSize>(values[0], m, codec, base, descriptor, out);
-    // The fill value as a compile-time flag: without one (most streams) every fill test below
-    // folds away.
     block_analysis<BlockSize> a;
-    if (codec.has_fill) {
-      analyze_padded_block<T, BlockSize, true, UniformFastPath>(values, m, codec, a);
+    analyze_block<T, BlockSize, UniformFastPath>(values, m, first, codec, a);
+    if (codec.has_fill)
       return write_padded_block<T, BlockSize, true>(a, values, in, m, codec, base, descriptor, out);
-    }
-    analyze_padded_block<T, BlockSize, false, UniformFastPath>(values, m, codec, a);
     return write_padded_block<T, BlockSize, false>(a, values, in, m, codec, base, descriptor, out);
   });
 }
 
 /// The choice encode_block makes for the m values at `in`, without writing anything.
 template <class T, int BlockSize>
-KOMPRESS_FUNCTION block_choice choose_block(const T* in, int m, const value_codec<T>& codec) {
+KOMPRESS_FUNCTION block_choice choose_block(const T* in, int m, std::uint64_t first, const value_codec<T>& codec) {
   return with_padded_block<T, BlockSize>(in, m, [&](const T* values) {
-    if (is_uniform_block<T, BlockSize>(values))
+    if (is_uniform_block<T, BlockSize>(values) && uniform_path_applies(values[0], codec))
       return uniform_block_choice<T, BlockSize>(values[0], codec);
     block_analysis<BlockSize> a;
-    if (codec.has_fill)
-      analyze_padded_block<T, BlockSize, true, true>(values, m, codec, a);
-    else
-      analyze_padded_block<T, BlockSize, false, true>(values, m, codec, a);
+    analyze_block<T, BlockSize, true>(values, m, first, codec, a);
     return a.choice;
   });
 }

@@ -10,11 +10,11 @@
 
 namespace kompress::inline v0::detail {
 
-/// Encodes `count` values into `out` (room for count * sizeof(T) + blocks bytes); returns the
-/// chunk's length in bytes.
+/// Encodes `count` values, the first at index `first_index` of the stream, into `out` (room
+/// for count * sizeof(T) + blocks bytes); returns the chunk's length in bytes.
 template <class T, int BlockSize>
-KOMPRESS_FUNCTION std::uint64_t encode_chunk(const T* in, std::uint64_t count,
-                                                  const value_codec<T>& codec, std::byte* out) {
+KOMPRESS_FUNCTION std::uint64_t encode_chunk(const T* in, std::uint64_t count, std::uint64_t first_index,
+                                             const value_codec<T>& codec, std::byte* out) {
   const std::uint64_t blocks = (count + BlockSize - 1) / BlockSize;
   std::byte* payload = out + blocks;
   std::int64_t base = 0;
@@ -22,7 +22,7 @@ KOMPRESS_FUNCTION std::uint64_t encode_chunk(const T* in, std::uint64_t count,
     const std::uint64_t first = b * BlockSize;
     const int m = int(count - first < BlockSize ? count - first : BlockSize);
     std::uint8_t descriptor = 0;
-    payload += encode_block<T, BlockSize>(in + first, m, codec, base, descriptor, payload);
+    payload += encode_block<T, BlockSize>(in + first, m, first_index + first, codec, base, descriptor, payload);
     out[b] = std::byte(descriptor);
   }
   return std::uint64_t(payload - out);

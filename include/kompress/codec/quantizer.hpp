@@ -38,6 +38,9 @@ struct value_codec {
 
   /// 1 / step, or 0.
   double inverse_step = 0.0;
+  /// Stochastic rounding (step e, not 2e): codes come from biased_code(x, dither(...)).
+  bool stochastic = false;
+  std::uint64_t rounding_seed = 0;
 
   /// The integer nearest to x / step (ties to even), as a double. Exact for |x / step| below
   /// 2^51; larger codes fail verification. The product is rounded on its own before the
@@ -54,6 +57,36 @@ struct value_codec {
   KOMPRESS_FUNCTION double biased_code(double x) const {
     const double t = x * inverse_step + 0.0;
     return t + rounding_constant;
+  }
+
+  /// biased_code of x + d * step, d in [-1/2, 1/2): rounding to nearest after adding a uniform
+  /// dither rounds x / step up with probability frac(x / step). The sum is rounded on its own
+  /// (no product is left in it); verification covers that rounding like every other.
+  KOMPRESS_FUNCTION double biased_code(double x, double d) const {
+    const double t = x * inverse_step + 0.0;
+    return (t + d) + rounding_constant;
+  }
+
+  /// The key shared by the values whose indices agree above bit 31: blocks and chunks never
+  /// straddle a multiple of 2^32, so each takes its key once.
+  KOMPRESS_FUNCTION std::uint32_t dither_key(std::uint64_t first_index) const {
+    return mix32(static_cast<std::uint32_t>(rounding_seed) ^
+                 mix32(static_cast<std::uint32_t>(rounding_seed >> 32) +
+                       0x9E3779B9u * static_cast<std::uint32_t>(first_index >> 32) + 0x85EBCA6Bu));
+  }
+  /// The dither of the value whose index has low 32 bits `index`: (h / 2^8) * 2^-24 - 1/2, on
+  /// the 2^24-point grid of [-1/2, 1/2). Integer arithmetic, so every backend draws the same.
+  KOMPRESS_FUNCTION static double dither(std::uint32_t key, std::uint32_t index) {
+    return static_cast<double>(static_cast<std::int32_t>(mix32(index ^ key) >> 8)) * 0x1p-24 - 0.5;
+  }
+  /// A bijective 32-bit mix with full avalanche (C. Wellons' "lowbias32").
+  KOMPRESS_FUNCTION static std::uint32_t mix32(std::uint32_t v) {
+    v ^= v >> 16;
+    v *= 0x7FEB352Du;
+    v ^= v >> 15;
+    v *= 0x846CA68Bu;
+    v ^= v >> 16;
+    return v;
   }
 
   /// The decoder's value for a code; the encoder verifies against exactly this, by calling
@@ -109,9 +142,15 @@ KOMPRESS_FUNCTION double resolve_bound(const error_bound& bound, double min, dou
 /// Chooses the step and verification threshold for an absolute bound `bound`, given the
 /// largest magnitude `max_abs` among the values that will be quantized.
 /// Host and device: compress_async plans on the device, and both must pick the same numbers.
+/// With `stochastic`, the step is half as large: a dithered code is within one step of x
+/// (docs/error-bound.md, "Stochastic rounding"); the margins and thresholds are the same.
 template <class T>
-KOMPRESS_FUNCTION value_codec<T> make_value_codec(double bound, double max_abs) {
+KOMPRESS_FUNCTION value_codec<T> make_value_codec(double bound, double max_abs, bool stochastic = false,
+                                                  std::uint64_t rounding_seed = 0) {
   value_codec<T> codec;
+  codec.stochastic = stochastic;
+  codec.rounding_seed = rounding_seed;
+  const double steps_per_bound = stochastic ? 1.0 : 2.0;
   // Keep the arithmetic below finite; a smaller bound than asked is still a valid one.
   const double e = bound < 0x1p1000 ? bound : 0x1p1000;
   const double m = max_abs < 0x1p1000 ? max_abs : 0x1p1000;
@@ -120,7 +159,7 @@ KOMPRESS_FUNCTION value_codec<T> make_value_codec(double bound, double max_abs) 
     // Reconstruction rounds q * step to float: up to 2^-24 |x'| more error. The margin
     // (4x that, plus the double-precision terms) keeps honest codes well inside the bound.
     const double margin = (m + e) * 0x1p-22;
-    codec.step = 2.0 * (e - margin);
+    codec.step = steps_per_bound * (e - margin);
     // d = x - x' is computed in double from two floats; rounding is monotone, so a computed
     // |d| below e proves the exact |d| <= e.
     codec.accept_threshold = next_toward_zero(e);
@@ -129,7 +168,7 @@ KOMPRESS_FUNCTION value_codec<T> make_value_codec(double bound, double max_abs) 
     // rounding is monotone, so a threshold below e proves |x - x'| <= e. The threshold's
     // distance from e does not matter for the proof; it is kept as it was to keep the bytes.
     const double margin = (m + e) * 0x1p-48;
-    codec.step = 2.0 * (e - margin);
+    codec.step = steps_per_bound * (e - margin);
     const double threshold = e - (m + e) * 0x1p-49;
     const double below_e = next_toward_zero(e);
     codec.accept_threshold = threshold < below_e ? threshold : below_e;

@@ -527,25 +527,39 @@ KOMPRESS_FUNCTION std::uint64_t encode_ratio_chunk(const T* in, int n, std::uint
   const bits fill_enabled = codec.has_fill ? ~bits(0) : bits(0);
   const double step = codec.step, threshold = codec.accept_threshold;
   std::uint32_t* const flags = scratch.residuals;  // bit 0 exception, 1 -0.0, 2 fill
-  std::uint32_t any = 0;
-  for (int i = 0; i < n; ++i) {
-    const T value = in[i];
-    const bits b = to_bits(value);
-    const double x = static_cast<double>(value);
-    const double code = codec.biased_code(x) - rounding_constant;
-    // Masks, not selects: NaN and out-of-range codes become 0 by their bits.
-    const std::uint64_t in_range = std::uint64_t(0) - std::uint64_t(magnitude(code) < ratio_max_code);
-    const double safe = from_bits<double>(to_bits(code) & in_range);
-    const double error = x - static_cast<double>(value_codec<T>::reconstruct(safe, step));
-    const std::uint32_t ok = std::uint32_t(in_range & 1u) & std::uint32_t(magnitude(error) <= threshold) &
-                             std::uint32_t((b & exponent_mask) != exponent_mask) &
-                             std::uint32_t(b != sign_mask);
-    const std::uint32_t is_fill = std::uint32_t(((b ^ fill_bits) | ~fill_enabled) == 0);
-    q[i] = static_cast<std::int32_t>(safe);
-    const std::uint32_t f = ((ok ^ 1u) | is_fill) | (std::uint32_t(b == sign_mask) << 1) | (is_fill << 2);
-    flags[i] = f;
-    any |= f;
-  }
+  // With stochastic rounding the dither is drawn from the value's index in the stream, as the
+  // fast codec draws it (one key per chunk: chunks never straddle a multiple of 2^32), so both
+  // codecs pick the same codes.
+  const std::uint32_t key = codec.stochastic ? codec.dither_key(first) : 0u;
+  const std::uint32_t first_low = static_cast<std::uint32_t>(first);
+  const auto quantize_all = [&](auto stochastic) {
+    std::uint32_t any = 0;
+    for (int i = 0; i < n; ++i) {
+      const T value = in[i];
+      const bits b = to_bits(value);
+      const double x = static_cast<double>(value);
+      double biased;
+      if constexpr (decltype(stochastic)::value)
+        biased = codec.biased_code(x, value_codec<T>::dither(key, first_low + std::uint32_t(i)));
+      else
+        biased = codec.biased_code(x);
+      const double code = biased - rounding_constant;
+      // Masks, not selects: NaN and out-of-range codes become 0 by their bits.
+      const std::uint64_t in_range = std::uint64_t(0) - std::uint64_t(magnitude(code) < ratio_max_code);
+      const double safe = from_bits<double>(to_bits(code) & in_range);
+      const double error = x - static_cast<double>(value_codec<T>::reconstruct(safe, step));
+      const std::uint32_t ok = std::uint32_t(in_range & 1u) & std::uint32_t(magnitude(error) <= threshold) &
+                               std::uint32_t((b & exponent_mask) != exponent_mask) &
+                               std::uint32_t(b != sign_mask);
+      const std::uint32_t is_fill = std::uint32_t(((b ^ fill_bits) | ~fill_enabled) == 0);
+      q[i] = static_cast<std::int32_t>(safe);
+      const std::uint32_t f = ((ok ^ 1u) | is_fill) | (std::uint32_t(b == sign_mask) << 1) | (is_fill << 2);
+      flags[i] = f;
+      any |= f;
+    }
+    return any;
+  };
+  const std::uint32_t any = codec.stochastic ? quantize_all(std::true_type{}) : quantize_all(std::false_type{});
   std::uint32_t any_negative_zero = 0, any_fill = 0, raw_count = 0;
   if (any) {
     for (int w = 0; w < words; ++w) {

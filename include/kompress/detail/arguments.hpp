@@ -45,6 +45,9 @@ inline void validate_options(const compress_options& options, const char* who) {
   if (options.codec != codec_mode::fast && options.codec != codec_mode::ratio)
     throw invalid_argument(std::string(who) + ": unknown codec mode " +
                            std::to_string(int(options.codec)));
+  if (options.rounding != rounding_mode::nearest && options.rounding != rounding_mode::stochastic)
+    throw invalid_argument(std::string(who) + ": unknown rounding mode " +
+                           std::to_string(int(options.rounding)));
 }
 
 /// Codecs read and write Views as flat arrays in memory order.

@@ -33,7 +33,8 @@ KOKKOS_INLINE_FUNCTION compression_plan<T> plan_compression(const stream_header&
   const double max = empty ? nan : static_cast<double>(from_order_key<T>(range.high()));
   const double abs_bound = resolve_bound(error_bound{base.mode, base.user_bound}, min, max);
   const double max_abs = empty ? 0.0 : Kokkos::fmax(Kokkos::fabs(min), Kokkos::fabs(max));
-  plan.codec = make_value_codec<T>(abs_bound, max_abs);
+  plan.codec = make_value_codec<T>(abs_bound, max_abs, base.rounding == rounding_mode::stochastic,
+                                   base.rounding_seed);
   plan.codec.has_fill = (base.flags & flag_fill_value) != 0;
   plan.codec.fill_bits = static_cast<bits_t<T>>(base.fill_bits);
   plan.header.value_min = min;
@@ -75,7 +76,7 @@ struct chunk_encoder {
   KOKKOS_INLINE_FUNCTION std::uint64_t encode_unsealed(std::uint64_t chunk, std::byte* to) const {
     const value_codec<T> codec = plan_compression<T>(base, *range).codec;
     return encode_chunk<T, BlockSize>(in + chunk * values_per_chunk, layout.values_in_chunk(chunk),
-                                      codec, to);
+                                      chunk * values_per_chunk, codec, to);
   }
 };
 

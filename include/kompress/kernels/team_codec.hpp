@@ -95,9 +95,11 @@ struct team_fast_chunk {
   struct chunk_blocks {
     value_codec<T> codec;
     const T* in;
+    std::uint64_t first;  ///< the index of the chunk's first value in the stream
     std::uint64_t count;
     int blocks;
     KOKKOS_INLINE_FUNCTION const T* block(int b) const { return in + std::uint64_t(b) * BlockSize; }
+    KOKKOS_INLINE_FUNCTION std::uint64_t first_of(int b) const { return first + std::uint64_t(b) * BlockSize; }
     KOKKOS_INLINE_FUNCTION int values_in(int b) const {
       const std::uint64_t first = std::uint64_t(b) * BlockSize;
       return int(count - first < BlockSize ? count - first : BlockSize);
@@ -106,7 +108,7 @@ struct team_fast_chunk {
   KOKKOS_INLINE_FUNCTION chunk_blocks blocks_of_chunk(std::uint64_t chunk) const {
     const std::uint64_t count = encoder.layout.values_in_chunk(chunk);
     return {plan_compression<T>(encoder.base, *encoder.range).codec,
-            encoder.in + chunk * encoder.values_per_chunk, count,
+            encoder.in + chunk * encoder.values_per_chunk, chunk * encoder.values_per_chunk, count,
             int((count + BlockSize - 1) / BlockSize)};
   }
 
@@ -117,7 +119,7 @@ struct team_fast_chunk {
     const chunk_blocks c = blocks_of_chunk(chunk);
     const int blocks = c.blocks;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, blocks), [&](int b) {
-      blocks_of[b].choice = choose_block<T, BlockSize>(c.block(b), c.values_in(b), c.codec);
+      blocks_of[b].choice = choose_block<T, BlockSize>(c.block(b), c.values_in(b), c.first_of(b), c.codec);
     });
     team.team_barrier();
     std::uint64_t bytes = 0;
@@ -148,7 +150,7 @@ struct team_fast_chunk {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c.blocks), [&](int b) {
       std::int64_t base = blocks_of[b].previous_base;
       std::uint8_t descriptor = 0;
-      encode_block<T, BlockSize>(c.block(b), c.values_in(b), c.codec, base, descriptor,
+      encode_block<T, BlockSize>(c.block(b), c.values_in(b), c.first_of(b), c.codec, base, descriptor,
                                  to + blocks_of[b].offset);
       to[b] = std::byte(descriptor);
     });
