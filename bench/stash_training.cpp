@@ -11,7 +11,7 @@
 //                           [--bound 1e-2] [--seed 1] [--data DIR] [--verify]
 //                           [--mask stash|bits|restored] [--async] [--quick] [--max-loss-gap PERCENT]
 //                           [--model mlp|cnn|transformer] [--check-gradients]
-//                           [--codec fast|ratio|auto] [--segment-bytes 65536]
+//                           [--codec fast|ratio|auto] [--rounding nearest|stochastic] [--segment-bytes 65536]
 //                           [--adaptive-bounds CEILING] [--tolerance 0.05] [--check-every 50]
 //
 // --model cnn trains a small CNN instead of the MLP, with everything else the same (recipe,
@@ -54,7 +54,8 @@
 // restored outputs saved without keep_sign, which zeroes the gradient through every output the
 // bound rounds to 0 and biases training (docs/stash.md).
 //
-// --codec picks the stash's codec per save (auto: measured per layer, stash_codec::automatic).
+// --codec picks the stash's codec per save (auto: measured per layer, stash_codec::automatic),
+// --rounding its rounding (stochastic: unbiased restored values, one bit more per value).
 // --adaptive-bounds CEILING (MLP) chooses each saved tensor's bound with kompress::layer_bounds,
 // from --bound up to CEILING: on check steps the run keeps exact copies of the saved tensors,
 // computes each weight gradient from both, and reports their distance; the bounds' changes are
@@ -355,6 +356,7 @@ struct settings {
   // The MLP's stash run: where its ReLUs' backward takes their masks from (the --mask comment).
   enum class mask_source { stash, bits, restored } mask = mask_source::stash;
   kompress::stash_codec codec = kompress::stash_codec::fast;
+  kompress::rounding_mode rounding = kompress::rounding_mode::nearest;
   std::size_t segment_bytes = 64 * 1024;
   double adaptive_ceiling = 0;  // > 0: kompress::layer_bounds from `bound` up to this
   double tolerance = 0.05;
@@ -409,13 +411,13 @@ using stash_type = kompress::stash<exec_space>;
 
 /// The stash of the stash run: a budget of half what the plain run keeps, with --segment-bytes
 /// segments (64 KiB: a ~66 KB workspace); anything over would spill to host memory rather than
-/// fail (and be counted).
-std::unique_ptr<stash_type> make_stash(const exec_space& exec, std::size_t plain_bytes,
-                                       std::size_t segment_bytes = 64 * 1024) {
-  return std::make_unique<stash_type>(
-      exec, kompress::stash_options{.budget_bytes = plain_bytes / 2,
-                                    .policy = kompress::budget_policy::spill_to_host(),
-                                    .segment_bytes = segment_bytes});
+/// fail (and be counted). Stochastic rounding draws from --seed.
+std::unique_ptr<stash_type> make_stash(const exec_space& exec, std::size_t plain_bytes, const settings& s) {
+  kompress::stash_options options{.budget_bytes = plain_bytes / 2,
+                                  .policy = kompress::budget_policy::spill_to_host(),
+                                  .segment_bytes = s.segment_bytes};
+  options.codec.rounding_seed = s.seed;
+  return std::make_unique<stash_type>(exec, options);
 }
 
 /// Restores saved activation `which` into `target` (the buffer the forward wrote it in; in a
@@ -457,7 +459,8 @@ void save_timed(stash_type* stash, const exec_space& exec, const settings& s, ko
     return;
   }
   const auto start = clock_type::now();
-  const kompress::stash_save_options options{.codec = s.codec, .layer = std::uint32_t(which), .keep_sign = keep_sign};
+  const kompress::stash_save_options options{
+      .codec = s.codec, .layer = std::uint32_t(which), .keep_sign = keep_sign, .rounding = s.rounding};
   handle = s.async_save ? stash->save_async(exec, view, bound, options) : stash->save(exec, view, bound, options);
   result.save_seconds += seconds_since(start);
 }
@@ -609,7 +612,7 @@ run_result train(const settings& s, const dataset& data, storage how) {
   // workspace and the compressed activations take under half of it.
   const std::size_t plain_bytes = std::size_t(batch) * (784 + 1024 + 1024) * sizeof(float);
   std::unique_ptr<stash_type> stash;
-  if (use_stash) stash = make_stash(exec, plain_bytes, s.segment_bytes);
+  if (use_stash) stash = make_stash(exec, plain_bytes, s);
   std::vector<baseline_copy> copies;
   if (baseline)
     for (const std::size_t columns : {784, 1024, 1024}) copies.emplace_back(how, std::size_t(batch) * columns);
@@ -910,7 +913,7 @@ run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
   const std::size_t side_bytes = (c1_size + c2_size) / 8 + p1_size + p2_size;
   const std::size_t plain_bytes = std::size_t(batch) * saved_floats * sizeof(float);
   std::unique_ptr<stash_type> stash;
-  if (use_stash) stash = make_stash(exec, plain_bytes, s.segment_bytes);
+  if (use_stash) stash = make_stash(exec, plain_bytes, s);
   const auto bound = kompress::relative(s.bound);
   run_result result;
   const schedule learning_rate(s);
@@ -1099,6 +1102,12 @@ int main(int argc, char* argv[]) {
                 : which == "ratio" ? kompress::stash_codec::ratio
                                    : kompress::stash_codec::automatic;
     }
+    else if (arg == "--rounding") {
+      const std::string which = next();
+      if (which != "nearest" && which != "stochastic")
+        throw std::runtime_error("stash_training: --rounding nearest|stochastic");
+      s.rounding = which == "stochastic" ? kompress::rounding_mode::stochastic : kompress::rounding_mode::nearest;
+    }
     else if (arg == "--segment-bytes") s.segment_bytes = std::stoul(next());
     else if (arg == "--adaptive-bounds") s.adaptive_ceiling = std::stod(next());
     else if (arg == "--tolerance") s.tolerance = std::stod(next());
@@ -1149,8 +1158,9 @@ int main(int argc, char* argv[]) {
                          : train(s, data, use_stash ? storage::stash : storage::plain);
   };
   const run_result plain = train_model(false);
-  std::printf("stash: activations saved through kompress::stash at REL %g (%s)\n", s.bound,
-              s.async_save ? "save_async" : "save");
+  std::printf("stash: activations saved through kompress::stash at REL %g (%s, %s rounding)\n", s.bound,
+              s.async_save ? "save_async" : "save",
+              s.rounding == kompress::rounding_mode::stochastic ? "stochastic" : "nearest");
   const run_result stashed = train_model(true);
 
   const double last_plain = plain.epochs.back().train_loss, last_stash = stashed.epochs.back().train_loss;

@@ -335,7 +335,7 @@ run_result train_transformer(const settings& s, const dataset& data, bool use_st
   const std::size_t side_bytes = 3 * std::size_t(tokens) * sizeof(float);
   const std::size_t plain_bytes = std::size_t(batch) * saved_floats * sizeof(float);
   std::unique_ptr<stash_type> stash;
-  if (use_stash) stash = make_stash(exec, plain_bytes, s.segment_bytes);
+  if (use_stash) stash = make_stash(exec, plain_bytes, s);
   const auto bound = kompress::relative(s.bound);
   run_result result;
   const schedule learning_rate(s);

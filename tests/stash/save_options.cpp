@@ -160,6 +160,79 @@ TEST_CASE_TEMPLATE("stash keep_sign: positives rounded to 0 come back at their m
   }
 }
 
+TEST_CASE_TEMPLATE("stash rounding: stochastic restores are unbiased per feature, within the bound", T, float,
+                   double) {
+  // 64 features of 4096 samples each (a row per sample), every feature's values close to its
+  // own point of [0, 2e] at REL 1e-1 (one large value sets the range, e about 1). Rounding to
+  // nearest moves a feature's values together; stochastic rounding leaves each feature's mean.
+  const exec_space exec;
+  const std::size_t features = 64, samples = 4096, count = features * samples;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> jitter(-0.02, 0.02);
+  std::vector<T> values(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t feature = i % features;
+    values[i] = T(2.0 * (double(feature) + 0.5) / double(features) + jitter(rng));  // 0..2: e is about 1
+  }
+  values[0] = T(10.0);
+  const auto view = to_view(values);
+  stash_type stash(exec, options(std::size_t(16) << 20, std::size_t(64) << 10));
+  const auto worst_feature_bias = [&](kompress::rounding_mode rounding, bool async, bool keep_sign) {
+    const kompress::stash_save_options how{.keep_sign = keep_sign, .rounding = rounding};
+    const auto handle = async ? stash.save_async(exec, view, kompress::relative(1e-1), how)
+                              : stash.save(exec, view, kompress::relative(1e-1), how);
+    CHECK(stash.info(handle).rounding == rounding);
+    const double e = stash.info(handle).absolute_bound;
+    Kokkos::View<T*, memory_space> back("back", count);
+    stash.restore_and_drop(exec, handle, back);
+    const auto restored = to_vector(back);
+    require_within(values, restored, e);
+    if (keep_sign) CHECK(sign_flips(values, restored) == 0);
+    std::vector<double> bias(features, 0.0);
+    for (std::size_t i = 1; i < count; ++i) bias[i % features] += double(restored[i]) - double(values[i]);
+    double worst = 0.0;
+    for (double b : bias) worst = std::max(worst, std::fabs(b) / double(samples) / e);
+    return worst;
+  };
+  for (const bool async : {false, true})
+    for (const bool keep_sign : {false, true}) {
+      CAPTURE(async);
+      CAPTURE(keep_sign);
+      // To nearest a feature's mean moves by up to half a step, e; stochastically by a few
+      // standard errors of its 4096 values (under 0.01 e each).
+      CHECK(worst_feature_bias(kompress::rounding_mode::nearest, async, keep_sign) > 0.3);
+      CHECK(worst_feature_bias(kompress::rounding_mode::stochastic, async, keep_sign) < 0.05);
+    }
+}
+
+TEST_CASE("stash rounding: every save draws afresh, and a stash with the same seed repeats them") {
+  const exec_space exec;
+  std::vector<float> values(50000);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = float(std::sin(0.001 * double(i)));
+  const auto view = to_view(values);
+  auto opts = options(std::size_t(16) << 20, std::size_t(16) << 10);  // several streams per save
+  opts.codec.rounding = kompress::rounding_mode::stochastic;
+  opts.codec.rounding_seed = 99;
+  const auto two_saves = [&](const kompress::stash_options& o) {
+    stash_type stash(exec, o);
+    std::vector<std::vector<float>> restored;
+    for (int save = 0; save < 2; ++save) {
+      const auto handle = stash.save(exec, view, kompress::absolute(1e-2));
+      CHECK(stash.info(handle).rounding == kompress::rounding_mode::stochastic);
+      Kokkos::View<float*, memory_space> back("back", values.size());
+      stash.restore_and_drop(exec, handle, back);
+      restored.push_back(to_vector(back));
+      require_within(values, restored.back(), 1e-2);
+    }
+    return restored;
+  };
+  const auto first = two_saves(opts);
+  CHECK(first[0] != first[1]);
+  CHECK(two_saves(opts) == first);
+  opts.codec.rounding_seed = 100;
+  CHECK(two_saves(opts)[0] != first[0]);
+}
+
 TEST_CASE("stash keep_sign: the bits are counted, one per value per stream, and freed with the entry") {
   const exec_space exec;
   stash_type stash(exec, options(std::size_t(4) << 20, std::size_t(16) << 10));  // 4096 floats a segment

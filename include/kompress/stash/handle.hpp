@@ -41,6 +41,7 @@ struct stash_entry_info {
   std::size_t sign_bytes = 0;            ///< the sign bits' share (keep_sign): 0 without
   codec_mode codec = codec_mode::fast;   ///< the streams' codec
   bool keeps_sign = false;               ///< restored values keep the saved side of 0
+  rounding_mode rounding = rounding_mode::nearest;  ///< how its values were rounded
   error_bound requested_bound{};         ///< as passed to save
   error_bound used_bound{};              ///< looser than requested only under loosen_bound
   double absolute_bound = 0.0;           ///< |x - x'| <= this for every element (0: lossless)

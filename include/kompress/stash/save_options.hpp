@@ -3,6 +3,8 @@
 // None of it changes the save's error bound, only the bytes it takes (docs/stash.md,
 // "Per-save options").
 
+#include <kompress/bound.hpp>
+
 #include <cstdint>
 #include <optional>
 
@@ -28,6 +30,14 @@ struct stash_save_options {
   /// saved side of 0 (x'' > 0 exactly where x > 0), still within the bound. What a ReLU's
   /// backward needs to take its mask from the restored output.
   bool keep_sign = false;
+  /// Nothing: the stash's options().codec.rounding. rounding_mode::stochastic makes every
+  /// restored value an unbiased estimate of the saved one (E[x''] = x, within the same bound),
+  /// for one bit more per value: what a weight gradient summed over a batch needs at loose
+  /// bounds (docs/stash.md, "Rounding"). Each stream is seeded from
+  /// options().codec.rounding_seed and the save's number, so every save draws afresh and a run
+  /// repeats exactly. With keep_sign, a positive value that came back 0 restores as the
+  /// smallest positive value, which keeps the estimate unbiased.
+  std::optional<rounding_mode> rounding = std::nullopt;
 };
 
 }  // namespace v0

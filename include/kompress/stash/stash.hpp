@@ -291,6 +291,7 @@ struct stash<ExecutionSpace>::state {
   detail::stash_tuning tuning;
   std::uint64_t id = 0;
   std::size_t workspace_bytes = 0;
+  std::uint64_t saves_begun = 0;  ///< numbers the saves (mutex): their rounding seeds
 
   /// tiers[0] is the pool; the policy's spill tiers follow, in order. Made once, never changed.
   std::vector<std::unique_ptr<tier>> tiers;
@@ -379,6 +380,24 @@ struct stash<ExecutionSpace>::state {
     return codec;
   }
 
+  rounding_mode rounding_of(const stash_save_options& how) const {
+    return how.rounding.value_or(options.codec.rounding);
+  }
+
+  /// The options of stream `stream` of `entry`: its rounding, seeded per save and stream (each
+  /// stream's dither restarts at index 0), splitmix64 over the stash's seed.
+  compress_options stream_codec(const error_bound& bound, codec_mode mode, const detail::stash_entry& entry,
+                                std::size_t stream) const {
+    compress_options codec = codec_with(bound, mode);
+    codec.rounding = entry.rounding;
+    std::uint64_t z = options.codec.rounding_seed + 0x9E3779B97F4A7C15ull * (2 * entry.save_number + 1) +
+                      0xBF58476D1CE4E5B9ull * std::uint64_t(stream);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    codec.rounding_seed = z ^ (z >> 31);
+    return codec;
+  }
+
   /// The codec of a save: the one `how` names (or the stash's), or stash_codec::automatic's
   /// choice: the layer's, or measured by compressing `sample` (the save's first segment)
   /// within `bound` with both codecs in the workspace.
@@ -402,10 +421,11 @@ struct stash<ExecutionSpace>::state {
     {
       std::lock_guard workspace_lock(workspace_mutex);
       const unmanaged_bytes workspace_range(pool->workspace(), workspace_bytes);
-      const double fast =
-          double(kompress::compress(exec_, sample, workspace_range, codec_with(bound, codec_mode::fast)));
-      const double ratio =
-          double(kompress::compress(exec_, sample, workspace_range, codec_with(bound, codec_mode::ratio)));
+      compress_options trial = codec_with(bound, codec_mode::fast);
+      trial.rounding = rounding_of(how);
+      const double fast = double(kompress::compress(exec_, sample, workspace_range, trial));
+      trial.codec = codec_mode::ratio;
+      const double ratio = double(kompress::compress(exec_, sample, workspace_range, trial));
       if (ratio <= (1.0 - options.ratio_codec_min_saving) * fast) chosen = codec_mode::ratio;
     }
     std::lock_guard lock(mutex);
@@ -442,12 +462,13 @@ struct stash<ExecutionSpace>::state {
 
   /// Takes a slot for a save; `local` receives its segment vector and the View's shape.
   template <class T, class View>
-  std::uint32_t acquire_slot(const View& view, const error_bound& requested,
+  std::uint32_t acquire_slot(const View& view, const error_bound& requested, const stash_save_options& how,
                              detail::stash_entry& local) {
     std::uint32_t slot;
     {
       std::lock_guard lock(mutex);
       slot = entries.acquire(local);
+      local.save_number = saves_begun++;
     }
     local.type = detail::element_type_of<T>();
     local.rank = int(View::rank);
@@ -457,6 +478,7 @@ struct stash<ExecutionSpace>::state {
       local.strides[std::size_t(r)] = std::size_t(view.stride(std::size_t(r)));
     }
     local.requested = requested;
+    local.rounding = rounding_of(how);
     return slot;
   }
 
@@ -488,7 +510,7 @@ struct stash<ExecutionSpace>::state {
     Kokkos::Profiling::ScopedRegion region(who);
     check_save(view, requested, who);
     detail::stash_entry local;
-    const std::uint32_t slot = acquire_slot<T>(view, requested, local);
+    const std::uint32_t slot = acquire_slot<T>(view, requested, how, local);
     try {
       place_entry<T>(exec_, view, requested, how, local, who);
     } catch (...) {
@@ -546,10 +568,11 @@ struct stash<ExecutionSpace>::state {
     if (!offset) return save<T>(exec_, view, requested, with_codec(how, mode));
 
     detail::stash_entry local;
-    const std::uint32_t slot = acquire_slot<T>(view, requested, local);
+    const std::uint32_t slot = acquire_slot<T>(view, requested, how, local);
     try {
       kompress::compress_async(exec_, values_view(view.data(), count),
-                               unmanaged_bytes(pool->data() + *offset, reserved), codec);
+                               unmanaged_bytes(pool->data() + *offset, reserved),
+                               stream_codec(requested, mode, local, 0));
       if (sign_offset)  // the bound is in the stream's header, on the device
         detail::pack_signs(exec_, view.data(), count, pool->data() + *sign_offset, 0.0, pool->data() + *offset);
     } catch (...) {
@@ -669,7 +692,8 @@ struct stash<ExecutionSpace>::state {
         segment.count = std::min(per_segment, count - segment.first_value);
         double segment_abs_bound = 0.0;
         failed_bytes = place_segment<T>(exec_, values_view(data + segment.first_value, segment.count),
-                                        codec_with(segment_bound, *mode), segment, segment_abs_bound, who);
+                                        stream_codec(segment_bound, *mode, entry, s), segment, segment_abs_bound,
+                                        who);
         if (failed_bytes != 0) {
           failed = segment;
           placed_all = false;
@@ -830,6 +854,7 @@ struct stash<ExecutionSpace>::state {
     const detail::stash_segment* segments;
     std::size_t segment_count;
     double abs_bound;
+    rounding_mode rounding;
     {
       std::lock_guard lock(mutex);
       detail::stash_entry& entry = entries.lookup(handle, who);
@@ -838,6 +863,7 @@ struct stash<ExecutionSpace>::state {
       segments = entry.segments.data();
       segment_count = entry.segments.size();
       abs_bound = entry.absolute_bound;
+      rounding = entry.rounding;
     }
     struct unpin_on_throw {
       state* self;
@@ -861,7 +887,8 @@ struct stash<ExecutionSpace>::state {
       const detail::tier_bytes bytes =
           where.load(exec_, segment.offset, segment.stream_bytes, pool->workspace(), who);
       if (segment.signs) {
-        detail::apply_signs(exec_, bytes.data, values.data(), segment.count, abs_bound);
+        detail::apply_signs(exec_, bytes.data, values.data(), segment.count, abs_bound,
+                            rounding == rounding_mode::stochastic);
         exec_.fence("kompress::stash::restore: signs applied");
         continue;
       }
@@ -958,6 +985,7 @@ struct stash<ExecutionSpace>::state {
     result.sign_bytes = entry.sign_bytes();
     result.codec = entry.codec;
     result.keeps_sign = entry.keeps_sign();
+    result.rounding = entry.rounding;
     for (const detail::stash_segment& segment : entry.segments) {
       if (segment.signs) continue;
       ++result.segments;

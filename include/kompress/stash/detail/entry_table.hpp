@@ -47,6 +47,9 @@ struct stash_entry {
   double absolute_bound = 0.0;
   std::vector<stash_segment> segments;  ///< capacity kept when the slot is reused
   codec_mode codec = codec_mode::fast;
+  rounding_mode rounding = rounding_mode::nearest;
+  /// The save's number in its stash: its streams' rounding seeds derive from it.
+  std::uint64_t save_number = 0;
 
   std::size_t element_size() const { return type == element_type::float32 ? 4 : 8; }
   std::size_t raw_bytes() const { return count * element_size(); }

@@ -94,9 +94,12 @@ void pack_signs(const ExecutionSpace& exec, const T* values, std::size_t count, 
 /// that range is within x' + bound <= bound of x (for x' = 0 the stream's mean of (0, e] when
 /// it lies in (0, bound], else half the bound; for x' < 0 the range's midpoint; at least the
 /// smallest positive value); a clear bit with x' > 0 means x in [x' - bound, 0], and +0 is
-/// within bound - x' of x. Enqueued on `exec`.
+/// within bound - x' of x. With `stochastic` rounding x' = 0 takes the smallest positive value
+/// instead of the mean: the rounding was already unbiased, the mean would shift it up.
+/// Enqueued on `exec`.
 template <class T, class ExecutionSpace>
-void apply_signs(const ExecutionSpace& exec, const std::byte* in, T* values, std::size_t count, double bound) {
+void apply_signs(const ExecutionSpace& exec, const std::byte* in, T* values, std::size_t count, double bound,
+                 bool stochastic = false) {
   const auto* const words = reinterpret_cast<const std::uint32_t*>(in);
   const auto* const small_positives =
       reinterpret_cast<const Kokkos::complex<double>*>(in + sign_words(count) * sizeof(std::uint32_t));
@@ -109,7 +112,8 @@ void apply_signs(const ExecutionSpace& exec, const std::byte* in, T* values, std
         // x' = 0 (the quantizer's grid has a point there: the common case) takes the mean when
         // it lies in (0, bound], else half the bound; any other x' <= 0 half of (x' + bound).
         T at_zero = T(mean > 0.0 && mean <= bound ? mean : bound * 0.5);
-        if (!(at_zero > T(0) && double(at_zero) <= bound)) at_zero = Kokkos::Experimental::denorm_min_v<T>;
+        if (stochastic || !(at_zero > T(0) && double(at_zero) <= bound))
+          at_zero = Kokkos::Experimental::denorm_min_v<T>;
         const std::size_t first = 32 * w;
         const std::size_t n = count - first < 32 ? count - first : 32;
         const std::uint32_t bits = words[w];
