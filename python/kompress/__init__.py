@@ -165,8 +165,17 @@ def max_compressed_size(count: int, dtype=_np.float32, block_size: int = 32, cod
     return _ext.max_compressed_size(int(count), _np.dtype(dtype).itemsize, int(block_size), str(codec))
 
 
+def _seed(value, who):
+    """A rounding seed: an int in [0, 2^64) (TypeError for a non-int, InvalidArgument out of range)."""
+    value = _integer(value, who, "rounding_seed")
+    if not 0 <= value < (1 << 64):
+        raise InvalidArgument(f"{who}: rounding_seed must be in [0, 2^64) (got {value})")
+    return value
+
+
 def compress(x, *, abs: float | None = None, rel: float | None = None, fill_value: float | None = None,
-             block_size: int = 32, codec: str = "fast") -> _np.ndarray:
+             block_size: int = 32, codec: str = "fast", rounding: str = "nearest",
+             rounding_seed: int = 0) -> _np.ndarray:
     """Compresses a float32/float64 array or CPU tensor of any shape (values in C order).
 
     Returns the stream as a new uint8 numpy array (a CUDA tensor's: a uint8 tensor on its device,
@@ -175,30 +184,39 @@ def compress(x, *, abs: float | None = None, rel: float | None = None, fill_valu
     exactly and stay out of the relative bound's range. ``codec="fast"`` (the default) is the
     fastest; ``codec="ratio"`` writes format 1.1 streams, about twice smaller on smooth fields
     and several times slower, and predicts across the array's last two axes (2-D / 3-D Lorenzo),
-    so pass fields in their natural shape (``block_size`` does not apply to it). Releases the
-    GIL; blocks until done.
+    so pass fields in their natural shape (``block_size`` does not apply to it).
+    ``rounding="stochastic"`` rounds each value up or down with the probability that makes the
+    decoded value's expectation the input (E[x'] = x), within the same bound, for about a bit
+    more per value; ``"nearest"`` (the default) is deterministic. The dither is a hash of each
+    value's index and ``rounding_seed`` (an int in [0, 2^64)): the same seed writes the same
+    bytes. Releases the GIL; blocks until done.
     """
+    who = "kompress.compress"
     abs, rel = _bound_args(abs, rel)
+    rounding, seed = str(rounding), _seed(rounding_seed, who)
     fill = None if fill_value is None else float(fill_value)
     if _is_cuda(x):
         import torch
-        values = _host(x, "kompress.compress")
+        values = _host(x, who)
         out = torch.empty(max_compressed_size(values.numel(), _dtype_of(values) or _np.float32, block_size, codec),
                           dtype=torch.uint8, device=values.device)
-        length = _ext.compress_into(values, out, abs, rel, fill, int(block_size), str(codec), _stream_of(values))
+        length = _ext.compress_into(values, out, abs, rel, fill, int(block_size), str(codec), rounding, seed,
+                                    _stream_of(values))
         return out[:length].clone()
-    return _ext.compress(_host(x, "kompress.compress"), abs, rel, fill, int(block_size), str(codec))
+    return _ext.compress(_host(x, who), abs, rel, fill, int(block_size), str(codec), rounding, seed)
 
 
 def compress_into(x, out, *, abs: float | None = None, rel: float | None = None,
-                  fill_value: float | None = None, block_size: int = 32, codec: str = "fast") -> int:
+                  fill_value: float | None = None, block_size: int = 32, codec: str = "fast",
+                  rounding: str = "nearest", rounding_seed: int = 0) -> int:
     """Compresses into ``out`` (a uint8 array of at least max_compressed_size bytes, for the same
     codec, on the same device as ``x``); returns the stream's length (the stream is
-    ``out[:length]``). No allocation."""
+    ``out[:length]``). No allocation. Options as ``compress``."""
+    who = "kompress.compress_into"
     abs, rel = _bound_args(abs, rel)
-    return _ext.compress_into(_host(x, "kompress.compress_into"), _host(out, "kompress.compress_into"),
-                              abs, rel, None if fill_value is None else float(fill_value), int(block_size),
-                              str(codec), _stream_of(x))
+    return _ext.compress_into(_host(x, who), _host(out, who), abs, rel,
+                              None if fill_value is None else float(fill_value), int(block_size), str(codec),
+                              str(rounding), _seed(rounding_seed, who), _stream_of(x))
 
 
 def inspect(stream) -> StreamInfo:
@@ -600,19 +618,23 @@ class Stash:
     its host spill goes to pinned memory. A save with ``codec='auto'`` takes the ratio codec where
     its stream is at least ``ratio_codec_min_saving`` shorter than the fast codec's, and measures
     a layer's choice again after ``codec_remeasure_saves`` saves of it. ``async_window``: C++'s
-    save_async window (Python's saves are synchronous).
+    save_async window (Python's saves are synchronous). ``rounding``: 'nearest' (default) or
+    'stochastic', for saves that do not name one; ``rounding_seed`` (an int in [0, 2^64)) seeds
+    every stochastic save's streams, each save drawing afresh (docs/stash.md, "Per-save options").
     """
 
     def __init__(self, budget_bytes: int, *, policy: str = "throw", directory: str | None = None,
                  ceiling_abs: float | None = None, ceiling_rel: float | None = None, growth: float = 2.0,
                  segment_bytes: int = 64 << 10, block_size: int = 32, device: str = "cpu",
-                 ratio_codec_min_saving: float = 0.2, codec_remeasure_saves: int = 64, async_window: int = 2):
+                 ratio_codec_min_saving: float = 0.2, codec_remeasure_saves: int = 64, async_window: int = 2,
+                 rounding: str = "nearest", rounding_seed: int = 0):
         who = "kompress.Stash"
         options = _ext._stash_options(int(budget_bytes), str(policy), str(directory or ""),
                                       *_bound_args(ceiling_abs, ceiling_rel), float(growth), int(segment_bytes),
                                       int(block_size), _real(ratio_codec_min_saving, who, "ratio_codec_min_saving"),
                                       _index(_integer(codec_remeasure_saves, who, "codec_remeasure_saves"), who),
-                                      _index(_integer(async_window, who, "async_window"), who))
+                                      _index(_integer(async_window, who, "async_window"), who),
+                                      str(rounding), _seed(rounding_seed, who))
         device = str(device)
         stream = 0
         if device.startswith("cuda"):
@@ -637,20 +659,25 @@ class Stash:
         return self._stash.device
 
     def save(self, x, *, abs: float | None = None, rel: float | None = None, codec: str | None = None,
-             layer: int | None = None, keep_sign: bool = False) -> StashHandle:
+             layer: int | None = None, keep_sign: bool = False, rounding: str | None = None) -> StashHandle:
         """Compresses ``x`` (C-contiguous float32/float64, on the stash's device; a CUDA tensor on
         torch's current stream) into the stash; returns its handle.
 
         ``codec``: None (the stash's), 'fast', 'ratio' or 'auto' (measured on the save's first
         segment; remembered per ``layer``, an int in [0, 2^32) naming the tensor's role).
         ``keep_sign=True`` stores x > 0 as one bit per value: restored values are then > 0
-        exactly where x was, still within the bound (docs/stash.md, "Per-save options")."""
+        exactly where x was, still within the bound. ``rounding``: None (the stash's), 'nearest'
+        or 'stochastic' (restored values unbiased, E[x''] = x, within the same bound)
+        (docs/stash.md, "Per-save options")."""
         who = "kompress.Stash.save"
         if codec is not None and not isinstance(codec, str):
             raise TypeError(f"{who}: codec must be None or a str (got {type(codec).__name__})")
+        if rounding is not None and not isinstance(rounding, str):
+            raise TypeError(f"{who}: rounding must be None or a str (got {type(rounding).__name__})")
         if layer is not None:
             layer = _index(_integer(layer, who, "layer"), who)
-        return self._stash.save(_host(x, who), *_bound_args(abs, rel), codec, layer, bool(keep_sign), _stream_of(x))
+        return self._stash.save(_host(x, who), *_bound_args(abs, rel), codec, layer, bool(keep_sign), rounding,
+                                _stream_of(x))
 
     def restore(self, handle: StashHandle, out=None, *, drop: bool = False):
         """Decompresses the entry into ``out`` (or a new 1-D array on the stash's device: numpy, or

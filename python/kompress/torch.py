@@ -197,6 +197,9 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
             counted in the stash's stored bytes (``stats().sign_bytes``).
         codec: each save's codec: None (the stash's, 'fast' for a stash made here), 'fast',
             'ratio' or 'auto' (measured per save), as kompress.Stash.save.
+        rounding: each save's rounding: None (the stash's, 'nearest' for a stash made here),
+            'nearest' or 'stochastic' (restored activations unbiased, E[x''] = x, within the
+            bound: their errors average out in a weight gradient), as kompress.Stash.save.
         stash: an existing kompress.Stash to use instead of making one.
 
     Non-contiguous activations are copied to a contiguous tensor before compression.
@@ -207,16 +210,19 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
     def __init__(self, *, abs=None, rel=None, budget_bytes: int = 256 << 20, min_numel: int = 1 << 14,
                  policy: str = "throw", directory=None, ceiling_abs=None, ceiling_rel=None, growth: float = 2.0,
                  segment_bytes: int = 64 << 10, exact_sign: bool = True, codec: str | None = None,
-                 stash: "_k.Stash | None" = None, device: str = "cpu"):
+                 stash: "_k.Stash | None" = None, device: str = "cpu", rounding: str | None = None):
         who = "kompress.torch.compressed_activations"
         if abs is None and rel is None:
             rel = 1e-2
         if codec not in (None, "fast", "ratio", "auto"):
             raise _k.InvalidArgument(f"{who}: codec must be None, 'fast', 'ratio' or 'auto' (got {codec!r})")
+        if rounding not in (None, "nearest", "stochastic"):
+            raise _k.InvalidArgument(f"{who}: rounding must be None, 'nearest' or 'stochastic' (got {rounding!r})")
         self.abs, self.rel = abs, rel
         self.min_numel = int(min_numel)
         self.exact_sign = bool(exact_sign)
         self.codec = codec
+        self.rounding = rounding
         # A lossless bound restores every value exactly: its signs need no bits.
         self._keep_sign = self.exact_sign and (abs if abs is not None else rel) != 0
         self.stash = stash if stash is not None else _k.Stash(
@@ -287,7 +293,7 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
             values = values.contiguous()
         saved = _Saved(key)
         saved.handle = self.stash.save(values, abs=self.abs, rel=self.rel, codec=self.codec,
-                                       keep_sign=self._keep_sign)
+                                       keep_sign=self._keep_sign, rounding=self.rounding)
         saved.stash = self.stash
         saved.shape, saved.dtype, saved.device = values.shape, values.dtype, values.device
         saved.bound = self.stash.info(saved.handle).absolute_bound

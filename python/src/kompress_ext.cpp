@@ -273,6 +273,13 @@ kompress::codec_mode codec_of(const std::string& codec, const char* who) {
                                    "\")");
 }
 
+kompress::rounding_mode rounding_of(const std::string& rounding, const char* who) {
+  if (rounding == "nearest") return kompress::rounding_mode::nearest;
+  if (rounding == "stochastic") return kompress::rounding_mode::stochastic;
+  throw kompress::invalid_argument(std::string(who) + ": rounding must be \"nearest\" or \"stochastic\" (got \"" +
+                                   rounding + "\")");
+}
+
 std::size_t max_compressed_size(std::size_t count, int element_bytes, int block_size, const std::string& codec) {
   constexpr const char* who = "kompress.max_compressed_size";
   const kompress::compress_options options{.block_size = block_size, .codec = codec_of(codec, who)};
@@ -301,14 +308,16 @@ device_view3<const T, Device> shaped_view_of(const in_array& a) {
 nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>> compress(const in_array& in, std::optional<double> abs,
                                                           std::optional<double> rel,
                                                           std::optional<double> fill_value, int block_size,
-                                                          const std::string& codec) {
+                                                          const std::string& codec, const std::string& rounding,
+                                                          std::uint64_t rounding_seed) {
   constexpr const char* who = "kompress.compress";
   const dtype_code code = float_array(in, who, "the input");
   if (device_of(in, who, "the input") != device_kind::host)
     throw kompress::invalid_argument(std::string(who) + ": the input must be in host memory here "
                                      "(kompress.compress takes a CUDA tensor through compress_into)");
   const kompress::compress_options options{.bound = make_bound(who, abs, rel), .fill_value = fill_value,
-                                           .block_size = block_size, .codec = codec_of(codec, who)};
+                                           .block_size = block_size, .codec = codec_of(codec, who),
+                                           .rounding = rounding_of(rounding, who), .rounding_seed = rounding_seed};
   std::size_t length = 0;
   std::unique_ptr<std::uint8_t[]> stream;
   {
@@ -337,12 +346,14 @@ nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>> compress(const in_array& in, s
 /// length is known only once the stream is written).
 std::size_t compress_into(const in_array& in, const array& out, std::optional<double> abs,
                           std::optional<double> rel, std::optional<double> fill_value, int block_size,
-                          const std::string& codec, std::uintptr_t stream) {
+                          const std::string& codec, const std::string& rounding, std::uint64_t rounding_seed,
+                          std::uintptr_t stream) {
   constexpr const char* who = "kompress.compress_into";
   const dtype_code code = float_array(in, who, "the input");
   const device_kind device = same_device(in, "the input", out, "the output", who);
   const kompress::compress_options options{.bound = make_bound(who, abs, rel), .fill_value = fill_value,
-                                           .block_size = block_size, .codec = codec_of(codec, who)};
+                                           .block_size = block_size, .codec = codec_of(codec, who),
+                                           .rounding = rounding_of(rounding, who), .rounding_seed = rounding_seed};
   nb::gil_scoped_release release;
   return on_device(device, stream, [&](auto d, const auto& exec) {
     using D = decltype(d);
@@ -809,6 +820,16 @@ std::optional<kompress::stash_codec> stash_codec_of(const std::optional<std::str
                                    *codec + "')");
 }
 
+/// A save's rounding: nothing (the stash's), "nearest" or "stochastic".
+std::optional<kompress::rounding_mode> stash_rounding_of(const std::optional<std::string>& rounding,
+                                                         const char* who) {
+  if (!rounding) return std::nullopt;
+  if (*rounding == "nearest") return kompress::rounding_mode::nearest;
+  if (*rounding == "stochastic") return kompress::rounding_mode::stochastic;
+  throw kompress::invalid_argument(std::string(who) + ": rounding must be None, 'nearest' or 'stochastic' (got '" +
+                                   *rounding + "')");
+}
+
 /// A save's layer: nothing, or a number in [0, 2^32).
 std::optional<std::uint32_t> stash_layer_of(std::optional<std::int64_t> layer, const char* who) {
   if (!layer) return std::nullopt;
@@ -854,13 +875,13 @@ class py_stash {
 
   kompress::stash_handle save(const in_array& in, std::optional<double> abs, std::optional<double> rel,
                               const std::optional<std::string>& codec, std::optional<std::int64_t> layer,
-                              bool keep_sign, std::uintptr_t stream) {
+                              bool keep_sign, const std::optional<std::string>& rounding, std::uintptr_t stream) {
     constexpr const char* who = "kompress.Stash.save";
     const dtype_code code = float_array(in, who, "the array");
     check_device(in, who, "the array");
     const auto bound = make_bound(who, abs, rel);
     const kompress::stash_save_options how{.codec = stash_codec_of(codec, who), .layer = stash_layer_of(layer, who),
-                                           .keep_sign = keep_sign};
+                                           .keep_sign = keep_sign, .rounding = stash_rounding_of(rounding, who)};
     nb::gil_scoped_release release;
     return with_stash(who, stream, [&](auto& s, auto d, const auto& exec) {
       using D = decltype(d);
@@ -943,7 +964,8 @@ kompress::stash_options make_stash_options(std::size_t budget_bytes, const std::
                                            const std::string& directory, std::optional<double> ceiling_abs,
                                            std::optional<double> ceiling_rel, double growth,
                                            std::size_t segment_bytes, int block_size, double ratio_codec_min_saving,
-                                           std::int64_t codec_remeasure_saves, std::int64_t async_window) {
+                                           std::int64_t codec_remeasure_saves, std::int64_t async_window,
+                                           const std::string& rounding, std::uint64_t rounding_seed) {
   constexpr const char* who = "kompress.Stash";
   if (codec_remeasure_saves < 1 || codec_remeasure_saves > std::numeric_limits<std::uint32_t>::max())
     throw kompress::invalid_argument(std::string(who) + ": codec_remeasure_saves must be in [1, 2^32) (got " +
@@ -952,7 +974,9 @@ kompress::stash_options make_stash_options(std::size_t budget_bytes, const std::
     throw kompress::invalid_argument(std::string(who) + ": async_window must be at least 1 (got " +
                                      std::to_string(async_window) + ")");
   kompress::stash_options options{.budget_bytes = budget_bytes, .segment_bytes = segment_bytes,
-                                  .codec = {.block_size = block_size},
+                                  .codec = {.block_size = block_size,
+                                            .rounding = rounding_of(rounding, who),
+                                            .rounding_seed = rounding_seed},
                                   .ratio_codec_min_saving = ratio_codec_min_saving,
                                   .codec_remeasure_saves = std::uint32_t(codec_remeasure_saves),
                                   .async_window = std::size_t(async_window)};
@@ -1197,9 +1221,9 @@ NB_MODULE(_kompress, m) {
   m.def("max_compressed_size", &max_compressed_size, "count"_a, "element_bytes"_a, "block_size"_a = 32,
         "codec"_a = "fast");
   m.def("compress", &compress, "x"_a, "abs"_a.none(), "rel"_a.none(), "fill_value"_a.none(), "block_size"_a,
-        "codec"_a);
+        "codec"_a, "rounding"_a, "rounding_seed"_a);
   m.def("compress_into", &compress_into, "x"_a, "out"_a, "abs"_a.none(), "rel"_a.none(), "fill_value"_a.none(),
-        "block_size"_a, "codec"_a, "cuda_stream"_a);
+        "block_size"_a, "codec"_a, "rounding"_a, "rounding_seed"_a, "cuda_stream"_a);
   m.def("inspect", &inspect, "stream"_a);
   m.def("decompress_into", &decompress_into, "stream"_a, "out"_a, "cuda_stream"_a);
 
@@ -1307,6 +1331,9 @@ NB_MODULE(_kompress, m) {
         return i.codec == kompress::codec_mode::ratio ? "ratio" : "fast";
       })
       .def_ro("keeps_sign", &kompress::stash_entry_info::keeps_sign)
+      .def_prop_ro("rounding", [](const kompress::stash_entry_info& i) {
+        return i.rounding == kompress::rounding_mode::stochastic ? "stochastic" : "nearest";
+      })
       .def_ro("absolute_bound", &kompress::stash_entry_info::absolute_bound)
       .def_ro("segments", &kompress::stash_entry_info::segments)
       .def_prop_ro("used_bound", [](const kompress::stash_entry_info& i) { return i.used_bound.value; })
@@ -1348,7 +1375,7 @@ NB_MODULE(_kompress, m) {
   nb::class_<py_stash>(m, "_Stash")
       .def(nb::init<const kompress::stash_options&, const std::string&, std::uintptr_t>())
       .def("save", &py_stash::save, "x"_a, "abs"_a.none(), "rel"_a.none(), "codec"_a.none(), "layer"_a.none(),
-           "keep_sign"_a, "stream"_a)
+           "keep_sign"_a, "rounding"_a.none(), "stream"_a)
       .def("restore", &py_stash::restore, "handle"_a, "out"_a, "drop"_a, "stream"_a)
       .def("drop", &py_stash::drop)
       .def("contains", &py_stash::contains)

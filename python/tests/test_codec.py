@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kompress
-from conftest import assert_within, load
+from conftest import assert_within, load, load_array
 
 REAL = ["sz_testfloat_8x8x128.f32", "sz_testdouble_8x8x8x128.f64", "nyx_temperature_32x32x32.f32",
         "hacc_x_32768.f32", "mitgcm_ocean_theta_15x40x90.f64", "pop_temp_384x320.f32",
@@ -213,3 +213,86 @@ def test_unknown_codec_is_rejected():
         kompress.compress(np.ones(10, np.float32), rel=1e-2, codec="zfp")
     with pytest.raises(kompress.InvalidArgument, match="codec"):
         kompress.max_compressed_size(10, np.float32, codec="")
+
+
+# --- stochastic rounding (docs/error-bound.md, "Stochastic rounding") -----------------------------
+
+@pytest.mark.parametrize("name", ["sz_testfloat_8x8x128.f32", "pop_temp_384x320.f32", "hacc_x_32768.f32",
+                                  "mitgcm_ocean_theta_15x40x90.f64"])
+@pytest.mark.parametrize("bound", [{"rel": 1e-2}, {"rel": 1e-4}, {"abs": 1e-3}])
+@pytest.mark.parametrize("codec", ["fast", "ratio"])
+def test_stochastic_rounding_round_trip_within_bound(name, bound, codec):
+    x = load(name)
+    stream = kompress.compress(x, codec=codec, rounding="stochastic", rounding_seed=11, **bound)
+    info = kompress.inspect(stream)
+    assert info.codec == codec and info.count == x.size
+    assert stream.size <= kompress.max_compressed_size(x.size, x.dtype, codec=codec)
+    assert_within(x, kompress.decompress(stream), info.absolute_bound)
+    # The step is about e, not the 2e of rounding to nearest: the option reached the codec.
+    nearest = kompress.inspect(kompress.compress(x, codec=codec, **bound))
+    if info.quantization_step:
+        assert info.quantization_step <= info.absolute_bound < nearest.quantization_step
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bound", [{"rel": 1e-3}, {"abs": 1e-6}, {"abs": 0.5}])
+@pytest.mark.parametrize("codec", ["fast", "ratio"])
+def test_stochastic_rounding_of_adversarial_arrays(dtype, bound, codec):
+    for label, x in adversarial(dtype):
+        stream = kompress.compress(x, codec=codec, rounding="stochastic", **bound)
+        try:
+            assert_within(x, kompress.decompress(stream), kompress.inspect(stream).absolute_bound)
+        except AssertionError as e:
+            raise AssertionError(f"{label}: {e}") from None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("codec", ["fast", "ratio"])
+def test_stochastic_rounding_keeps_the_mean_of_values_below_the_step(dtype, codec):
+    # Values in [0.1e, 0.4e]: rounding to nearest (step 2e) takes every one to 0, a bias of
+    # -0.25e in the mean; stochastic rounding (step ~e) takes each to 0 or the step with the
+    # probability that keeps its expectation (the mean's standard error here is ~0.0015e).
+    e = 1e-2
+    x = np.random.default_rng(5).uniform(0.1 * e, 0.4 * e, 100_000).astype(dtype)
+    mean = float(x.astype(np.float64).mean())
+    biased = kompress.decompress(kompress.compress(x, abs=e, codec=codec)).astype(np.float64)
+    unbiased = kompress.decompress(kompress.compress(x, abs=e, codec=codec, rounding="stochastic"))
+    assert_within(x, unbiased, e)
+    assert abs(biased.mean() - mean) > 0.2 * e
+    assert abs(unbiased.astype(np.float64).mean() - mean) < 0.01 * e
+    assert len(np.unique(unbiased)) == 2, "each value rounded to 0 or the step"
+
+
+@pytest.mark.parametrize("codec", ["fast", "ratio"])
+def test_stochastic_rounding_seed_decides_the_bytes(codec):
+    x = load_array("act_mlp_relu2_out").reshape(-1, 1024)[:64]
+    same = [kompress.compress(x, rel=1e-2, codec=codec, rounding="stochastic", rounding_seed=42) for _ in range(2)]
+    assert np.array_equal(same[0], same[1])
+    other = kompress.compress(x, rel=1e-2, codec=codec, rounding="stochastic", rounding_seed=43)
+    assert not np.array_equal(same[0], other)
+    top = kompress.compress(x, rel=1e-2, codec=codec, rounding="stochastic", rounding_seed=(1 << 64) - 1)
+    assert not np.array_equal(same[0], top)
+    assert_within(x, kompress.decompress(other), kompress.inspect(other).absolute_bound)
+    # compress_into and torch tensors write the same bytes; rounding to nearest ignores the seed.
+    out = np.empty(kompress.max_compressed_size(x.size, x.dtype, codec=codec), np.uint8)
+    n = kompress.compress_into(x, out, rel=1e-2, codec=codec, rounding="stochastic", rounding_seed=42)
+    assert np.array_equal(out[:n], same[0])
+    assert np.array_equal(kompress.compress(torch.from_numpy(x.copy()), rel=1e-2, codec=codec,
+                                            rounding="stochastic", rounding_seed=42), same[0])
+    assert np.array_equal(kompress.compress(x, rel=1e-2, codec=codec, rounding_seed=1),
+                          kompress.compress(x, rel=1e-2, codec=codec, rounding="nearest", rounding_seed=2))
+
+
+def test_unknown_rounding_is_rejected():
+    x = np.ones(10, np.float32)
+    out = np.empty(kompress.max_compressed_size(x.size, x.dtype), np.uint8)
+    for bad in ("up", "Stochastic", ""):
+        with pytest.raises(ValueError, match='rounding must be "nearest" or "stochastic"'):
+            kompress.compress(x, rel=1e-2, rounding=bad)
+        with pytest.raises(kompress.InvalidArgument, match='rounding must be "nearest" or "stochastic"'):
+            kompress.compress_into(x, out, rel=1e-2, rounding=bad)
+    for bad in (-1, 1 << 64):
+        with pytest.raises(kompress.InvalidArgument, match=r"rounding_seed must be in \[0, 2\^64\)"):
+            kompress.compress(x, rel=1e-2, rounding="stochastic", rounding_seed=bad)
+    with pytest.raises(TypeError, match="rounding_seed must be an int"):
+        kompress.compress(x, rel=1e-2, rounding="stochastic", rounding_seed=1.5)

@@ -225,3 +225,20 @@ def test_the_codec_reaches_the_stash():
     assert hooks.stats().codec_measurements == 1
     with pytest.raises(kompress.InvalidArgument, match="codec must be None, 'fast', 'ratio' or 'auto'"):
         kompress.torch.compressed_activations(codec="zstd")
+
+
+def test_the_rounding_reaches_the_stash():
+    x = torch.from_numpy(load_array("act_mlp_relu2_out").reshape(-1, 1024)[:64].copy())
+    for rounding, expected in ((None, "nearest"), ("nearest", "nearest"), ("stochastic", "stochastic")):
+        hooks = kompress.torch.compressed_activations(rel=1e-2, min_numel=1000, rounding=rounding)
+        saved = hooks._pack(x)
+        assert hooks.stash.info(saved.handle).rounding == expected
+        restored = hooks._unpack(saved)
+        assert_within(x.numpy(), restored.numpy(), saved.bound)
+        assert torch.equal(restored > 0, x > 0)
+    # None: the given stash's.
+    hooks = kompress.torch.compressed_activations(rel=1e-2, min_numel=1000,
+                                                  stash=kompress.Stash(4 << 20, rounding="stochastic"))
+    assert hooks.stash.info(hooks._pack(x).handle).rounding == "stochastic"
+    with pytest.raises(kompress.InvalidArgument, match="rounding must be None, 'nearest' or 'stochastic'"):
+        kompress.torch.compressed_activations(rounding="up")

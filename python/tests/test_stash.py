@@ -1,12 +1,12 @@
 """kompress.Stash from Python: round trips within the bound, the entry's info, each budget
-policy as in C++, and the per-save options: the kept sign, the codec, the layer
+policy as in C++, and the per-save options: the kept sign, the codec, the layer, the rounding
 (docs/stash.md)."""
 import numpy as np
 import pytest
 import torch
 
 import kompress
-from conftest import assert_within, load
+from conftest import assert_within, load, load_array
 
 
 def test_save_restore_within_the_bound():
@@ -158,6 +158,11 @@ def test_per_save_options_reject_bad_values():
     for layer in (1.5, "conv1"):
         with pytest.raises(TypeError, match="layer must be an int"):
             stash.save(x, abs=1e-3, layer=layer)
+    for rounding in ("up", "Nearest", ""):
+        with pytest.raises(ValueError, match="rounding must be None, 'nearest' or 'stochastic'"):
+            stash.save(x, abs=1e-3, rounding=rounding)
+    with pytest.raises(TypeError, match="rounding must be None or a str"):
+        stash.save(x, abs=1e-3, rounding=1)
     assert stash.stats().entries == 0 and stash.stats().saves == 0
     assert stash.info(stash.save(x, abs=1e-3, layer=np.int64(3), codec="auto")).count == 1000
     for bad in (1.0, -0.1, float("nan")):
@@ -171,3 +176,67 @@ def test_per_save_options_reject_bad_values():
         kompress.Stash(4 << 20, async_window=2.5)
     with pytest.raises(TypeError, match="ratio_codec_min_saving must be a number"):
         kompress.Stash(4 << 20, ratio_codec_min_saving="a lot")
+    with pytest.raises(ValueError, match='rounding must be "nearest" or "stochastic"'):
+        kompress.Stash(4 << 20, rounding="dithered")
+    for seed in (-1, 1 << 64):
+        with pytest.raises(kompress.InvalidArgument, match=r"rounding_seed must be in \[0, 2\^64\)"):
+            kompress.Stash(4 << 20, rounding_seed=seed)
+    with pytest.raises(TypeError, match="rounding_seed must be an int"):
+        kompress.Stash(4 << 20, rounding_seed="7")
+
+
+def small_positives(n=200_003, e=1e-2):
+    """Values in [0.1e, 0.4e]: rounding to nearest takes every one to 0, stochastic rounding
+    to 0 or the step with the probability that keeps its expectation."""
+    return np.random.default_rng(9).uniform(0.1 * e, 0.4 * e, n).astype(np.float32)
+
+
+@pytest.mark.parametrize("codec", ["fast", "ratio"])
+@pytest.mark.parametrize("keep_sign", [False, True])
+def test_stochastic_rounding_restores_within_the_bound_and_unbiased(codec, keep_sign):
+    e = 1e-2
+    x = small_positives(e=e)
+    mean = float(x.astype(np.float64).mean())
+    stash = kompress.Stash(16 << 20, segment_bytes=64 << 10)   # several streams, each seeded on its own
+    h = stash.save(x, abs=e, codec=codec, keep_sign=keep_sign, rounding="stochastic")
+    info = stash.info(h)
+    assert info.rounding == "stochastic" and info.codec == codec and info.keeps_sign == keep_sign
+    assert info.segments > 1
+    restored = stash.restore(h)
+    assert_within(x, restored, info.absolute_bound)
+    assert abs(restored.astype(np.float64).mean() - mean) < 0.01 * e
+    if keep_sign:
+        assert np.array_equal(restored > 0, x > 0)
+    plain = stash.save(x, abs=e, codec=codec)
+    assert stash.info(plain).rounding == "nearest"
+    if not keep_sign:   # every value came back 0 (keep_sign would restore them at their mean of (0, e])
+        assert abs(stash.restore(plain).astype(np.float64).mean() - mean) > 0.2 * e
+
+
+def test_stochastic_rounding_of_real_activations():
+    x = load_array("act_mlp_relu2_out")
+    stash = kompress.Stash(16 << 20)
+    for bound in ({"rel": 1e-2}, {"rel": 1e-1}, {"abs": 1e-3}):
+        h = stash.save(x, rounding="stochastic", keep_sign=True, **bound)
+        info = stash.info(h)
+        assert info.rounding == "stochastic" and info.absolute_bound > 0
+        restored = stash.restore(h, drop=True)
+        assert_within(x, restored, info.absolute_bound)
+        assert np.array_equal(restored > 0, x.reshape(-1) > 0)
+
+
+def test_the_stashs_rounding_and_seed():
+    x = small_positives(n=50_000)
+    default = kompress.Stash(8 << 20, rounding="stochastic", rounding_seed=7)
+    h = default.save(x, abs=1e-2)
+    assert default.info(h).rounding == "stochastic"
+    assert default.info(default.save(x, abs=1e-2, rounding="nearest")).rounding == "nearest"
+    # The same seed repeats every save's roundings; each save draws afresh; another seed differs.
+    again = kompress.Stash(8 << 20, rounding="stochastic", rounding_seed=7)
+    first = default.restore(h)
+    assert np.array_equal(first, again.restore(again.save(x, abs=1e-2)))
+    assert not np.array_equal(first, default.restore(default.save(x, abs=1e-2)))
+    other = kompress.Stash(8 << 20, rounding="stochastic", rounding_seed=8)
+    assert not np.array_equal(first, other.restore(other.save(x, abs=1e-2)))
+    top = kompress.Stash(8 << 20, rounding="stochastic", rounding_seed=(1 << 64) - 1)
+    assert_within(x, top.restore(top.save(x, abs=1e-2)), 1e-2)
