@@ -193,12 +193,18 @@ KOMPRESS_FUNCTION void analyze_padded_block(const T* values, int m, std::uint64_
     while (reference_index < BlockSize && to_bits(values[reference_index]) == fill_bits)
       ++reference_index;
   // Padding repeats the last value with its dither too, so it adds no range and no steps.
-  const std::uint32_t key = Stochastic ? codec.dither_key(first_index) : 0u;
-  const std::uint32_t first_low = static_cast<std::uint32_t>(first_index);
+  // The dithers in a loop of their own: folded into the loop below, GCC vectorizes neither.
+  double dithers[Stochastic ? BlockSize : 1];
+  if constexpr (Stochastic) {
+    const std::uint32_t key = codec.dither_key(first_index);
+    const std::uint32_t first_low = static_cast<std::uint32_t>(first_index);
+    for (int i = 0; i < BlockSize; ++i)
+      dithers[i] = value_codec<T>::dither(key, first_low + std::uint32_t(i < m ? i : m - 1));
+  }
   const auto code_of = [&](int i) {
     const double x = static_cast<double>(values[i]);
     if constexpr (Stochastic)
-      return codec.biased_code(x, value_codec<T>::dither(key, first_low + std::uint32_t(i < m ? i : m - 1)));
+      return codec.biased_code(x, dithers[i]);
     else
       return codec.biased_code(x);
   };
@@ -229,7 +235,11 @@ KOMPRESS_FUNCTION void analyze_padded_block(const T* values, int m, std::uint64_
     specials |= ~fill & -bits(((b & traits::exponent_mask) == traits::exponent_mask) |
                              (b == traits::sign_mask));
     const double x = static_cast<double>(values[i]);
-    const double biased = code_of(i);
+    double biased;
+    if constexpr (Stochastic)
+      biased = codec.biased_code(x, dithers[i]);
+    else
+      biased = codec.biased_code(x);
     const double error = x - static_cast<double>(value_codec<T>::reconstruct(
                                  biased - rounding_constant, step));
     // Fill values may fail this freely; they never reach the decoder's arithmetic.
