@@ -10,7 +10,8 @@
 //               alone (kompress::compress into a preallocated buffer: the stash's overhead is
 //               the difference) and a save through the workspace instead of in place (the
 //               detail::stash_tuning choice); "sign": the same saves with keep_sign (the
-//               sign bits packed and their mean reduced on save, applied on restore)
+//               sign bits packed and their mean reduced on save, applied on restore); "sign
+//               stoch": with keep_sign and stochastic rounding (step e, dithered)
 //   float16     cast to IEEE binary16 and back (F16C where the CPU has it), ratio 2
 //   bfloat16    the upper 16 bits, rounded to nearest even, ratio 2
 //   actnn8      ActNN-style per-group quantizer: groups of 256 values, each with its min and
@@ -274,14 +275,18 @@ void run_file(file_result& r, const options& opts, const host_exec& one, const h
                                               .codec = {.block_size = opts.block_size}};
   kompress::stash<host_exec> stash(all, stash_options);
   auto staged = kompress::detail::tuned_stash(all, stash_options, {.compress_in_place = false});
-  for (const double bound : opts.bounds) for (const bool keep_sign : {false, true}) {
+  for (const double bound : opts.bounds) for (const int variant : {0, 1, 2}) {
+    const bool keep_sign = variant >= 1, stochastic = variant == 2;
     method_result m;
-    char name[32];
-    std::snprintf(name, sizeof name, keep_sign ? "stash REL %g sign" : "stash REL %g", bound);
+    char name[40];
+    const char* format = stochastic ? "stash REL %g sign stoch" : keep_sign ? "stash REL %g sign" : "stash REL %g";
+    std::snprintf(name, sizeof name, format, bound);
     m.method = name;
     m.bound = bound;
     const auto rel = kompress::relative(bound);
-    const kompress::stash_save_options how{.keep_sign = keep_sign};
+    const kompress::stash_save_options how{
+        .keep_sign = keep_sign,
+        .rounding = stochastic ? kompress::rounding_mode::stochastic : kompress::rounding_mode::nearest};
     for (int which = 0; which < 2; ++which) {
       const host_exec& exec = *instances[which];
       const double save =
@@ -366,10 +371,10 @@ void print_table(const std::vector<file_result>& results, int threads) {
     std::printf("\n%s (%.1f MB, range %.4g): memcpy %.2f GB/s (1t), %.2f GB/s (%dt)%s%s\n", r.file.name.c_str(),
                 r.bytes / 1e6, r.range, r.memcpy_1t, r.memcpy_all, threads, r.error.empty() ? "" : "  FAILED: ",
                 r.error.c_str());
-    std::printf("  %-16s %7s %9s %9s %9s %9s %11s %10s %8s %8s %9s\n", "method", "ratio", "save 1t", "rest 1t",
+    std::printf("  %-24s %7s %9s %9s %9s %9s %11s %10s %8s %8s %9s\n", "method", "ratio", "save 1t", "rest 1t",
                 "save all", "rest all", "max err", "err/range", "err/bnd", "codec 1t", "ws save");
     for (const auto& m : r.methods) {
-      std::printf("  %-16s %7.2f %9.2f %9.2f %9.2f %9.2f %11.4g %10.3g", m.method.c_str(), m.ratio, m.save_1t,
+      std::printf("  %-24s %7.2f %9.2f %9.2f %9.2f %9.2f %11.4g %10.3g", m.method.c_str(), m.ratio, m.save_1t,
                   m.restore_1t, m.save_all, m.restore_all, m.max_abs, m.max_over_range);
       if (!std::isnan(m.bound))
         std::printf(" %8.3f %8.2f %9.2f%s", m.max_over_bound, m.codec_1t, m.workspace_save_1t,
