@@ -75,6 +75,9 @@ TEST_CASE("codec: the ratio codec's bound holds on every real array, as a View o
   }
 }
 
+// Not in the team-kernel build, three times slower on the host: its encoder is the
+// same per-block code, and codec_rounding_team holds its stochastic streams to the same bytes.
+#ifndef KOMPRESS_TEAM_KERNELS
 TEST_CASE("codec: stochastic rounding keeps the bound on every real array, both codecs") {
   const auto files = kompress::test::float_data_files();
   REQUIRE(files.size() >= arrays_expected());
@@ -87,3 +90,4 @@ TEST_CASE("codec: stochastic rounding keeps the bound on every real array, both 
     }
   }
 }
+#endif
