@@ -68,7 +68,8 @@ void check_bounds() {
           CAPTURE(int(codec));
           CAPTURE(bound.value);
           CAPTURE(seed);
-          require_round_trip<T>(values, {.bound = bound, .codec = codec, .rounding = stochastic, .rounding_seed = seed});
+          require_round_trip<T>(values,
+                                {.bound = bound, .codec = codec, .rounding = stochastic, .rounding_seed = seed});
           require_round_trip<T>(values, {.bound = bound, .fill_value = 0.3, .codec = codec, .rounding = stochastic,
                                          .rounding_seed = seed});
         }
