@@ -97,8 +97,8 @@ TEST_CASE_TEMPLATE("stash keep_sign: x'' > 0 exactly where x > 0, every value wi
         CHECK(info.keeps_sign);
         CHECK_FALSE(stash.info(plain).keeps_sign);
         // One bit per value in 32-bit words (a multiple of 4 of them), and 16 bytes, per stream
-        // (16 KiB of values) or, async, for the one stream of the View.
-        const std::size_t per_stream = async ? count : (std::size_t(16) << 10) / sizeof(T);
+        // (16 KiB of values; save_async saves a keep_sign View as save does).
+        const std::size_t per_stream = (std::size_t(16) << 10) / sizeof(T);
         std::size_t expected_sign_bytes = 0;
         for (std::size_t first = 0; first < count; first += per_stream)
           expected_sign_bytes += 4 * ((std::min(per_stream, count - first) + 127) / 128 * 4) + 16;
@@ -233,6 +233,95 @@ TEST_CASE("stash rounding: every save draws afresh, and a stash with the same se
   CHECK(two_saves(opts)[0] != first[0]);
 }
 
+/// A ReLU's output: `zeros` of the values +0, the rest exponential (a few below any bound).
+template <class T>
+std::vector<T> relu_output(std::size_t count, double zeros, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::exponential_distribution<double> exponential(1.0);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<T> values(count);
+  for (T& v : values) v = uniform(rng) < zeros ? T(0) : T(exponential(rng));
+  return values;
+}
+
+TEST_CASE_TEMPLATE("stash keep_sign of values >= 0: the zeros live in the sign bits, the streams hold the rest", T,
+                   float, double) {
+  const exec_space exec;
+  // 16 KiB segments: counts over one span several, each packed on its own.
+  stash_type stash(exec, options(std::size_t(16) << 20, std::size_t(16) << 10));
+  for (const auto rounding : {kompress::rounding_mode::nearest, kompress::rounding_mode::stochastic}) {
+    for (const auto& bound : {kompress::relative(1e-1), kompress::absolute(1e-3), kompress::lossless()}) {
+      for (const double zeros : {0.0, 0.3, 0.7, 1.0}) {
+        for (const std::size_t count : {std::size_t(1), std::size_t(45), std::size_t(100003)}) {
+          for (const bool async : {false, true}) {
+            CAPTURE(int(rounding));
+            CAPTURE(bound.value);
+            CAPTURE(zeros);
+            CAPTURE(count);
+            CAPTURE(async);
+            auto values = relu_output<T>(count, zeros, unsigned(count + 100 * zeros));
+            const auto view = to_view(values);
+            const kompress::stash_save_options how{.keep_sign = true, .rounding = rounding};
+            const auto handle =
+                async ? stash.save_async(exec, view, bound, how) : stash.save(exec, view, bound, how);
+            const auto info = stash.info(handle);
+            const auto zero_count = std::size_t(std::count(values.begin(), values.end(), T(0)));
+            CHECK(info.zeros_in_signs == zero_count);
+            Kokkos::View<T*, memory_space> back("back", count);
+            stash.restore(exec, handle, back);
+            const auto restored = to_vector(back);
+            require_within(values, restored, info.absolute_bound);
+            CHECK(sign_flips(values, restored) == 0);
+            std::size_t inexact_zeros = 0;
+            for (std::size_t i = 0; i < count; ++i)
+              inexact_zeros += values[i] == T(0) && (restored[i] != T(0) || std::signbit(restored[i]));
+            CHECK(inexact_zeros == 0);
+            stash.restore_and_drop(exec, handle, back);
+            CHECK(std::memcmp(to_vector(back).data(), restored.data(), count * sizeof(T)) == 0);
+
+            // The same values with one -0.0 first: stored whole, zeros and all, in more bytes.
+            if (count < 1000 || zeros == 0.0) continue;
+            values[0] = T(-0.0);
+            const auto whole = stash.save(exec, to_view(values), bound, how);
+            const auto whole_info = stash.info(whole);
+            CHECK(whole_info.zeros_in_signs == 0);
+            CHECK(whole_info.stored_bytes > info.stored_bytes);
+            stash.restore_and_drop(exec, whole, back);
+            const auto restored_whole = to_vector(back);
+            require_within(values, restored_whole, whole_info.absolute_bound);
+            CHECK(std::signbit(restored_whole[0]));
+          }
+        }
+      }
+    }
+  }
+  CHECK(stash.stats().entries == 0);
+  CHECK(stash.stats().pool_bytes == stash.stats().workspace_bytes);
+}
+
+TEST_CASE("stash keep_sign of values >= 0: a segment with a negative value, and those after it, are stored whole") {
+  const exec_space exec;
+  stash_type stash(exec, options(std::size_t(16) << 20, std::size_t(16) << 10));  // 4096 floats a segment
+  const std::size_t count = 5 * 4096;
+  auto values = relu_output<float>(count, 0.5, 11);
+  values[2 * 4096 + 17] = -1.0f;  // segment 2
+  values[3 * 4096 + 5] = std::numeric_limits<float>::quiet_NaN();
+  values[4 * 4096 + 8] = std::numeric_limits<float>::infinity();
+  const auto handle = stash.save(exec, to_view(values), kompress::relative(1e-2), {.keep_sign = true});
+  const auto info = stash.info(handle);
+  const auto zeros_before = std::size_t(std::count(values.begin(), values.begin() + 2 * 4096, 0.0f));
+  CHECK(info.zeros_in_signs == zeros_before);
+  CHECK(info.segments == 5);
+  Kokkos::View<float*, memory_space> back("back", count);
+  stash.restore_and_drop(exec, handle, back);
+  const auto restored = to_vector(back);
+  require_within(values, restored, info.absolute_bound);
+  CHECK(sign_flips(values, restored) == 0);
+  CHECK(restored[2 * 4096 + 17] < 0.0f);
+  CHECK(std::isnan(restored[3 * 4096 + 5]));
+  CHECK(restored[4 * 4096 + 8] == std::numeric_limits<float>::infinity());
+}
+
 TEST_CASE("stash keep_sign: the bits are counted, one per value per stream, and freed with the entry") {
   const exec_space exec;
   stash_type stash(exec, options(std::size_t(4) << 20, std::size_t(16) << 10));  // 4096 floats a segment
@@ -260,7 +349,10 @@ TEST_CASE("stash keep_sign: the bits are counted, one per value per stream, and 
 TEST_CASE("stash keep_sign: bits spilled to host memory restore the same; bits that fit nowhere throw") {
   const exec_space exec;
   const std::size_t count = std::size_t(1) << 20;
-  const std::vector<float> zeros(count, 0.0f);  // constant blocks: tiny streams, full-size bits
+  // Constant blocks, tiny streams, full-size bits; one negative value, so that the zeros are
+  // stored in the streams (values >= 0 would be stored as their sign bits alone).
+  std::vector<float> zeros(count, 0.0f);
+  zeros[0] = -1e-4f;
   const auto view = to_view(zeros);
   const auto bound = kompress::absolute(1e-3);
   // 16 KiB segments: 256 streams of a few dozen bytes (aligned to 64) and 256 x 512 bytes of bits.

@@ -39,6 +39,8 @@ struct stash_entry_info {
   std::size_t raw_bytes = 0;             ///< count * element size
   std::size_t stored_bytes = 0;          ///< the segments' stream lengths and the sign bits
   std::size_t sign_bytes = 0;            ///< the sign bits' share (keep_sign): 0 without
+  std::size_t zeros_in_signs = 0;        ///< values restored as +0 from the sign bits alone
+                                         ///< (keep_sign of values >= 0: not in a stream)
   codec_mode codec = codec_mode::fast;   ///< the streams' codec
   bool keeps_sign = false;               ///< restored values keep the saved side of 0
   rounding_mode rounding = rounding_mode::nearest;  ///< how its values were rounded

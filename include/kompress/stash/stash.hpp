@@ -443,7 +443,7 @@ struct stash<ExecutionSpace>::state {
   /// Frees the segments' streams in their tiers (the entry's own mutex held or not needed).
   void free_segments(detail::stash_entry& entry) {
     for (const detail::stash_segment& segment : entry.segments)
-      tiers[segment.tier]->release(segment.offset, segment.stream_bytes);
+      if (segment.has_range()) tiers[segment.tier]->release(segment.offset, segment.stream_bytes);
     entry.segments.clear();
   }
 
@@ -533,6 +533,9 @@ struct stash<ExecutionSpace>::state {
     check_save(view, requested, who);
     const std::size_t count = view.size();
     if (count == 0) return save<T>(exec_, view, requested, how);  // no device work at all
+    // keep_sign stores a ReLU's output as its positive values alone, and only the host can
+    // place a stream of a length the device counts: such saves wait, as save does.
+    if (how.keep_sign) return save<T>(exec_, view, requested, how);
     const std::size_t sample =
         std::min(count, detail::segment_values(options.segment_bytes, sizeof(T), options.codec.block_size));
     const codec_mode mode = choose_codec(exec_, values_view(view.data(), sample), requested, how);
@@ -556,13 +559,6 @@ struct stash<ExecutionSpace>::state {
       others_pending = pending.count > 0;
     }
     if (!offset && others_pending && settle(std::nullopt)) offset = pool->reserve(reserved);
-    // The sign bits have their exact size: kept at once, packed on `exec` with the stream.
-    const std::size_t sign_bytes = detail::sign_bytes(count);
-    std::optional<std::size_t> sign_offset;
-    if (offset && how.keep_sign && !(sign_offset = pool->borrow(sign_bytes))) {
-      pool->unreserve(*offset, reserved);
-      offset.reset();
-    }
     // No room for the worst case: the synchronous path (segments, workspace, tiers) can
     // still place it.
     if (!offset) return save<T>(exec_, view, requested, with_codec(how, mode));
@@ -573,22 +569,14 @@ struct stash<ExecutionSpace>::state {
       kompress::compress_async(exec_, values_view(view.data(), count),
                                unmanaged_bytes(pool->data() + *offset, reserved),
                                stream_codec(requested, mode, local, 0));
-      if (sign_offset)  // the bound is in the stream's header, on the device
-        detail::pack_signs(exec_, view.data(), count, pool->data() + *sign_offset, 0.0, pool->data() + *offset);
     } catch (...) {
       pool->unreserve(*offset, reserved);
-      if (sign_offset) pool->give_back(*sign_offset, sign_bytes);
       std::lock_guard lock(mutex);
       entries.release(slot, std::move(local.segments));
       throw;
     }
     local.segments.push_back({.first_value = 0, .count = count, .tier = 0, .offset = *offset,
                               .stream_bytes = 0});
-    if (sign_offset) {
-      pool->keep(*sign_offset, sign_bytes, sign_bytes);
-      local.segments.push_back({.first_value = 0, .count = count, .tier = 0, .signs = true,
-                                .offset = *sign_offset, .stream_bytes = sign_bytes});
-    }
     local.used = requested;
     local.codec = mode;
     local.reserved_bytes = reserved;
@@ -670,10 +658,11 @@ struct stash<ExecutionSpace>::state {
     std::string tried;
     std::optional<codec_mode> mode;  // chosen once, at the bound asked for
     while (true) {
-      // A relative bound is relative to the whole View's range: over several segments it is
-      // resolved here, and every segment gets the same absolute bound.
+      // A relative bound is relative to the whole View's range: over several segments (or for
+      // the sign bits, which need it before the stream) it is resolved here, and every segment
+      // gets the same absolute bound.
       error_bound segment_bound = bound;
-      if (segments > 1 && bound.mode == bound_mode::relative) {
+      if ((segments > 1 || how.keep_sign) && bound.mode == bound_mode::relative) {
         double e = kompress::absolute_bound(exec_, values_view(data, count),
                                             codec_with(bound, options.codec.codec));
         if (!(e <= 0x1p1000)) e = 0x1p1000;  // an overflowing range: the codec caps it too
@@ -686,34 +675,44 @@ struct stash<ExecutionSpace>::state {
       bool placed_all = true;
       detail::stash_segment failed;
       std::size_t failed_bytes = 0;
-      for (std::size_t s = 0; s < segments; ++s) {
+      // keep_sign: each segment's stream, then its sign bits. A segment of values >= 0 stores
+      // its positive values alone; once one holds a negative value the save stops trying.
+      bool positives_only = how.keep_sign && tuning.compress_in_place && per_segment < (std::size_t(1) << 32);
+      for (std::size_t s = 0; s < segments && placed_all; ++s) {
         detail::stash_segment segment;
         segment.first_value = s * per_segment;
         segment.count = std::min(per_segment, count - segment.first_value);
+        const compress_options codec = stream_codec(segment_bound, *mode, entry, s);
         double segment_abs_bound = 0.0;
-        failed_bytes = place_segment<T>(exec_, values_view(data + segment.first_value, segment.count),
-                                        stream_codec(segment_bound, *mode, entry, s), segment, segment_abs_bound,
-                                        who);
+        if (positives_only) {
+          detail::stash_segment signs;
+          const positives_placement placed = place_positives<T>(exec_, data + segment.first_value, codec,
+                                                                segment_bound.value, segment, signs,
+                                                                segment_abs_bound);
+          if (placed == positives_placement::placed) {
+            entry.segments.push_back(segment);
+            entry.segments.push_back(signs);
+            entry.absolute_bound = std::max(entry.absolute_bound, segment_abs_bound);
+            continue;
+          }
+          positives_only = placed != positives_placement::not_all_positive_or_zero;
+        }
+        failed_bytes = place_segment<T>(exec_, values_view(data + segment.first_value, segment.count), codec,
+                                        segment, segment_abs_bound, who);
+        if (failed_bytes == 0) {
+          entry.segments.push_back(segment);
+          entry.absolute_bound = std::max(entry.absolute_bound, segment_abs_bound);
+          if (how.keep_sign) {
+            detail::stash_segment signs{.first_value = segment.first_value, .count = segment.count};
+            failed_bytes = place_signs(exec_, data + segment.first_value, segment_abs_bound, signs, who);
+            if (failed_bytes == 0) entry.segments.push_back(signs);
+            else segment = signs;
+          }
+        }
         if (failed_bytes != 0) {
           failed = segment;
           placed_all = false;
-          break;
         }
-        entry.segments.push_back(segment);
-        entry.absolute_bound = std::max(entry.absolute_bound, segment_abs_bound);
-      }
-      // The sign bits, one segment per stream, after the streams.
-      for (std::size_t s = 0; placed_all && how.keep_sign && s < segments; ++s) {
-        detail::stash_segment segment;
-        segment.first_value = s * per_segment;
-        segment.count = std::min(per_segment, count - segment.first_value);
-        failed_bytes = place_signs(exec_, data + segment.first_value, entry.absolute_bound, segment, who);
-        if (failed_bytes != 0) {
-          failed = segment;
-          placed_all = false;
-          break;
-        }
-        entry.segments.push_back(segment);
       }
       if (placed_all) return;
 
@@ -783,6 +782,68 @@ struct stash<ExecutionSpace>::state {
     abs_bound = kompress::inspect_header(exec_, workspace_range).absolute_bound;
     segment.stream_bytes = length;
     return store_from_workspace(exec_, segment, who);
+  }
+
+  enum class positives_placement { placed, not_all_positive_or_zero, no_zeros, no_room };
+
+  /// A keep_sign segment whose values are all positive or +0 (a ReLU's output) is stored as
+  /// its positive values alone, compressed within `codec`, and its sign bits, which say where
+  /// they go: the zeros cost one bit each, not a code. The positive values are packed into the
+  /// workspace and compressed from there in place into the pool, the sign bits (packed with
+  /// `bound`, the absolute bound) beside them. Places nothing unless it returns `placed`: a
+  /// segment with a value that is neither, without zeros, or without room in place in the
+  /// pool is stored whole (place_segment, place_signs).
+  template <class T>
+  positives_placement place_positives(const ExecutionSpace& exec_, const T* values, const compress_options& codec,
+                                      double bound, detail::stash_segment& stream, detail::stash_segment& signs,
+                                      double& abs_bound) {
+    const std::size_t count = stream.count;
+    std::lock_guard workspace_lock(workspace_mutex);
+    T* const packed_values = reinterpret_cast<T*>(pool->workspace());
+    const detail::packed_positives packed = detail::pack_positives(exec_, values, count, packed_values);
+    if (!packed.others_zero) return positives_placement::not_all_positive_or_zero;
+    if (packed.count == count) return positives_placement::no_zeros;
+
+    const std::size_t sign_bytes = detail::sign_bytes(count);
+    const std::optional<std::size_t> sign_offset = pool->borrow(sign_bytes);
+    if (!sign_offset) return positives_placement::no_room;
+    std::optional<std::size_t> offset;
+    std::size_t worst = 0, length = 0;
+    abs_bound = bound;  // without positives, what a stream would have recorded
+    try {
+      if (packed.count > 0) {
+        worst = max_compressed_size<T>(packed.count, codec);
+        offset = pool->borrow(worst);
+        if (!offset) {
+          pool->give_back(*sign_offset, sign_bytes);
+          return positives_placement::no_room;
+        }
+        const unmanaged_bytes range(pool->data() + *offset, worst);
+        const Kokkos::View<const T*, memory_space, Kokkos::MemoryUnmanaged> positives(packed_values, packed.count);
+        length = kompress::compress(exec_, positives, range, codec);
+        abs_bound = kompress::inspect_header(exec_, range).absolute_bound;
+      }
+      detail::pack_signs(exec_, values, count, pool->data() + *sign_offset, bound);
+      exec_.fence("kompress::stash::save: sign bits packed");
+    } catch (...) {
+      if (offset) pool->give_back(*offset, worst);
+      pool->give_back(*sign_offset, sign_bytes);
+      throw;
+    }
+    if (offset) pool->keep(*offset, worst, length);
+    pool->keep(*sign_offset, sign_bytes, sign_bytes);
+    stream.tier = 0;
+    stream.positives_only = true;
+    stream.stored_values = packed.count;
+    stream.offset = offset.value_or(0);
+    stream.stream_bytes = length;
+    signs = stream;
+    signs.signs = true;
+    signs.positives_only = false;
+    signs.stored_values = 0;
+    signs.offset = *sign_offset;
+    signs.stream_bytes = sign_bytes;
+    return positives_placement::placed;
   }
 
   /// Packs the sign bits of segment.count values at `values` (stored within `abs_bound`) and
@@ -875,12 +936,23 @@ struct stash<ExecutionSpace>::state {
       }
     } guard{this, handle.slot};
 
-    // The streams, then the sign bits that follow them (every value decoded before its sign
-    // is applied).
+    // Each stream, then the sign bits that follow it (every value decoded before its sign is
+    // applied).
     for (std::size_t s = 0; s < segment_count; ++s) {
       const detail::stash_segment& segment = segments[s];
       const Kokkos::View<T*, typename View::memory_space, Kokkos::MemoryUnmanaged> values(
           out.data() + segment.first_value, segment.count);
+      if (segment.positives_only) {  // decoded into the workspace, then spread between zeros
+        const detail::stash_segment& signs = segments[s + 1];  // both in the pool
+        std::lock_guard workspace_lock(workspace_mutex);
+        T* const packed_values = reinterpret_cast<T*>(pool->workspace());
+        if (segment.stored_values > 0)
+          decompress(exec_, const_unmanaged_bytes(pool->data() + segment.offset, segment.stream_bytes),
+                     Kokkos::View<T*, memory_space, Kokkos::MemoryUnmanaged>(packed_values, segment.stored_values));
+        detail::unpack_positives(exec_, pool->data() + signs.offset, packed_values, values.data(), segment.count);
+        exec_.fence("kompress::stash::restore: positive values unpacked");
+        continue;
+      }
       tier& where = *tiers[segment.tier];
       std::unique_lock<std::mutex> workspace_lock;
       if (where.loads_into_scratch()) workspace_lock = std::unique_lock(workspace_mutex);
@@ -983,6 +1055,7 @@ struct stash<ExecutionSpace>::state {
     result.used_bound = entry.used;
     result.absolute_bound = entry.absolute_bound;
     result.sign_bytes = entry.sign_bytes();
+    result.zeros_in_signs = entry.zeros_in_signs();
     result.codec = entry.codec;
     result.keeps_sign = entry.keeps_sign();
     result.rounding = entry.rounding;

@@ -19,15 +19,21 @@ namespace kompress::inline v0::detail {
 
 /// One stream of an entry: values [first_value, first_value + count), kept in tier `tier` of
 /// the stash's list (0: the pool) at `offset`. With `signs`, not a stream but the values' sign
-/// bits (a keep_sign save: stash/detail/sign_bits.hpp), one such segment per stream, after
-/// the streams.
+/// bits (a keep_sign save: stash/detail/sign_bits.hpp), right after the stream of the same
+/// values. With `positives_only`, the stream holds only the stored_values positive ones of a
+/// range whose other values are all +0: its sign bits say where they go, and both are in the
+/// pool (no stream at all when stored_values is 0).
 struct stash_segment {
   std::size_t first_value = 0;
   std::size_t count = 0;
   std::uint8_t tier = 0;
   bool signs = false;
+  bool positives_only = false;
+  std::size_t stored_values = 0;
   std::size_t offset = 0;
   std::size_t stream_bytes = 0;
+
+  bool has_range() const { return !(positives_only && stored_values == 0); }
 };
 
 struct stash_entry {
@@ -61,6 +67,12 @@ struct stash_entry {
   std::size_t sign_bytes() const {
     std::size_t total = 0;
     for (const stash_segment& s : segments) total += s.signs ? s.stream_bytes : 0;
+    return total;
+  }
+  /// Values restored as +0 from the sign bits alone.
+  std::size_t zeros_in_signs() const {
+    std::size_t total = 0;
+    for (const stash_segment& s : segments) total += s.positives_only ? s.count - s.stored_values : 0;
     return total;
   }
   bool keeps_sign() const {

@@ -7,10 +7,12 @@
 // and imaginary parts of one Kokkos::complex<double>. Restore gives a positive value that came
 // back <= 0 their mean, the expected value of what the quantizer rounded to 0, rather than a
 // fixed point of (0, e] that would shift every such value the same way.
+//
+// Where every value that is not positive is +0 (a ReLU's output), the bits also say where the
+// zeros are: the stash then compresses only the positive values, packed in order
+// (pack_positives), and restore puts them back between exact zeros (unpack_positives).
 
-#include <kompress/detail/bytes.hpp>
-#include <kompress/format.hpp>
-
+#include <Kokkos_BitManipulation.hpp>
 #include <Kokkos_Complex.hpp>
 #include <Kokkos_Core.hpp>
 #include <Kokkos_NumericTraits.hpp>
@@ -39,12 +41,10 @@ constexpr std::size_t sign_bytes(std::size_t count) {
 }
 
 /// Packs words[w] bit b = values[32 w + b] > 0 (NaN: 0) and reduces the sum and count of the
-/// values in (0, e] into the bytes after the words. e is `bound`, or, when `header` is given,
-/// the absolute bound in that stream header (written by kernels enqueued before on `exec`: a
-/// save_async's bound is known only on the device). Enqueued on `exec`, nothing waits.
+/// values in (0, e] into the bytes after the words, e = `bound`. Enqueued on `exec`, nothing
+/// waits.
 template <class T, class ExecutionSpace>
-void pack_signs(const ExecutionSpace& exec, const T* values, std::size_t count, std::byte* out, double bound,
-                const std::byte* header = nullptr) {
+void pack_signs(const ExecutionSpace& exec, const T* values, std::size_t count, std::byte* out, double bound) {
   using memory_space = typename ExecutionSpace::memory_space;
   auto* const words = reinterpret_cast<std::uint32_t*>(out);
   const Kokkos::View<Kokkos::complex<double>, memory_space, Kokkos::MemoryUnmanaged> small_positives(
@@ -53,7 +53,7 @@ void pack_signs(const ExecutionSpace& exec, const T* values, std::size_t count, 
       "kompress::stash::pack_signs",
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, sign_words(count)),
       KOKKOS_LAMBDA(const std::size_t w, Kokkos::complex<double>& sum_count) {
-        const T e = T(header ? load<double>(header + abs_bound_offset) : bound);
+        const T e = T(bound);
         const std::size_t first = 32 * w;
         const std::size_t n = first >= count ? 0 : count - first < 32 ? count - first : 32;
         // Without branches (the signs of activations are as good as random: a mispredicted
@@ -150,6 +150,71 @@ void apply_signs(const ExecutionSpace& exec, const std::byte* in, T* values, std
           for (std::size_t b = 0; b < 32; ++b) apply(b);
         else
           for (std::size_t b = 0; b < n; ++b) apply(b);
+      });
+}
+
+/// What pack_positives found: how many values it packed, and whether every other value was +0
+/// (only then do the sign bits alone restore them).
+struct packed_positives {
+  std::size_t count = 0;
+  bool others_zero = false;
+};
+
+/// Copies the positive values among values[0, count) to out[0, P), in order (out must have
+/// room for `count`), and counts them. `count` must be below 2^32: the scan carries the count
+/// of positives in the low 32 bits and the number of words holding a value that is neither
+/// positive nor +0 (negative, -0.0, NaN) in the high ones. Waits for `exec`.
+template <class T, class ExecutionSpace>
+packed_positives pack_positives(const ExecutionSpace& exec, const T* values, std::size_t count, T* out) {
+  using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  std::uint64_t total = 0;
+  Kokkos::parallel_scan(
+      "kompress::stash::pack_positives",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, (count + 31) / 32),
+      KOKKOS_LAMBDA(const std::size_t w, std::uint64_t& prefix, const bool final) {
+        const std::size_t first = 32 * w;
+        const std::size_t n = count - first < 32 ? count - first : 32;
+        KOMPRESS_IMPL_SIGN_LANES;
+        std::uint32_t positive = 0, other = 0;
+        for (std::size_t b = 0; b < n; ++b) {
+          const T x = values[first + b];
+          const std::uint32_t is_positive = 0u - std::uint32_t(x > T(0));
+          positive |= lanes[b] & is_positive;
+          other |= ~is_positive & (0u - std::uint32_t(Kokkos::bit_cast<bits_type>(x) != 0));
+        }
+        if (final) {
+          std::size_t at = std::size_t(prefix & 0xFFFFFFFFu);
+          for (std::uint32_t rest = positive; rest != 0; rest &= rest - 1)
+            out[at++] = values[first + std::size_t(Kokkos::countr_zero(rest))];
+        }
+        prefix += std::uint64_t(Kokkos::popcount(positive)) + (std::uint64_t(other != 0) << 32);
+      },
+      total);
+  return {std::size_t(total & 0xFFFFFFFFu), (total >> 32) == 0};
+}
+
+/// The inverse of pack_positives given the sign bits packed from the same values: values[i] =
+/// the next of `packed` where bit i is set, +0 where it is clear. Enqueued on `exec`.
+template <class T, class ExecutionSpace>
+void unpack_positives(const ExecutionSpace& exec, const std::byte* signs, const T* packed, T* values,
+                      std::size_t count) {
+  const auto* const words = reinterpret_cast<const std::uint32_t*>(signs);
+  Kokkos::parallel_scan(
+      "kompress::stash::unpack_positives",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, (count + 31) / 32),
+      KOKKOS_LAMBDA(const std::size_t w, std::size_t& prefix, const bool final) {
+        const std::uint32_t bits = words[w];
+        if (final) {
+          const std::size_t first = 32 * w;
+          const std::size_t n = count - first < 32 ? count - first : 32;
+          std::size_t at = prefix;
+          for (std::size_t b = 0; b < n; ++b) {
+            const bool positive = ((bits >> b) & 1u) != 0;
+            values[first + b] = positive ? packed[at] : T(0);
+            at += positive;
+          }
+        }
+        prefix += std::size_t(Kokkos::popcount(bits));
       });
 }
 
