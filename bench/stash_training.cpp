@@ -49,7 +49,8 @@
 // The ReLUs' backward needs to know which outputs were positive. By default (--mask stash) the
 // MLP's stash run saves the ReLU outputs with keep_sign: the stash keeps a bit per value and
 // restores every value on its saved side of 0, so the mask is taken from the restored outputs
-// and is exact (counted in the stash's memory). --mask bits keeps the mask as the caller's own
+// and is exact (counted in the stash's memory). The image is saved with keep_sign too: its
+// pixels are >= 0, so its zeros, like the ReLU outputs', are stored as sign bits alone. --mask bits keeps the mask as the caller's own
 // bits beside the compressed outputs (as ActNN does; counted too); --mask restored takes it from
 // restored outputs saved without keep_sign, which zeroes the gradient through every output the
 // bound rounds to 0 and biases training (docs/stash.md).
@@ -674,7 +675,7 @@ run_result train(const settings& s, const dataset& data, storage how) {
       if (checking) Kokkos::deep_copy(exec, exact[which], *kept[which]);  // only a stash run has bounds
       const auto bound = bounds ? bounds->bound(std::uint32_t(which)) : kompress::relative(s.bound);
       save_timed(stash.get(), exec, s, saved[which], *kept[which], bound, result, which,
-                 std::size_t(rows) * (784 + 2048) * sizeof(float), which > 0 && stash_signs);
+                 std::size_t(rows) * (784 + 2048) * sizeof(float), stash_signs);
     };
     save(0);
     gemm(exec, xm, fc1.weight_t, a1m);

@@ -666,7 +666,9 @@ class Stash:
         ``codec``: None (the stash's), 'fast', 'ratio' or 'auto' (measured on the save's first
         segment; remembered per ``layer``, an int in [0, 2^32) naming the tensor's role).
         ``keep_sign=True`` stores x > 0 as one bit per value: restored values are then > 0
-        exactly where x was, still within the bound. ``rounding``: None (the stash's), 'nearest'
+        exactly where x was, still within the bound; where x holds no negative value (a ReLU's
+        output), its zeros are stored as those bits alone (``info(h).zeros_in_signs``) and come
+        back exact. ``rounding``: None (the stash's), 'nearest'
         or 'stochastic' (restored values unbiased, E[x''] = x, within the same bound)
         (docs/stash.md, "Per-save options")."""
         who = "kompress.Stash.save"

@@ -194,7 +194,8 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
             > 0, stored with the streams, and restored values on that side of 0, within the
             bound. Functions whose backward reads only where their output is positive (ReLU)
             then see exactly the mask the plain run sees. Costs 1/32 (float32) of the raw size,
-            counted in the stash's stored bytes (``stats().sign_bytes``).
+            counted in the stash's stored bytes (``stats().sign_bytes``); on a tensor without
+            negative values (a ReLU's output) its zeros are stored as those bits alone.
         codec: each save's codec: None (the stash's, 'fast' for a stash made here), 'fast',
             'ratio' or 'auto' (measured per save), as kompress.Stash.save.
         rounding: each save's rounding: None (the stash's, 'nearest' for a stash made here),

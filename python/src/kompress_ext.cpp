@@ -1327,6 +1327,7 @@ NB_MODULE(_kompress, m) {
       .def_ro("raw_bytes", &kompress::stash_entry_info::raw_bytes)
       .def_ro("stored_bytes", &kompress::stash_entry_info::stored_bytes)
       .def_ro("sign_bytes", &kompress::stash_entry_info::sign_bytes)
+      .def_ro("zeros_in_signs", &kompress::stash_entry_info::zeros_in_signs)
       .def_prop_ro("codec", [](const kompress::stash_entry_info& i) {
         return i.codec == kompress::codec_mode::ratio ? "ratio" : "fast";
       })

@@ -56,6 +56,24 @@ def straddling_zero(dtype, e, n=100_003):
     return x
 
 
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+def test_keep_sign_of_a_relu_output_stores_its_zeros_as_sign_bits_alone(rounding):
+    x = load("act_mlp_relu2_out_1024x1024.f32").ravel()     # a ReLU's output: about half +0
+    stash = kompress.Stash(16 << 20)
+    kept = stash.save(x, rel=5e-2, keep_sign=True, rounding=rounding)
+    info = stash.info(kept)
+    assert info.zeros_in_signs == np.count_nonzero(x == 0) > x.size // 4
+    restored = stash.restore(kept)
+    assert np.array_equal(restored > 0, x > 0)
+    assert not np.signbit(restored[x == 0]).any() and (restored[x == 0] == 0).all(), "the zeros come back exact"
+    assert_within(x, restored, info.absolute_bound)
+    y = x.copy()
+    y[0] = -1.0                                              # not a ReLU's output: stored whole
+    whole = stash.save(y, rel=5e-2, keep_sign=True, rounding=rounding)
+    assert stash.info(whole).zeros_in_signs == 0 and stash.info(whole).stored_bytes > 1.2 * info.stored_bytes
+    assert_within(y, stash.restore(whole), stash.info(whole).absolute_bound)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("codec", ["fast", "ratio"])
 @pytest.mark.parametrize("bound", [{"abs": 1e-3}, {"rel": 0.1}])   # rel: about 8e-4 of the range 8e-3
