@@ -19,9 +19,11 @@
 // 3x3 pad 1 8->16, ReLU, maxpool 2x2 (14->7); Linear 784->10; PyTorch's default
 // initialisation. The convolutions run as the same matrix product over an im2col matrix.
 // Saved for backward, through the stash in the stash run: the input of each layer with weights
-// (the image, pool 1's output, pool 2's output). Kept beside them in both runs and counted in
-// both runs' memory: the ReLU masks as bits and the pools' argmax (which of the 2x2 window's
-// four won) as one byte per output. --check-gradients compares the CNN's backward pass with
+// (the image, pool 1's output, pool 2's output), with keep_sign in the stash run. Kept beside
+// them in both runs and counted in both runs' memory: the pools' argmax (which of the 2x2
+// window's four won), 2 bits per output. No ReLU mask is kept: the gradient reaches a ReLU
+// output only at its window's argmax, where the output is the pooled one, so the mask there is
+// "pooled output > 0", which the saved output (its sign exact) gives. --check-gradients compares the CNN's backward pass with
 // central differences of the loss at a few entries of every parameter on the plain run's first
 // step (float precision and the kinks of ReLU and max bound how well they agree). The CNN's
 // measured loss gaps and memory are in docs/stash.md, "The small CNN".
@@ -50,8 +52,9 @@
 // MLP's stash run saves the ReLU outputs with keep_sign: the stash keeps a bit per value and
 // restores every value on its saved side of 0, so the mask is taken from the restored outputs
 // and is exact (counted in the stash's memory). The image is saved with keep_sign too: its
-// pixels are >= 0, so its zeros, like the ReLU outputs', are stored as sign bits alone. --mask bits keeps the mask as the caller's own
-// bits beside the compressed outputs (as ActNN does; counted too); --mask restored takes it from
+// pixels are >= 0, so its zeros, like the ReLU outputs', are stored as sign bits alone.
+// --mask bits keeps the mask as the caller's own bits beside the compressed outputs (as ActNN
+// does; counted too); --mask restored takes it from
 // restored outputs saved without keep_sign, which zeroes the gradient through every output the
 // bound rounds to 0 and biases training (docs/stash.md).
 //
@@ -760,7 +763,9 @@ run_result train(const settings& s, const dataset& data, storage how) {
 // --- the CNN (--model cnn) ----------------------------------------------------------------------
 
 using tensor = Kokkos::View<float****, Kokkos::LayoutRight, memory_space>;  // NCHW
-using index_tensor = Kokkos::View<std::uint8_t****, Kokkos::LayoutRight, memory_space>;
+/// Which of each 2x2 pooling window's four values won, 2 bits per pooled value, four to a byte
+/// in the pooled tensor's NCHW order.
+using argmax_bits = Kokkos::View<std::uint8_t*, memory_space>;
 
 /// A 3x3 convolution with padding 1 (stride 1) on size x size images, its weight
 /// [out, in * 9] row-major ([out, in, 3, 3]). It runs as matrix products over the im2col
@@ -857,61 +862,73 @@ void conv3x3_backward(const exec_space& exec, const tensor& in, const tensor& do
 }
 
 /// 2x2 max pooling (stride 2); `argmax` keeps which of the window's four won (dy * 2 + dx,
-/// the first of equal ones).
-void maxpool_forward(const exec_space& exec, const tensor& in, const tensor& out, const index_tensor& argmax) {
+/// the first of equal ones). One thread per byte of `argmax`: four pooled values.
+void maxpool_forward(const exec_space& exec, const tensor& in, const tensor& out, const argmax_bits& argmax) {
+  const std::size_t channels = out.extent(1), height = out.extent(2), width = out.extent(3), count = out.size();
   Kokkos::parallel_for(
-      "maxpool_forward",
-      Kokkos::MDRangePolicy<exec_space, Kokkos::Rank<4>>(exec, {0, 0, 0, 0},
-                                                         {out.extent(0), out.extent(1), out.extent(2), out.extent(3)}),
-      KOKKOS_LAMBDA(int n, int c, int h, int x) {
-        float top = in(n, c, 2 * h, 2 * x);
-        int best = 0;
-        for (int k = 1; k < 4; ++k) {
-          const float v = in(n, c, 2 * h + k / 2, 2 * x + k % 2);
-          if (v > top) top = v, best = k;
+      "maxpool_forward", Kokkos::RangePolicy<exec_space>(exec, 0, (count + 3) / 4), KOKKOS_LAMBDA(std::size_t byte) {
+        std::uint8_t bits = 0;
+        for (std::size_t k = 0; k < 4 && 4 * byte + k < count; ++k) {
+          const std::size_t f = 4 * byte + k;
+          const int x = int(f % width), h = int(f / width % height), c = int(f / (width * height) % channels),
+                    n = int(f / (width * height * channels));
+          float top = in(n, c, 2 * h, 2 * x);
+          int best = 0;
+          for (int w = 1; w < 4; ++w) {
+            const float v = in(n, c, 2 * h + w / 2, 2 * x + w % 2);
+            if (v > top) top = v, best = w;
+          }
+          out(n, c, h, x) = top;
+          bits |= std::uint8_t(best << (2 * k));
         }
-        out(n, c, h, x) = top;
-        argmax(n, c, h, x) = std::uint8_t(best);
+        argmax(byte) = bits;
       });
 }
 
-/// din = dout routed to each window's argmax, 0 elsewhere.
-void maxpool_backward(const exec_space& exec, const tensor& dout, const index_tensor& argmax, const tensor& din) {
+/// din = dout routed to each window's argmax, 0 elsewhere, and 0 where the pooled output is
+/// not positive: the window's max is the ReLU output there, so this is the ReLU's backward too.
+void maxpool_relu_backward(const exec_space& exec, const tensor& dout, const argmax_bits& argmax, const tensor& pooled,
+                           const tensor& din) {
+  const std::size_t channels = dout.extent(1), height = dout.extent(2), width = dout.extent(3);
   Kokkos::parallel_for(
-      "maxpool_backward",
+      "maxpool_relu_backward",
       Kokkos::MDRangePolicy<exec_space, Kokkos::Rank<4>>(exec, {0, 0, 0, 0},
                                                          {din.extent(0), din.extent(1), din.extent(2), din.extent(3)}),
       KOKKOS_LAMBDA(int n, int c, int h, int x) {
-        din(n, c, h, x) = argmax(n, c, h / 2, x / 2) == (h % 2) * 2 + x % 2 ? dout(n, c, h / 2, x / 2) : 0.0f;
+        const std::size_t f = ((std::size_t(n) * channels + std::size_t(c)) * height + std::size_t(h / 2)) * width +
+                              std::size_t(x / 2);
+        const int best = (argmax(f / 4) >> (2 * (f % 4))) & 3;
+        din(n, c, h, x) =
+            best == (h % 2) * 2 + x % 2 && pooled(n, c, h / 2, x / 2) > 0.0f ? dout(n, c, h / 2, x / 2) : 0.0f;
       });
 }
 
 /// Trains the CNN: conv 3x3 1->8, ReLU, maxpool 2 (28 -> 14); conv 3x3 8->16, ReLU, maxpool 2
 /// (14 -> 7); Linear 784 -> 10. With `use_stash`, the inputs of the three layers with weights
-/// (the image, pool 1's output, pool 2's output) go through a stash; both runs keep the ReLU
-/// masks as bits and the pools' argmax as bytes.
+/// (the image, pool 1's output, pool 2's output) go through a stash, with keep_sign; both runs
+/// keep the pools' argmax as 2 bits per pooled value, and no ReLU mask (maxpool_relu_backward).
 run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
   const exec_space exec;
   std::mt19937 rng(s.seed);
   const int batch = s.batch;
   conv3x3 conv1(1, 8, 28, batch, rng, "conv1"), conv2(8, 16, 14, batch, rng, "conv2");
   linear fc(784, 10, rng, "fc");
-  constexpr int c1_size = 8 * 28 * 28, p1_size = 8 * 14 * 14, c2_size = 16 * 14 * 14, p2_size = 16 * 7 * 7;
+  constexpr int p1_size = 8 * 14 * 14, p2_size = 16 * 7 * 7;
   // Working buffers: the layers' outputs and their gradients, NCHW.
   matrix x("x", batch, 784), p2("p2", batch, p2_size), logits("logits", batch, 10), d3("d3", batch, 10),
       dp2("dp2", batch, p2_size), p2t("p2t", p2_size, batch);
   tensor c1("c1", batch, 8, 28, 28), p1("p1", batch, 8, 14, 14), c2("c2", batch, 16, 14, 14);
   tensor dc1("dc1", batch, 8, 28, 28), dp1("dp1", batch, 8, 14, 14), dc2("dc2", batch, 16, 14, 14);
-  index_tensor arg1("arg1", batch, 8, 14, 14), arg2("arg2", batch, 16, 7, 7);
-  mask_matrix mask1("mask1", batch, c1_size / 32), mask2("mask2", batch, c2_size / 32);
+  argmax_bits arg1("arg1", std::size_t(batch) * p1_size / 4), arg2("arg2", std::size_t(batch) * p2_size / 4);
   vector check("check", std::size_t(batch) * p1_size);  // --verify: a copy of what was saved
   batch_loader loader(batch);
   const auto labels = loader.labels;
 
   // Saved for backward: the image, pool 1's output, pool 2's output (as floats: 12.5 KB an
-  // image); beside them, in both runs, the ReLU masks (1,176 bytes) and the argmax (2,352).
+  // image); beside them, in both runs, the argmax (588 bytes).
+  static_assert(p1_size % 4 == 0 && p2_size % 4 == 0, "an image's argmax bits fill whole bytes");
   const std::size_t saved_floats = 784 + p1_size + p2_size;
-  const std::size_t side_bytes = (c1_size + c2_size) / 8 + p1_size + p2_size;
+  const std::size_t side_bytes = (p1_size + p2_size) / 4;
   const std::size_t plain_bytes = std::size_t(batch) * saved_floats * sizeof(float);
   std::unique_ptr<stash_type> stash;
   if (use_stash) stash = make_stash(exec, plain_bytes, s);
@@ -924,7 +941,7 @@ run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
   struct rows_of {
     matrix x, p2, logits, d3, dp2;
     tensor x4, c1, p1, c2, p2_4, dc1, dp1, dc2, dp2_4;
-    index_tensor arg1, arg2;
+    argmax_bits arg1, arg2;
   };
   auto rows_view = [&](int rows) {
     rows_of r;
@@ -942,23 +959,22 @@ run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
     r.dp1 = tensor(dp1.data(), rows, 8, 14, 14);
     r.dc2 = tensor(dc2.data(), rows, 16, 14, 14);
     r.dp2_4 = tensor(dp2.data(), rows, 16, 7, 7);
-    r.arg1 = index_tensor(arg1.data(), rows, 8, 14, 14);
-    r.arg2 = index_tensor(arg2.data(), rows, 16, 7, 7);
+    r.arg1 = argmax_bits(arg1.data(), std::size_t(rows) * p1_size / 4);
+    r.arg2 = argmax_bits(arg2.data(), std::size_t(rows) * p2_size / 4);
     return r;
   };
 
   // The forward pass over the gathered batch; returns the summed loss and the number correct
   // (and with `gradient`, the loss's gradient in d3). `save(which)` is called as each weighted
   // layer's input is complete: the image (0), pool 1's output (1), pool 2's output (2).
-  auto forward = [&](const rows_of& r, bool training, bool gradient, auto&& save) {
+  auto forward = [&](const rows_of& r, bool /*training: nothing to keep beyond the saves*/, bool gradient,
+                     auto&& save) {
     const int rows = int(r.x.extent(0));
     save(0);
     conv3x3_relu_forward(exec, r.x4, conv1, r.c1);
-    if (training) pack_mask(exec, matrix(r.c1.data(), rows, c1_size), mask_matrix(mask1.data(), rows, c1_size / 32));
     maxpool_forward(exec, r.c1, r.p1, r.arg1);
     save(1);
     conv3x3_relu_forward(exec, r.p1, conv2, r.c2);
-    if (training) pack_mask(exec, matrix(r.c2.data(), rows, c2_size), mask_matrix(mask2.data(), rows, c2_size / 32));
     maxpool_forward(exec, r.c2, r.p2_4, r.arg2);
     save(2);
     gemm(exec, r.p2, fc.weight_t, r.logits);
@@ -974,12 +990,10 @@ run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
     column_sums(exec, r.d3, fc.bias.grad);
     transpose(exec, fc.weight_t, fc.weight_plain);
     gemm(exec, r.d3, fc.weight_plain, r.dp2);  // d p2 = d3 W
-    maxpool_backward(exec, r.dp2_4, r.arg2, r.dc2);
-    relu_backward_mask(exec, matrix(r.dc2.data(), rows, c2_size), mask_matrix(mask2.data(), rows, c2_size / 32));
+    maxpool_relu_backward(exec, r.dp2_4, r.arg2, r.p2_4, r.dc2);
     restore(1);
     conv3x3_backward(exec, r.p1, r.dc2, conv2, r.dp1);
-    maxpool_backward(exec, r.dp1, r.arg1, r.dc1);
-    relu_backward_mask(exec, matrix(r.dc1.data(), rows, c1_size), mask_matrix(mask1.data(), rows, c1_size / 32));
+    maxpool_relu_backward(exec, r.dp1, r.arg1, r.p1, r.dc1);
     restore(0);
     conv3x3_backward(exec, r.x4, r.dc1, conv1, tensor());
   };
@@ -1022,7 +1036,7 @@ run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
     auto save = [&](int which) {
       if (training)
         save_timed(stash.get(), exec, s, saved[which], kept[which], bound, result, which,
-                   std::size_t(rows) * saved_floats * sizeof(float));
+                   std::size_t(rows) * saved_floats * sizeof(float), true);
     };
     const auto [loss, correct] = forward(r, training, training, save);
     loss_sum += loss;
@@ -1128,7 +1142,7 @@ int main(int argc, char* argv[]) {
     return 2;
   }
   if (s.cnn && s.mask != settings::mask_source::stash) {
-    std::fprintf(stderr, "stash_training: --model cnn keeps its ReLU masks as bits (no --mask restored)\n");
+    std::fprintf(stderr, "stash_training: --model cnn takes its ReLU masks from the pooled outputs (no --mask)\n");
     return 2;
   }
   if (s.transformer && s.mask != settings::mask_source::stash) {
@@ -1181,11 +1195,11 @@ int main(int argc, char* argv[]) {
   std::printf("peak saved-activation memory: plain %.1f KB (Views%s), stash %.1f KB (pool high-water: "
               "streams %.1f KB + workspace%s%s)\n",
               plain.peak_activation_bytes / 1e3,
-              s.transformer ? " + LayerNorm rstd" : s.cnn ? " + ReLU mask bits + pool argmax bytes" : "",
+              s.transformer ? " + LayerNorm rstd" : s.cnn ? " + pool argmax bits" : "",
               stashed.peak_activation_bytes / 1e3, stashed.peak_stored_bytes / 1e3,
               s.async_save ? " + the worst-case ranges of saves in flight" : "",
               s.transformer ? "; + LayerNorm rstd"
-              : s.cnn       ? "; + ReLU mask bits + pool argmax bytes"
+              : s.cnn       ? "; the sign bits included; + pool argmax bits"
               : s.mask == settings::mask_source::bits ? "; + ReLU mask bits"
               : s.mask == settings::mask_source::stash ? "; the ReLU outputs' sign bits included"
                             : "");
