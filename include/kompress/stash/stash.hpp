@@ -798,19 +798,21 @@ struct stash<ExecutionSpace>::state {
                                       double bound, detail::stash_segment& stream, detail::stash_segment& signs,
                                       double& abs_bound) {
     const std::size_t count = stream.count;
-    std::lock_guard workspace_lock(workspace_mutex);
-    T* const packed_values = reinterpret_cast<T*>(pool->workspace());
-    const detail::packed_positives packed = detail::pack_positives(exec_, values, count, packed_values);
-    if (!packed.others_zero) return positives_placement::not_all_positive_or_zero;
-    if (packed.count == count) return positives_placement::no_zeros;
-
     const std::size_t sign_bytes = detail::sign_bytes(count);
     const std::optional<std::size_t> sign_offset = pool->borrow(sign_bytes);
     if (!sign_offset) return positives_placement::no_room;
+    std::byte* const sign_range = pool->data() + *sign_offset;
+    std::lock_guard workspace_lock(workspace_mutex);
+    T* const packed_values = reinterpret_cast<T*>(pool->workspace());
     std::optional<std::size_t> offset;
     std::size_t worst = 0, length = 0;
     abs_bound = bound;  // without positives, what a stream would have recorded
     try {
+      const detail::packed_positives packed = detail::pack_positives(exec_, values, count, packed_values, sign_range);
+      if (!packed.others_zero || packed.count == count) {
+        pool->give_back(*sign_offset, sign_bytes);
+        return packed.others_zero ? positives_placement::no_zeros : positives_placement::not_all_positive_or_zero;
+      }
       if (packed.count > 0) {
         worst = max_compressed_size<T>(packed.count, codec);
         offset = pool->borrow(worst);
@@ -823,8 +825,9 @@ struct stash<ExecutionSpace>::state {
         length = kompress::compress(exec_, positives, range, codec);
         abs_bound = kompress::inspect_header(exec_, range).absolute_bound;
       }
-      detail::pack_signs(exec_, values, count, pool->data() + *sign_offset, bound);
+      detail::reduce_small_positives(exec_, packed_values, packed.count, sign_range, count, bound);
       exec_.fence("kompress::stash::save: sign bits packed");
+      stream.stored_values = packed.count;
     } catch (...) {
       if (offset) pool->give_back(*offset, worst);
       pool->give_back(*sign_offset, sign_bytes);
@@ -834,7 +837,6 @@ struct stash<ExecutionSpace>::state {
     pool->keep(*sign_offset, sign_bytes, sign_bytes);
     stream.tier = 0;
     stream.positives_only = true;
-    stream.stored_values = packed.count;
     stream.offset = offset.value_or(0);
     stream.stream_bytes = length;
     signs = stream;
@@ -943,13 +945,14 @@ struct stash<ExecutionSpace>::state {
       const Kokkos::View<T*, typename View::memory_space, Kokkos::MemoryUnmanaged> values(
           out.data() + segment.first_value, segment.count);
       if (segment.positives_only) {  // decoded into the workspace, then spread between zeros
-        const detail::stash_segment& signs = segments[s + 1];  // both in the pool
+        const detail::stash_segment& signs = segments[++s];  // both in the pool; applied here
         std::lock_guard workspace_lock(workspace_mutex);
         T* const packed_values = reinterpret_cast<T*>(pool->workspace());
         if (segment.stored_values > 0)
           decompress(exec_, const_unmanaged_bytes(pool->data() + segment.offset, segment.stream_bytes),
                      Kokkos::View<T*, memory_space, Kokkos::MemoryUnmanaged>(packed_values, segment.stored_values));
-        detail::unpack_positives(exec_, pool->data() + signs.offset, packed_values, values.data(), segment.count);
+        detail::unpack_positives(exec_, pool->data() + signs.offset, packed_values, values.data(), segment.count,
+                                 abs_bound, rounding == rounding_mode::stochastic);
         exec_.fence("kompress::stash::restore: positive values unpacked");
         continue;
       }

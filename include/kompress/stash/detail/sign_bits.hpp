@@ -89,6 +89,25 @@ void pack_signs(const ExecutionSpace& exec, const T* values, std::size_t count, 
       Kokkos::Sum<Kokkos::complex<double>, memory_space>(small_positives));
 }
 
+/// What a positive value restored as x' = 0 becomes: the stream's mean of (0, e] when it lies
+/// in (0, bound], else half the bound; with stochastic rounding (already unbiased), or where
+/// that is no positive value of T, the smallest positive value.
+template <class T>
+KOKKOS_INLINE_FUNCTION T positive_at_zero(const Kokkos::complex<double>& sum_count, double bound, bool stochastic) {
+  const double mean = sum_count.imag() > 0.0 ? sum_count.real() / sum_count.imag() : 0.0;
+  T at_zero = T(mean > 0.0 && mean <= bound ? mean : bound * 0.5);
+  if (stochastic || !(at_zero > T(0) && double(at_zero) <= bound)) at_zero = Kokkos::Experimental::denorm_min_v<T>;
+  return at_zero;
+}
+
+/// What a positive value restored as x' < 0 becomes: the midpoint of (0, x' + bound], where it
+/// lies, at least the smallest positive value.
+template <class T>
+KOKKOS_INLINE_FUNCTION T positive_below_zero(T restored, double bound) {
+  const T inside = T((double(restored) + bound) * 0.5);
+  return inside > T(0) ? inside : Kokkos::Experimental::denorm_min_v<T>;
+}
+
 /// Puts every restored value x' back on the side of 0 its bit records, within `bound` of the
 /// saved x when x' was: a set bit with x' <= 0 means x in (0, x' + bound], and any point of
 /// that range is within x' + bound <= bound of x (for x' = 0 the stream's mean of (0, e] when
@@ -107,13 +126,9 @@ void apply_signs(const ExecutionSpace& exec, const std::byte* in, T* values, std
       "kompress::stash::apply_signs",
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, (count + 31) / 32),
       KOKKOS_LAMBDA(const std::size_t w) {
-        const Kokkos::complex<double> sum_count = *small_positives;
-        const double mean = sum_count.imag() > 0.0 ? sum_count.real() / sum_count.imag() : 0.0;
-        // x' = 0 (the quantizer's grid has a point there: the common case) takes the mean when
-        // it lies in (0, bound], else half the bound; any other x' <= 0 half of (x' + bound).
-        T at_zero = T(mean > 0.0 && mean <= bound ? mean : bound * 0.5);
-        if (stochastic || !(at_zero > T(0) && double(at_zero) <= bound))
-          at_zero = Kokkos::Experimental::denorm_min_v<T>;
+        // x' = 0 (the quantizer's grid has a point there: the common case) takes the mean;
+        // any other x' <= 0 half of (x' + bound).
+        const T at_zero = positive_at_zero<T>(*small_positives, bound, stochastic);
         const std::size_t first = 32 * w;
         const std::size_t n = count - first < 32 ? count - first : 32;
         const std::uint32_t bits = words[w];
@@ -126,9 +141,7 @@ void apply_signs(const ExecutionSpace& exec, const std::byte* in, T* values, std
             if (!((bits >> b) & 1u)) {
               if (x > T(0)) values[first + b] = T(0);
             } else if (x < T(0)) {  // x lies in (0, x' + bound]
-              T inside = T((double(x) + bound) * 0.5);
-              if (!(inside > T(0))) inside = Kokkos::Experimental::denorm_min_v<T>;
-              values[first + b] = inside;
+              values[first + b] = positive_below_zero(x, bound);
             } else if (!(x > T(0))) {
               values[first + b] = at_zero;
             }
@@ -161,31 +174,45 @@ struct packed_positives {
 };
 
 /// Copies the positive values among values[0, count) to out[0, P), in order (out must have
-/// room for `count`), and counts them. `count` must be below 2^32: the scan carries the count
-/// of positives in the low 32 bits and the number of words holding a value that is neither
-/// positive nor +0 (negative, -0.0, NaN) in the high ones. Waits for `exec`.
+/// room for `count`), counts them, and writes their sign bits' words (pack_signs's layout,
+/// without the sum and count after them: reduce_small_positives). `count` must be below 2^32:
+/// the scan carries the count of positives in the low 32 bits and the number of words holding
+/// a value that is neither positive nor +0 (negative, -0.0, NaN) in the high ones. Waits for
+/// `exec`.
 template <class T, class ExecutionSpace>
-packed_positives pack_positives(const ExecutionSpace& exec, const T* values, std::size_t count, T* out) {
+packed_positives pack_positives(const ExecutionSpace& exec, const T* values, std::size_t count, T* out,
+                                std::byte* signs) {
   using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  auto* const words = reinterpret_cast<std::uint32_t*>(signs);
   std::uint64_t total = 0;
   Kokkos::parallel_scan(
       "kompress::stash::pack_positives",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, (count + 31) / 32),
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, sign_words(count)),
       KOKKOS_LAMBDA(const std::size_t w, std::uint64_t& prefix, const bool final) {
         const std::size_t first = 32 * w;
-        const std::size_t n = count - first < 32 ? count - first : 32;
+        const std::size_t n = first >= count ? 0 : count - first < 32 ? count - first : 32;
         KOMPRESS_IMPL_SIGN_LANES;
         std::uint32_t positive = 0, other = 0;
-        for (std::size_t b = 0; b < n; ++b) {
+        const auto classify = [&](const std::size_t b) {
           const T x = values[first + b];
           const std::uint32_t is_positive = 0u - std::uint32_t(x > T(0));
           positive |= lanes[b] & is_positive;
           other |= ~is_positive & (0u - std::uint32_t(Kokkos::bit_cast<bits_type>(x) != 0));
-        }
-        if (final) {
-          std::size_t at = std::size_t(prefix & 0xFFFFFFFFu);
-          for (std::uint32_t rest = positive; rest != 0; rest &= rest - 1)
-            out[at++] = values[first + std::size_t(Kokkos::countr_zero(rest))];
+        };
+        if (n == 32)
+          for (std::size_t b = 0; b < 32; ++b) classify(b);
+        else
+          for (std::size_t b = 0; b < n; ++b) classify(b);
+        if (final) {  // packed without a branch per value, then copied out
+          T packed[32];
+          int k = 0;
+          for (std::size_t b = 0; b < n; ++b) {
+            packed[k] = values[first + b];
+            k += int((positive >> b) & 1u);
+          }
+          T* const to = out + (prefix & 0xFFFFFFFFu);
+          for (int j = 0; j < k; ++j) to[j] = packed[j];
+          words[w] = positive;
         }
         prefix += std::uint64_t(Kokkos::popcount(positive)) + (std::uint64_t(other != 0) << 32);
       },
@@ -193,25 +220,93 @@ packed_positives pack_positives(const ExecutionSpace& exec, const T* values, std
   return {std::size_t(total & 0xFFFFFFFFu), (total >> 32) == 0};
 }
 
-/// The inverse of pack_positives given the sign bits packed from the same values: values[i] =
-/// the next of `packed` where bit i is set, +0 where it is clear. Enqueued on `exec`.
+/// pack_signs's sum and count of the values in (0, bound], from the positive values alone
+/// (packed[0, positives), pack_positives's output), into the sign bits of `count` values at
+/// `signs`. Enqueued on `exec`.
+template <class T, class ExecutionSpace>
+void reduce_small_positives(const ExecutionSpace& exec, const T* packed, std::size_t positives, std::byte* signs,
+                            std::size_t count, double bound) {
+  using memory_space = typename ExecutionSpace::memory_space;
+  const Kokkos::View<Kokkos::complex<double>, memory_space, Kokkos::MemoryUnmanaged> small_positives(
+      reinterpret_cast<Kokkos::complex<double>*>(signs + sign_words(count) * sizeof(std::uint32_t)));
+  if (positives == 0) {
+    Kokkos::deep_copy(exec, small_positives, Kokkos::complex<double>(0.0, 0.0));
+    return;
+  }
+  Kokkos::parallel_reduce(
+      "kompress::stash::reduce_small_positives",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, (positives + 31) / 32),
+      KOKKOS_LAMBDA(const std::size_t g, Kokkos::complex<double>& sum_count) {
+        const T e = T(bound);
+        const std::size_t first = 32 * g;
+        const std::size_t n = positives - first < 32 ? positives - first : 32;
+        T sum = 0, small = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          const T x = packed[first + i];
+          const bool below = x <= e;
+          sum += below ? x : T(0);
+          small += T(below);
+        }
+        sum_count += Kokkos::complex<double>(double(sum), double(small));
+      },
+      Kokkos::Sum<Kokkos::complex<double>, memory_space>(small_positives));
+}
+
+/// The inverse of pack_positives given the sign bits packed from the same values, with
+/// apply_signs's fix-up: values[i] = the next of `packed` where bit i is set (put back above 0
+/// as apply_signs does when it was restored <= 0), +0 where it is clear. `packed` holds the P
+/// restored positive values and must be readable one value past them (P < count: the stash
+/// packs only segments with a zero). Enqueued on `exec`.
 template <class T, class ExecutionSpace>
 void unpack_positives(const ExecutionSpace& exec, const std::byte* signs, const T* packed, T* values,
-                      std::size_t count) {
+                      std::size_t count, double bound, bool stochastic) {
   const auto* const words = reinterpret_cast<const std::uint32_t*>(signs);
+  const auto* const small_positives =
+      reinterpret_cast<const Kokkos::complex<double>*>(signs + sign_words(count) * sizeof(std::uint32_t));
   Kokkos::parallel_scan(
       "kompress::stash::unpack_positives",
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, (count + 31) / 32),
       KOKKOS_LAMBDA(const std::size_t w, std::size_t& prefix, const bool final) {
         const std::uint32_t bits = words[w];
         if (final) {
+          const T at_zero = positive_at_zero<T>(*small_positives, bound, stochastic);
           const std::size_t first = 32 * w;
           const std::size_t n = count - first < 32 ? count - first : 32;
+          // Without a branch per value (the bits are as good as random): the word's values are
+          // gathered first (every step reads the next packed value, and moves on under a set
+          // bit), then each keeps its bits, at_zero's or +0's, chosen by masks in a loop that
+          // vectorises. A packed value restored below 0 (rare: a block stored as a constant
+          // < 0) redoes the word with branches.
+          using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+          KOMPRESS_IMPL_SIGN_LANES;
+          T gathered[32];
           std::size_t at = prefix;
           for (std::size_t b = 0; b < n; ++b) {
-            const bool positive = ((bits >> b) & 1u) != 0;
-            values[first + b] = positive ? packed[at] : T(0);
-            at += positive;
+            gathered[b] = packed[at];
+            at += (bits >> b) & 1u;
+          }
+          const bits_type zero_bits = Kokkos::bit_cast<bits_type>(at_zero);
+          bool below_zero = false;
+          const auto spread = [&](const std::size_t b) {
+            const T x = gathered[b];
+            const bool positive = (bits & lanes[b]) != 0;
+            const bits_type keep = bits_type(0) - bits_type(positive);
+            const bits_type above = bits_type(0) - bits_type(x > T(0));
+            below_zero |= positive & (x < T(0));
+            values[first + b] =
+                Kokkos::bit_cast<T>(((Kokkos::bit_cast<bits_type>(x) & above) | (zero_bits & ~above)) & keep);
+          };
+          if (n == 32)
+            for (std::size_t b = 0; b < 32; ++b) spread(b);
+          else
+            for (std::size_t b = 0; b < n; ++b) spread(b);
+          if (below_zero) {
+            at = prefix;
+            for (std::size_t b = 0; b < n; ++b) {
+              if (!((bits >> b) & 1u)) continue;
+              const T x = packed[at++];
+              if (x < T(0)) values[first + b] = positive_below_zero(x, bound);
+            }
           }
         }
         prefix += std::size_t(Kokkos::popcount(bits));
