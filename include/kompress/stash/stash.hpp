@@ -25,10 +25,10 @@
 //             moves the stream down to a free range of its length or gives the range's unused
 //             tail back) in fence(), in restore/info/drop of it, when async_window saves are
 //             pending, or when a save needs the room. `view` must not change until `exec` has
-//             run it.
+//             run it. With keep_sign it saves as save does.
 //   save      reads the View and writes the pool through `exec` only, and returns when the
 //             streams are in place: it waits for `exec` (a relative bound over more than one
-//             segment adds a value-range reduction; a copy out of the workspace or to the host
+//             segment or with keep_sign adds a value-range reduction; a copy out of the workspace or to the host
 //             or a file adds one more wait). If another instance produced the View, fence
 //             that instance first.
 //   restore   writes `out` through `exec` and returns when `out` holds the values (it waits
@@ -158,8 +158,9 @@ class stash {
   /// stream compressed in place into a worst-case range of the pool, held until the stash
   /// settles it: fence(), restore, info or drop of the entry, or a save that needs the room.
   /// When the pool has no such range even after settling, this saves as save() does (and
-  /// waits); so does a stash_codec::automatic save whose layer is due a measurement, until the
-  /// codec is chosen. Throws what save throws.
+  /// waits); so does a keep_sign save (its streams' lengths are counts the host must learn),
+  /// and a stash_codec::automatic save whose layer is due a measurement, until the codec is
+  /// chosen. Throws what save throws.
   template <float_view View>
   stash_handle save_async(const ExecutionSpace& exec, const View& view, const error_bound& bound,
                           const stash_save_options& how = {}) {
