@@ -677,7 +677,8 @@ struct stash<ExecutionSpace>::state {
       detail::stash_segment failed;
       std::size_t failed_bytes = 0;
       // keep_sign: each segment's stream, then its sign bits. A segment of values >= 0 stores
-      // its positive values alone; once one holds a negative value the save stops trying.
+      // its positive values alone; once one holds a negative value or no zero, the save stops
+      // trying (the scan that finds out is a pass over the segment).
       bool positives_only = how.keep_sign && tuning.compress_in_place && per_segment < (std::size_t(1) << 32);
       for (std::size_t s = 0; s < segments && placed_all; ++s) {
         detail::stash_segment segment;
@@ -696,7 +697,7 @@ struct stash<ExecutionSpace>::state {
             entry.absolute_bound = std::max(entry.absolute_bound, segment_abs_bound);
             continue;
           }
-          positives_only = placed != positives_placement::not_all_positive_or_zero;
+          positives_only = placed == positives_placement::no_room;
         }
         failed_bytes = place_segment<T>(exec_, values_view(data + segment.first_value, segment.count), codec,
                                         segment, segment_abs_bound, who);
