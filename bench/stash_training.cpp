@@ -23,9 +23,10 @@
 // them in both runs and counted in both runs' memory: the pools' argmax (which of the 2x2
 // window's four won), 2 bits per output. No ReLU mask is kept: the gradient reaches a ReLU
 // output only at its window's argmax, where the output is the pooled one, so the mask there is
-// "pooled output > 0", which the saved output (its sign exact) gives. --check-gradients compares the CNN's backward pass with
-// central differences of the loss at a few entries of every parameter on the plain run's first
-// step (float precision and the kinks of ReLU and max bound how well they agree). The CNN's
+// "pooled output > 0", which the saved output (its sign exact) gives. --check-gradients
+// compares the CNN's backward pass with central differences of the loss at a few entries of
+// every parameter on the plain run's first step (float precision and the kinks of ReLU and max
+// bound how well they agree). The CNN's
 // measured loss gaps and memory are in docs/stash.md, "The small CNN".
 //
 // --model transformer trains a small vision-transformer block instead, again with everything

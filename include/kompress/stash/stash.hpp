@@ -28,9 +28,9 @@
 //             run it. With keep_sign it saves as save does.
 //   save      reads the View and writes the pool through `exec` only, and returns when the
 //             streams are in place: it waits for `exec` (a relative bound over more than one
-//             segment or with keep_sign adds a value-range reduction; a copy out of the workspace or to the host
-//             or a file adds one more wait). If another instance produced the View, fence
-//             that instance first.
+//             segment or with keep_sign adds a value-range reduction; a copy out of the
+//             workspace or to the host or a file adds one more wait). If another instance
+//             produced the View, fence that instance first.
 //   restore   writes `out` through `exec` and returns when `out` holds the values (it waits
 //             for `exec`: kompress::decompress verifies checksums before and after decoding).
 //   drop      no device work and no wait, unless the entry's save_async is still pending.
@@ -659,9 +659,9 @@ struct stash<ExecutionSpace>::state {
     std::string tried;
     std::optional<codec_mode> mode;  // chosen once, at the bound asked for
     while (true) {
-      // A relative bound is relative to the whole View's range: over several segments (or for
-      // the sign bits, which need it before the stream) it is resolved here, and every segment
-      // gets the same absolute bound.
+      // A relative bound is relative to the whole View's range: over several segments (or with
+      // keep_sign, whose packed streams hold only the positive values) it is resolved here, and
+      // every segment gets the same absolute bound.
       error_bound segment_bound = bound;
       if ((segments > 1 || how.keep_sign) && bound.mode == bound_mode::relative) {
         double e = kompress::absolute_bound(exec_, values_view(data, count),
