@@ -48,8 +48,11 @@ void check_allgather_against_mpi(std::size_t n, const kompress::collective_optio
   const double bound = ring ? e : 0.0;
   CHECK(report.absolute_bound <= bound * (1 + 1e-12));
   if (!ring) CHECK(report.compressed_messages == 0);
-  if (ring && n >= 5000 && options.mode == kompress::transfer_mode::compressed)
-    CHECK(report.compressed_messages == std::uint64_t(p - 1));
+  if (ring && n >= 5000 && options.mode == kompress::transfer_mode::compressed) {
+    const bool doubling = butterfly_runs(options, n * p * sizeof(T), kompress::detail::butterfly_collective::allgather);
+    CHECK(report.messages == one_phase_messages(doubling));
+    CHECK(report.compressed_messages == report.messages);
+  }
   std::size_t violations = 0;
   for (std::size_t i = 0; i < n * p; ++i)
     violations += !(std::fabs(double(got(i)) - double(expected(i))) <= report.absolute_bound);
@@ -110,6 +113,29 @@ TEST_CASE_TEMPLATE("allgather matches MPI_Allgather within the bound, bit-identi
         CAPTURE(nonblocking);
         check_allgather_against_mpi<T>(n, ring_option_sets[k], nonblocking);
       }
+}
+
+TEST_CASE_TEMPLATE("both schedules, ring and recursive doubling, match MPI_Allgather within the bound", T, float,
+                   double) {
+  for (const auto schedule : all_schedules) {
+    CAPTURE(int(schedule));
+    for (const std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(33), std::size_t(5000)})
+      for (kompress::collective_options options : ring_option_sets)
+        for (const bool nonblocking : {false, true}) {
+          CAPTURE(n);
+          CAPTURE(int(options.mode));
+          CAPTURE(nonblocking);
+          options.schedule = schedule;
+          check_allgather_against_mpi<T>(n, options, nonblocking);
+        }
+    for_each_pipelined_case({0, 1, 1023, 60001}, 1023, [&](std::size_t n, auto options, bool nonblocking) {
+      options.schedule = schedule;
+      check_pipelined_allgather<T>(n, options, nonblocking);
+    });
+    kompress::collective_options persistent = abs_options;
+    persistent.schedule = schedule;
+    check_allgather_init<T>(5000, persistent);
+  }
 }
 
 TEST_CASE_TEMPLATE("allgather carries NaN, infinities and -0.0 exactly", T, float, double) {

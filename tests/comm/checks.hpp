@@ -13,6 +13,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -69,6 +70,35 @@ double agreed_bound(const host_view<T>& send, const kompress::error_bound& bound
 inline bool may_compress(const kompress::collective_options& options) {
   return options.mode != kompress::transfer_mode::raw;
 }
+
+// --- schedules ----------------------------------------------------------------------------------
+
+/// Whether a compressing reduce_scatter or allgather of `bytes` (the whole vector) on
+/// MPI_COMM_WORLD runs recursive halving or doubling rather than the ring.
+inline bool butterfly_runs(const kompress::collective_options& options, std::uint64_t bytes,
+                           kompress::detail::butterfly_collective collective) {
+  if (collective == kompress::detail::butterfly_collective::reduce_scatter &&
+      options.reduction == kompress::reduction_method::homomorphic)
+    return false;
+  return kompress::detail::takes_halving_doubling(options.schedule, {options.mode, options.cost}, bytes, size_of(),
+                                                  collective);
+}
+
+/// The messages this rank sends in a compressing reduce_scatter or allgather (one phase): the
+/// ring's p - 1; the butterfly's log2 p' steps, one more on a core rank that folds (the unfold),
+/// one in all on a folded rank (the fold).
+inline std::uint64_t one_phase_messages(bool butterfly) {
+  const int p = size_of(), me = rank_of();
+  if (!butterfly) return std::uint64_t(p - 1);
+  const int core = int(std::bit_floor(unsigned(p)));
+  const bool folds = me < 2 * (p - core), folded_out = folds && me % 2 == 0;
+  return folded_out ? 1 : std::uint64_t(std::countr_zero(unsigned(core))) + (folds ? 1 : 0);
+}
+
+/// The schedules the "both schedules" cases run each collective with.
+inline constexpr kompress::collective_schedule all_schedules[] = {kompress::collective_schedule::ring,
+                                                                  kompress::collective_schedule::halving_doubling,
+                                                                  kompress::collective_schedule::automatic};
 
 // --- options ------------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -43,7 +44,12 @@ void check_reduce_scatter_against_mpi(std::size_t n, const kompress::collective_
   for (std::size_t i = 0; i < n * p; ++i) abs_send(i) = std::fabs(send(i));
   MPI_Reduce_scatter_block(abs_send.data(), magnitude.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
   const double e = agreed_bound(send, options.codec.bound);
-  const double hop = options.reduction_bound == kompress::allreduce_bound::total && p > 1 ? e / (p - 1) : e;
+  // p - 1 compressions on the way to each block; p with recursive halving where p is no power of
+  // two (a folded rank's block is compressed once more to reach it); none in raw mode, with one
+  // rank or no values.
+  const bool halving = butterfly_runs(options, n * p * sizeof(T), kompress::detail::butterfly_collective::reduce_scatter);
+  const int compressions = halving && !std::has_single_bit(unsigned(p)) ? p : p - 1;
+  const double hop = options.reduction_bound == kompress::allreduce_bound::total && p > 1 ? e / compressions : e;
   kompress::collective_report report;
   if (nonblocking) {
     auto r = kompress::ireduce_scatter(host{}, send, got, MPI_COMM_WORLD, options);
@@ -51,13 +57,14 @@ void check_reduce_scatter_against_mpi(std::size_t n, const kompress::collective_
   } else {
     report = kompress::reduce_scatter(host{}, send, got, MPI_COMM_WORLD, options);
   }
-  // p - 1 compressions on the way to each block; none in raw mode, with one rank or no values.
   const bool ring = may_compress(options) && p > 1 && n > 0;
-  const double result_bound = ring ? (p - 1) * hop : 0.0;
+  const double result_bound = ring ? compressions * hop : 0.0;
   CHECK(report.absolute_bound <= result_bound * (1 + 1e-12));
   if (options.reduction_bound == kompress::allreduce_bound::total) CHECK(report.absolute_bound <= e * (1 + 1e-12));
-  if (ring && n >= 5000 && options.mode == kompress::transfer_mode::compressed)
-    CHECK(report.compressed_messages == std::uint64_t(p - 1));
+  if (ring && n >= 5000 && options.mode == kompress::transfer_mode::compressed) {
+    CHECK(report.messages == one_phase_messages(halving));
+    CHECK(report.compressed_messages == report.messages);
+  }
   std::size_t violations = 0;
   constexpr double eps = std::numeric_limits<T>::epsilon();
   for (std::size_t i = 0; i < n; ++i) {
@@ -88,8 +95,12 @@ void check_pipelined_reduce_scatter(std::size_t n, const kompress::collective_op
       nonblocking, [&] { return kompress::reduce_scatter(host{}, send, got, MPI_COMM_WORLD, options); },
       [&] { return kompress::ireduce_scatter(host{}, send, got, MPI_COMM_WORLD, options); });
   const bool ring = p > 1 && n > 0;
-  // Homomorphic: every rank's own quantization counts, the owner's too (docs/collectives.md).
-  const int roundings = options.reduction == kompress::reduction_method::homomorphic ? p : p - 1;
+  // Homomorphic: every rank's own quantization counts, the owner's too (docs/collectives.md);
+  // recursive halving where p is no power of two: a folded rank's block once more.
+  const bool halving = butterfly_runs(options, n * std::size_t(p) * sizeof(T),
+                                      kompress::detail::butterfly_collective::reduce_scatter);
+  const bool homomorphic = options.reduction == kompress::reduction_method::homomorphic;
+  const int roundings = homomorphic || (halving && !std::has_single_bit(unsigned(p))) ? p : p - 1;
   CHECK(report.absolute_bound <= (ring ? roundings * pipelined_abs_bound : 0.0) * (1 + 1e-12));
   constexpr double eps = std::numeric_limits<T>::epsilon();
   std::size_t violations = 0;
@@ -115,7 +126,10 @@ void check_reduce_scatter_init(std::size_t n, const kompress::collective_options
     MPI_Reduce_scatter_block(abs_send.data(), magnitude.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
     const double e = agreed_bound(send, options.codec.bound);
     const auto report = run_round(request, round);
-    CHECK(report.absolute_bound <= (may_compress(options) ? (p - 1) * e * (1 + 1e-12) : 0.0));
+    const bool halving = butterfly_runs(options, send.size() * sizeof(T),
+                                        kompress::detail::butterfly_collective::reduce_scatter);
+    const int compressions = halving && !std::has_single_bit(unsigned(p)) ? p : p - 1;
+    CHECK(report.absolute_bound <= (may_compress(options) ? compressions * e * (1 + 1e-12) : 0.0));
     std::size_t violations = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const double tolerance = report.absolute_bound + 2.0 * p * eps * double(magnitude(i));
@@ -175,6 +189,29 @@ TEST_CASE_TEMPLATE("reduce_scatter matches MPI_Reduce_scatter_block within (p - 
         CAPTURE(nonblocking);
         check_reduce_scatter_against_mpi<T>(n, ring_option_sets[k], nonblocking);
       }
+}
+
+TEST_CASE_TEMPLATE("both schedules, ring and recursive halving, match MPI_Reduce_scatter_block within their bounds",
+                   T, float, double) {
+  for (const auto schedule : all_schedules) {
+    CAPTURE(int(schedule));
+    for (const std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(33), std::size_t(5000)})
+      for (kompress::collective_options options : ring_option_sets)
+        for (const bool nonblocking : {false, true}) {
+          CAPTURE(n);
+          CAPTURE(int(options.mode));
+          CAPTURE(nonblocking);
+          options.schedule = schedule;
+          check_reduce_scatter_against_mpi<T>(n, options, nonblocking);
+        }
+    for_each_pipelined_case({0, 1, 1023, 60001}, 1023, [&](std::size_t n, auto options, bool nonblocking) {
+      options.schedule = schedule;
+      check_pipelined_reduce_scatter<T>(n, options, nonblocking);
+    });
+    kompress::collective_options persistent = abs_options;
+    persistent.schedule = schedule;
+    check_reduce_scatter_init<T>(5000, persistent);
+  }
 }
 
 TEST_CASE_TEMPLATE("reduce_scatter sums NaN and infinities as MPI does", T, float, double) {

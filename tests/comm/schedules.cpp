@@ -1,9 +1,11 @@
-// The recursive halving and doubling schedule, run symbolically for p = 1 .. 70 ranks: every
-// message one rank sends is the one its peer expects at that point (same ranges, same order);
-// a partial sum is read only once formed; every rank's contribution reaches every value exactly
-// once; the final block a rank compresses holds every contribution; every rank ends holding the
-// final streams of every block. And the cost model's choice between the two schedules. No MPI
-// runs here: tests/comm/allreduce.cpp checks the values under mpiexec.
+// The butterfly schedules (recursive halving and doubling: allreduce's two phases,
+// reduce_scatter's halving, allgather's doubling) run symbolically for p = 1 .. 70 ranks: every
+// message one rank sends is the one its peer expects at that point (same ranges, same order); a
+// partial sum is read only once formed; every rank's contribution reaches every value exactly
+// once; a final stream is compressed once, by the rank the schedule says, from what it should
+// hold, and no rank receives one it holds; every rank ends holding what the collective
+// delivers. And the cost model's choice between the schedules. No MPI runs here:
+// tests/comm/{allreduce,allgather,reduce_scatter}.cpp check the values under mpiexec.
 
 #include <kompress/comm.hpp>
 
@@ -19,6 +21,7 @@
 
 namespace {
 
+using kompress::detail::butterfly_collective;
 using kompress::detail::butterfly_geometry;
 using kompress::detail::butterfly_step;
 using contributions = std::bitset<128>;  ///< which ranks' values a partial sum holds
@@ -28,32 +31,39 @@ using contributions = std::bitset<128>;  ///< which ranks' values a partial sum 
 struct symbolic_message {
   bool reduces = true;
   std::size_t begin = 0, end = 0;
+  int skip = -1;
   std::vector<contributions> carried;
 };
 
-/// Runs every rank's steps, each step's sends first, then its receives once they are there.
-void run_symbolically(int p, std::size_t count) {
+/// The block whose final stream `rank` compresses (-1: none), as the schedule's description
+/// says: allreduce's core rank its core block, allgather's rank its own, reduce_scatter's
+/// folding core rank the block of the rank folded into it.
+int compressed_block(const butterfly_geometry& shape, int rank) {
+  switch (shape.collective) {
+    case butterfly_collective::allreduce: return shape.folded_out(rank) ? -1 : shape.core_rank(rank);
+    case butterfly_collective::allgather: return rank;
+    case butterfly_collective::reduce_scatter: return shape.folds(rank) && !shape.folded_out(rank) ? rank - 1 : -1;
+  }
+  return -1;
+}
+
+/// Runs every rank's steps of `collective` on `count` values (allreduce), or `count` per rank
+/// (the others), each step's sends first, then its receives once they are there.
+void run_symbolically(int p, std::size_t count, butterfly_collective collective) {
   CAPTURE(p);
   CAPTURE(count);
+  CAPTURE(int(collective));
+  const std::size_t values = collective == butterfly_collective::allreduce ? count : count * std::size_t(p);
   std::vector<std::vector<butterfly_step>> steps;
   for (int rank = 0; rank < p; ++rank)
-    steps.push_back(kompress::detail::butterfly_steps(butterfly_geometry{{rank, p}, count}));
-  const butterfly_geometry shape{{0, p}, count};
-  const int blocks = shape.core_size();
-  // A core rank compresses its own block in the one final step that sends a single block.
-  for (int rank = 0; rank < p; ++rank) {
-    int single = 0;
-    for (const butterfly_step& step : steps[std::size_t(rank)])
-      if (!step.reduces && step.send_peer >= 0 && step.send_end - step.send_begin == 1) {
-        ++single;
-        CHECK(int(step.send_begin) == shape.core_rank(rank));
-      }
-    CHECK(single == (p > 1 && !shape.folded_out(rank) ? 1 : 0));
-  }
-  auto sums = std::vector(std::size_t(p), std::vector<contributions>(count));
-  auto formed = std::vector(std::size_t(p), std::vector<bool>(count, false));
+    steps.push_back(kompress::detail::butterfly_steps(butterfly_geometry{{rank, p}, values, collective}));
+  const butterfly_geometry shape{{0, p}, values, collective};
+  const int blocks = shape.block_count();
+  auto sums = std::vector(std::size_t(p), std::vector<contributions>(values));
+  auto formed = std::vector(std::size_t(p), std::vector<bool>(values, false));
   // The final streams a rank holds, per block: the contributions they carry (none: not held).
   auto finals = std::vector(std::size_t(p), std::vector<contributions>(std::size_t(blocks)));
+  std::vector<int> compressed(std::size_t(p), 0);
   std::map<std::pair<int, int>, std::deque<symbolic_message>> wire;  // (from, to) -> in order
   std::vector<std::size_t> next(std::size_t(p), 0);
   std::vector<bool> sent(std::size_t(p), false);
@@ -67,6 +77,22 @@ void run_symbolically(int p, std::size_t count) {
     for (int r = 0; r < p; ++r) c.set(std::size_t(r));
     return c;
   }();
+  // Rank `rank` compresses block `block` the first time it sends it: the block the schedule
+  // names, holding every contribution (a sum) or its own values (allgather).
+  const auto compress_final = [&](int rank, int block) {
+    const std::size_t r = std::size_t(rank);
+    REQUIRE(block == compressed_block(shape, rank));
+    ++compressed[r];
+    if (collective == butterfly_collective::allgather) {
+      finals[r][std::size_t(block)] = own(rank);
+      return;
+    }
+    for (std::size_t i = shape.block_begin(block); i < shape.block_begin(block + 1); ++i) {
+      REQUIRE(formed[r][i]);
+      REQUIRE(sums[r][i] == all);  // every contribution, once
+    }
+    finals[r][std::size_t(block)] = all;
+  };
 
   for (bool progress = true; progress;) {
     progress = false;
@@ -78,10 +104,14 @@ void run_symbolically(int p, std::size_t count) {
         sent[r] = progress = true;
         if (step.send_peer >= 0) {
           REQUIRE(step.send_peer != rank);
-          symbolic_message m{step.reduces, step.send_begin, step.send_end, {}};
+          symbolic_message m{step.reduces, step.send_begin, step.send_end, step.skip, {}};
           for (std::size_t i = step.send_begin; i < step.send_end; ++i) {
             if (!step.reduces) {
-              REQUIRE(finals[r][i].any());  // a final stream this rank holds
+              if (int(i) == step.skip) {
+                m.carried.emplace_back();
+                continue;
+              }
+              if (finals[r][i].none()) compress_final(rank, int(i));
               m.carried.push_back(finals[r][i]);
             } else if (step.reads_input) {
               m.carried.push_back(own(rank));
@@ -101,6 +131,7 @@ void run_symbolically(int p, std::size_t count) {
         REQUIRE(m.reduces == step.reduces);
         REQUIRE(m.begin == step.receive_begin);
         REQUIRE(m.end == step.receive_end);
+        REQUIRE(m.skip == step.skip);
         for (std::size_t i = m.begin; i < m.end; ++i) {
           const contributions& came = m.carried[i - m.begin];
           if (step.reduces) {
@@ -109,7 +140,8 @@ void run_symbolically(int p, std::size_t count) {
             REQUIRE((mine & came).none());  // no contribution counted twice
             sums[r][i] = mine | came;
             formed[r][i] = true;
-          } else {
+          } else if (int(i) != step.skip) {
+            REQUIRE(finals[r][i].none());  // never a stream this rank holds
             finals[r][i] = came;
           }
         }
@@ -117,32 +149,47 @@ void run_symbolically(int p, std::size_t count) {
       ++next[r];
       sent[r] = false;
       progress = true;
-      // Before its first final step a core rank compresses its own block's sum.
-      if (!shape.folded_out(rank) && next[r] < steps[r].size() && !steps[r][next[r]].reduces &&
-          steps[r][next[r] - 1].reduces) {
-        const int block = shape.core_rank(rank);
-        for (std::size_t i = shape.block_begin(block); i < shape.block_begin(block + 1); ++i) {
-          REQUIRE(formed[r][i]);
-          REQUIRE(sums[r][i] == all);  // every contribution, once
-        }
-        finals[r][std::size_t(block)] = all;
-      }
     }
   }
   for (int rank = 0; rank < p; ++rank) {
     CAPTURE(rank);
-    CHECK(next[std::size_t(rank)] == steps[std::size_t(rank)].size());  // no rank left waiting
+    const std::size_t r = std::size_t(rank);
+    CHECK(next[r] == steps[r].size());  // no rank left waiting
     if (p == 1) continue;
-    for (int block = 0; block < blocks; ++block) CHECK(finals[std::size_t(rank)][std::size_t(block)] == all);
+    CHECK(compressed[r] == (compressed_block(shape, rank) >= 0 ? 1 : 0));  // each final compressed once
+    switch (collective) {
+      case butterfly_collective::allreduce:
+        for (int block = 0; block < blocks; ++block) CHECK(finals[r][std::size_t(block)] == all);
+        break;
+      case butterfly_collective::allgather:
+        for (int block = 0; block < blocks; ++block) CHECK(finals[r][std::size_t(block)] == own(block));
+        break;
+      case butterfly_collective::reduce_scatter:
+        if (shape.folded_out(rank)) {
+          CHECK(finals[r][r] == all);
+        } else {
+          for (std::size_t i = shape.block_begin(rank); i < shape.block_begin(rank + 1); ++i) {
+            CHECK(formed[r][i]);
+            CHECK(sums[r][i] == all);
+          }
+        }
+        break;
+    }
   }
   for (const auto& [pair, queue] : wire) CHECK(queue.empty());  // every message received
 }
 
+constexpr butterfly_collective every_collective[] = {butterfly_collective::allreduce,
+                                                     butterfly_collective::reduce_scatter,
+                                                     butterfly_collective::allgather};
+
 }  // namespace
 
-TEST_CASE("halving and doubling: every message matched, every contribution once, every block everywhere") {
-  for (int p = 1; p <= 70; ++p)
-    for (const std::size_t count : {std::size_t(0), std::size_t(3), std::size_t(257)}) run_symbolically(p, count);
+TEST_CASE("halving and doubling: every message matched, every contribution once, every block where it belongs") {
+  for (const butterfly_collective collective : every_collective)
+    for (int p = 1; p <= 70; ++p)
+      for (const std::size_t count : {std::size_t(0), std::size_t(3), std::size_t(257)})
+        run_symbolically(p, count, collective);
 }
 
 TEST_CASE("halving and doubling: 2 log2 p steps, 2 more where p is no power of two, the folded ranks 2 in all") {
@@ -154,6 +201,17 @@ TEST_CASE("halving and doubling: 2 log2 p steps, 2 more where p is no power of t
   CHECK(kompress::detail::butterfly_steps({{0, 6}, 100}).size() == 2u);
   CHECK(kompress::detail::butterfly_steps({{1, 6}, 100}).size() == 6u);
   CHECK(kompress::detail::butterfly_steps({{5, 6}, 100}).size() == 4u);
+  // reduce_scatter and allgather: one phase, log2 p steps; on 6 ranks the fold and the unfold.
+  for (const butterfly_collective collective : {butterfly_collective::reduce_scatter, butterfly_collective::allgather}) {
+    for (const int p : {2, 4, 16, 1024}) {
+      const int k = std::countr_zero(unsigned(p));
+      for (const int rank : {0, p - 1})
+        CHECK(kompress::detail::butterfly_steps({{rank, p}, std::size_t(p) * 10, collective}).size() == std::size_t(k));
+    }
+    CHECK(kompress::detail::butterfly_steps({{0, 6}, 60, collective}).size() == 2u);
+    CHECK(kompress::detail::butterfly_steps({{1, 6}, 60, collective}).size() == 4u);
+    CHECK(kompress::detail::butterfly_steps({{5, 6}, 60, collective}).size() == 2u);
+  }
 }
 
 TEST_CASE("the cost model chooses the schedule: halving and doubling where steps cost, the ring where folding does") {
@@ -178,4 +236,29 @@ TEST_CASE("the cost model chooses the schedule: halving and doubling where steps
   // Without latency, the ring wins even a small vector where folding costs.
   rule.cost.latency_seconds = 0.0;
   CHECK_FALSE(takes_halving_doubling(collective_schedule::automatic, rule, 4096, 7));
+}
+
+TEST_CASE("the cost model chooses reduce_scatter's and allgather's schedule as allreduce's, phase by phase") {
+  using kompress::collective_schedule;
+  using kompress::detail::takes_halving_doubling;
+  kompress::detail::wire_rule rule{kompress::transfer_mode::compressed, {}};
+  const std::uint64_t mib = 1 << 20;
+  for (const butterfly_collective collective : {butterfly_collective::reduce_scatter, butterfly_collective::allgather}) {
+    CAPTURE(int(collective));
+    CHECK(takes_halving_doubling(collective_schedule::halving_doubling, rule, 64 * mib, 3, collective));
+    CHECK_FALSE(takes_halving_doubling(collective_schedule::ring, rule, 1024, 1024, collective));
+    // A power of two from 4 ranks on: the same bytes in log2 p steps instead of p - 1.
+    CHECK(takes_halving_doubling(collective_schedule::automatic, rule, 64 * mib, 64, collective));
+    CHECK(takes_halving_doubling(collective_schedule::automatic, rule, 4096, 1024, collective));
+    CHECK(takes_halving_doubling(collective_schedule::automatic, rule, 64 * mib, 4, collective));
+    CHECK_FALSE(takes_halving_doubling(collective_schedule::automatic, rule, 64 * mib, 2, collective));
+    // Three ranks: the fold and the unfold add steps and bytes; the ring.
+    CHECK_FALSE(takes_halving_doubling(collective_schedule::automatic, rule, 64 * mib, 3, collective));
+    CHECK_FALSE(takes_halving_doubling(collective_schedule::automatic, rule, 4096, 3, collective));
+    // Many ranks, no power of two: the ring's p - 1 latencies against the fold's extra bytes.
+    CHECK(takes_halving_doubling(collective_schedule::automatic, rule, 64 * 1024, 1000, collective));
+    kompress::detail::wire_rule no_latency = rule;
+    no_latency.cost.latency_seconds = 0.0;
+    CHECK_FALSE(takes_halving_doubling(collective_schedule::automatic, no_latency, 64 * 1024, 1000, collective));
+  }
 }

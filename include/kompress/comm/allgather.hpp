@@ -1,7 +1,8 @@
 #pragma once
 // kompress::allgather: MPI_Allgather on Views, compressed on the wire. Each rank contributes
 // send.size() values; recv (p times that) holds every rank's block in rank order. A rank's
-// block is compressed once, by its owner, and those bytes travel the ring unchanged, so every
+// block is compressed once, by its owner, and those bytes travel unchanged (around the ring, or
+// by recursive doubling: collective_options::schedule, docs/collectives.md), so every
 // rank decodes the same bytes and ends bit-identical -- the owner included: recv's own block
 // holds the decoded values, not a copy of send. Every value is within the bound of the exact
 // contribution (a REL bound resolves against the value range of all ranks' send Views, agreed
@@ -13,12 +14,13 @@
 //
 // Sync points as allreduce: fence `exec`, agree (one small MPI_Allreduce, on two to four ranks
 // one message between every pair; plus one MPI_Allreduce for a REL bound), then p - 1 ring
-// hops; the nonblocking form sends the first hop before it returns and
-// advances hop by hop in test() and wait(). Raw mode (and a per-rank block too small to
+// hops or log2 p doubling steps; the nonblocking form sends the first before it returns and
+// advances step by step in test() and wait(). Raw mode (and a per-rank block too small to
 // compress, and one rank) is MPI_Allgather / MPI_Iallgather itself (on two ranks up to 1 MiB,
 // on three and four up to 16 KiB per rank, rides the agreement's messages instead): with one
 // rank recv is an exact copy of send.
 
+#include <kompress/comm/detail/halving_doubling.hpp>
 #include <kompress/comm/detail/ring_collective.hpp>
 #include <kompress/comm/persistent.hpp>
 #include <kompress/detail/arguments.hpp>
@@ -49,9 +51,15 @@ struct allgather_call : ring_call<Exec, SendView, RecvView> {
     byte_count(recv.size() * sizeof(value_type), who);  // MPI's int counts
   }
 
-  /// MPI_Allgather itself for raw mode, a per-rank block too small to compress, and one rank.
+  /// MPI_Allgather itself for raw mode, a per-rank block too small to compress, and one rank
+  /// (either schedule compresses each rank's block alone).
   bool sends_raw(const agreed_ring& agreed) const {
     return this->raw_for(agreed, send.size() * sizeof(value_type));
+  }
+  /// Whether the compressing schedule is recursive doubling rather than the ring.
+  bool butterfly(const agreed_ring& agreed) const {
+    return takes_halving_doubling(options.schedule, agreed.rule, recv.size() * sizeof(value_type), agreed.shape.size,
+                                  butterfly_collective::allgather);
   }
   small_call<value_type> small_call_of(const agreed_ring& agreed) const {
     return allgather_small_call(send.data(), recv.data(), send.size(), agreed.shape, agreed.how, sends_raw(agreed));
@@ -62,13 +70,18 @@ struct allgather_call : ring_call<Exec, SendView, RecvView> {
   }
   mpi_allgather<value_type> mpi(MPI_Comm comm) const { return {send.data(), recv.data(), int(send.size()), comm}; }
 
-  /// The compressing ring; a REL bound resolves against all ranks' values now. Each block is
+  /// The compressing schedule, the ring or recursive doubling (by the cost model, or as
+  /// options.schedule says); a REL bound resolves against all ranks' values now. Each block is
   /// compressed once, by its owner: the bound is the per-hop one, reduction_bound plays no part.
   std::unique_ptr<operation> ring(const agreed_ring& agreed, workspace_slot* slot, MPI_Comm comm,
                                   bool nonblocking) const {
     const double bound = ring_bound(exec, send.data(), send.size(), options, comm, who);
     compress_options codec = options.codec;
     codec.bound = absolute(bound);
+    if (butterfly(agreed))
+      return std::make_unique<halving_doubling_operation<value_type, Exec>>(
+          exec, butterfly_geometry{agreed.shape, recv.size(), butterfly_collective::allgather}, agreed.rule, codec,
+          bound, send.data(), recv.data(), slot, comm, nonblocking, agreed.how, options.measure_error, who);
     // Ring chunk rank + 1 is memory block rank (rotation -1): this rank's block.
     return std::make_unique<ring_allreduce_operation<value_type, Exec>>(
         exec, ring_geometry{agreed.shape, recv.size(), -1}, agreed.rule, codec, bound, send.data(), recv.data(), slot,

@@ -30,13 +30,14 @@ enum class reduction_method {
   homomorphic,  ///< quantize once on one grid shared by all ranks; hops add the integer codes
 };
 
-/// The order of the messages of allreduce (docs/collectives.md, "Schedules"). Both move the
-/// same bytes and compress every value along p - 1 partial sums plus once as a final value: the
-/// same bound.
+/// The order of the messages of allreduce, reduce_scatter and allgather (docs/collectives.md,
+/// "Schedules"). Both move the same bytes; allreduce and allgather have the same bound either
+/// way, reduce_scatter too where p is a power of two (elsewhere halving gives p e for p - 1).
 enum class collective_schedule {
   automatic,         ///< by the cost model: the one predicted faster for this size and p
-  ring,              ///< 2 (p - 1) steps of n / p values each, between neighbours
-  halving_doubling,  ///< recursive halving, then doubling: 2 log2 p steps (+ 2 where p is no power of two)
+  ring,              ///< p - 1 steps of n / p values per phase, between neighbours
+  halving_doubling,  ///< recursive halving (reduce), doubling (gather): log2 p steps per phase, + 2 where p is
+                     ///< no power of two
 };
 
 /// How a collective's bytes reach MPI (docs/collectives.md, "The transport seam"). The bytes on
@@ -64,8 +65,8 @@ struct collective_options {
   /// allreduce and reduce_scatter: homomorphic adds codes without recompressing; the result is
   /// within p times the per-rank bound (docs/collectives.md, "Homomorphic reduction").
   reduction_method reduction = reduction_method::recompress;
-  /// allreduce: ring or recursive halving and doubling (the homomorphic reduction takes the
-  /// ring whatever this says).
+  /// allreduce, reduce_scatter, allgather: the ring or recursive halving and doubling (the
+  /// homomorphic reduction takes the ring whatever this says).
   collective_schedule schedule = collective_schedule::automatic;
   cost_model cost{};
   /// Report the largest error this rank's own compressions introduced (collective_report::

@@ -1,10 +1,13 @@
 #pragma once
 // kompress::reduce_scatter (sum): MPI_Reduce_scatter_block on Views, compressed on the wire.
 // send holds p blocks of n = recv.size() values; rank r receives the sum over ranks of block r.
-// It is allreduce's reduce-scatter phase alone: block r travels p - 1 hops, each carrying a
-// compressed partial sum, so it goes through p - 1 compressions. With allreduce_bound::per_hop
-// each is within the bound e and the result within (p - 1) * e of the exact sum; with
-// allreduce_bound::total each gets e / (p - 1) and the result is within e.
+// It is allreduce's reduce-scatter phase alone, on the ring or by recursive halving
+// (collective_options::schedule, docs/collectives.md): the sum of block r is built from p - 1
+// compressed partial sums, so it goes through p - 1 compressions (recursive halving where p is no
+// power of two: p, a folded rank's block compressed once more to reach it). With
+// allreduce_bound::per_hop each is within the bound e and the result within (p - 1) * e (p * e)
+// of the exact sum; with allreduce_bound::total each gets e / (p - 1) (e / p) and the result is
+// within e.
 // collective_report::absolute_bound reports that number. Floating-point summation error comes
 // on top, as it does for MPI's own sum in a different order. A REL bound resolves against the
 // value range of all ranks' send Views, agreed with one small MPI_Allreduce.
@@ -17,15 +20,18 @@
 //
 // Sync points as allreduce: fence `exec`, agree (one small MPI_Allreduce or, on two to four
 // ranks, one message between every pair; plus one MPI_Allreduce for a REL bound), then p - 1
-// ring hops; the nonblocking form sends the first hop before it returns and advances hop by hop
-// in test() and wait(). Raw mode (and a block too small to compress, and
+// ring hops or log2 p halving steps; the nonblocking form sends the first before it returns and
+// advances step by step in test() and wait(). Raw mode (and a block too small to compress, and
 // one rank) is MPI_Reduce_scatter_block / MPI_Ireduce_scatter_block itself (on two ranks up
 // to 1 MiB rides the agreement's one message each way instead): with one rank recv is an exact
 // copy of send.
 
+#include <kompress/comm/detail/halving_doubling.hpp>
 #include <kompress/comm/detail/ring_collective.hpp>
 #include <kompress/comm/persistent.hpp>
 #include <kompress/detail/arguments.hpp>
+
+#include <bit>
 
 namespace kompress {
 inline namespace v0 {
@@ -53,9 +59,20 @@ struct reduce_scatter_call : ring_call<Exec, SendView, RecvView> {
     byte_count(send.size() * sizeof(value_type), who);  // MPI's int counts
   }
 
-  /// MPI_Reduce_scatter_block itself for raw mode, a block too small to compress, and one rank.
+  /// MPI_Reduce_scatter_block itself for raw mode, one rank, and where the schedule would
+  /// compress none of its messages, judged by its largest (the ring's block; recursive
+  /// halving's n/2, or the fold's n).
   bool sends_raw(const agreed_ring& agreed) const {
-    return this->raw_for(agreed, recv.size() * sizeof(value_type));
+    const int p = agreed.shape.size;
+    if (p <= 1 || !butterfly(agreed)) return this->raw_for(agreed, recv.size() * sizeof(value_type));
+    const std::size_t bytes = send.size() * sizeof(value_type);
+    return this->raw_for(agreed, std::has_single_bit(unsigned(p)) ? bytes / 2 : bytes);
+  }
+  /// Whether the compressing schedule is recursive halving rather than the ring.
+  bool butterfly(const agreed_ring& agreed) const {
+    return options.reduction == reduction_method::recompress &&
+           takes_halving_doubling(options.schedule, agreed.rule, send.size() * sizeof(value_type), agreed.shape.size,
+                                  butterfly_collective::reduce_scatter);
   }
   small_call<value_type> small_call_of(const agreed_ring& agreed) const {
     return reduce_scatter_small_call(send.data(), recv.data(), recv.size(), agreed.shape, agreed.how,
@@ -69,17 +86,27 @@ struct reduce_scatter_call : ring_call<Exec, SendView, RecvView> {
     return {send.data(), recv.data(), int(recv.size()), comm};
   }
 
-  /// The compressing ring; a REL bound resolves against all ranks' values now. Recompress: p - 1
-  /// compressions per block, `total` splits the bound among them. Homomorphic: p quantizations
-  /// (one per rank, the owner's too), `total` splits it p ways.
+  /// The compressing schedule, the ring or recursive halving (by the cost model, or as
+  /// options.schedule says); a REL bound resolves against all ranks' values now. Recompress:
+  /// p - 1 compressions per block (recursive halving where p is no power of two: p, a folded
+  /// rank's block compressed once more to reach it), `total` splits the bound among them.
+  /// Homomorphic (the ring): p quantizations (one per rank, the owner's too), `total` splits it
+  /// p ways.
   std::unique_ptr<operation> ring(const agreed_ring& agreed, workspace_slot* slot, MPI_Comm comm,
                                   bool nonblocking) const {
     const comm_shape shape = agreed.shape;
     const double e = ring_bound(exec, send.data(), send.size(), options, comm, who);
-    const int terms = options.reduction == reduction_method::homomorphic ? shape.size : shape.size - 1;
+    const bool halving = butterfly(agreed);
+    const bool folds = halving && !std::has_single_bit(unsigned(shape.size));
+    const int terms =
+        options.reduction == reduction_method::homomorphic || folds ? shape.size : shape.size - 1;
     const double hop = options.reduction_bound == allreduce_bound::total ? e / terms : e;
     compress_options codec = options.codec;
     codec.bound = absolute(hop);
+    if (halving)
+      return std::make_unique<halving_doubling_operation<value_type, Exec>>(
+          exec, butterfly_geometry{shape, send.size(), butterfly_collective::reduce_scatter}, agreed.rule, codec,
+          hop * terms, send.data(), recv.data(), slot, comm, nonblocking, agreed.how, options.measure_error, who);
     // The phase leaves ring chunk rank + 1 reduced on this rank; rotation -1 makes it block rank.
     return std::make_unique<ring_allreduce_operation<value_type, Exec>>(
         exec, ring_geometry{shape, send.size(), -1}, agreed.rule, codec, hop * terms, send.data(), recv.data(), slot,

@@ -1,26 +1,34 @@
 #pragma once
-// allreduce's second schedule: recursive halving, then recursive doubling (Rabenseifner's
-// algorithm), for p = 2^k core ranks, with the r = p - 2^k extra ranks folded in first and
-// handed the result last. The same bytes as the ring (n (p-1)/p each way per rank) in 2k steps
-// instead of 2(p-1): what wins where a step's latency and the codec's per-call cost add up, at
-// many ranks or small messages.
+// The butterfly schedules: recursive halving, then recursive doubling (Rabenseifner's
+// algorithm), for p' = 2^k core ranks, with the r = p - p' extra ranks folded in first and
+// handed their part last. allreduce runs both phases, reduce_scatter the halving alone,
+// allgather the doubling alone. The same bytes as the ring in k steps per phase instead of
+// p - 1: what wins where a step's latency and the codec's per-call cost add up, at many ranks
+// or small messages.
 //
-//   fold     (r > 0) rank 2i (i < r) sends its whole vector to rank 2i+1, which adds it; rank
-//            2i then waits for the end.
-//   halve    step j of k: core rank c and c ^ d (d = 2^(k-1-j)) split the blocks they both
-//            still hold; each sends the half it gives up (a partial sum, compressed once) and
-//            adds the half it keeps. After k steps core rank c holds the sum of block c.
-//   double   step j of k: c and c ^ 2^j swap the final streams of the blocks they hold. Block
-//            c's owner compresses it once; every rank forwards and decodes those same bytes,
-//            so every rank ends bit-identical.
-//   unfold   (r > 0) rank 2i+1 sends every final stream to rank 2i.
+//   fold     (r > 0) rank 2i (i < r) sends rank 2i+1 its whole vector (allreduce,
+//            reduce_scatter: rank 2i+1 adds it) or its own block's stream (allgather); rank
+//            2i+1 stands in the core for both, and rank 2i waits for the end.
+//   halve    step j of k: core rank c and c ^ d (d = 2^(k-1-j)) split the values they both
+//            still hold partial sums of; each sends the half it gives up (compressed once) and
+//            adds the half it keeps. After k steps core rank c holds the sums of its group:
+//            core block c (allreduce), or the rank blocks of the ranks it stands for.
+//   double   step j of k: c and c ^ 2^j swap the final streams of the blocks they hold. A
+//            block's stream is compressed once (allreduce: by the core rank holding its sum;
+//            allgather: by the rank it belongs to); every rank forwards and decodes those same
+//            bytes, so every rank ends bit-identical.
+//   unfold   (r > 0) rank 2i+1 sends rank 2i every final stream it lacks (allreduce,
+//            allgather) or the sum of block 2i, compressed once (reduce_scatter).
 //
 // Error: a value's sum is built along a tree whose p - 1 edges are partial sums, each
-// compressed once (the fold's r edges and the halving's 2^k - 1), then compressed once more as
-// a final value: at most p e, the ring's bound. Blocks are the p' = 2^k blocks of the vector;
-// messages are cut into pieces as the ring's are (comm/detail/pipeline.hpp), each piece of a
+// compressed once (the fold's r edges and the halving's p' - 1): allreduce compresses it once
+// more as a final value (p e, the ring's bound), reduce_scatter only for a folded rank's block
+// (p - 1 e, the ring's, where p is a power of two; p e otherwise). allgather compresses each
+// block once (e). allreduce's blocks are the p' blocks of the vector; reduce_scatter's and
+// allgather's the p blocks of MPI's placement, grouped two to a core rank where folded.
+// Messages are cut into pieces as the ring's are (comm/detail/pipeline.hpp), each piece of a
 // halving range or of a final block its own stream and its own MPI message. docs/collectives.md
-// ("Schedules") gives the choice between the two, docs/scale.md the measurements.
+// ("Schedules") gives the choice between the schedules, docs/scale.md the measurements.
 
 #include <kompress/comm/detail/engine.hpp>
 #include <kompress/comm/options.hpp>
@@ -30,6 +38,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstddef>
+#include <limits>
 #include <optional>
 #include <span>
 #include <utility>
@@ -37,91 +46,140 @@
 
 namespace kompress::inline v0::detail {
 
+/// The collective a butterfly schedule runs: which phases, and how its vector is blocked.
+enum class butterfly_collective { allreduce, reduce_scatter, allgather };
+
 /// Which ranks take part where: the core of p' = 2^floor(log2 p) ranks and the r folded ones,
-/// and the p' blocks of the vector.
+/// and the blocks of the vector of `count` values (allreduce's n; reduce_scatter's send and
+/// allgather's receive View, p blocks each).
 struct butterfly_geometry {
   comm_shape shape;
   std::size_t count = 0;
+  butterfly_collective collective = butterfly_collective::allreduce;
 
   int core_size() const { return int(std::bit_floor(unsigned(shape.size))); }
   int extra() const { return shape.size - core_size(); }
   /// Ranks 2i and 2i+1 (i < r) are folded: the odd one stands in the core for both.
   bool folded_out(int rank) const { return rank < 2 * extra() && rank % 2 == 0; }
+  bool folds(int rank) const { return rank < 2 * extra(); }
   int core_rank(int rank) const { return rank < 2 * extra() ? rank / 2 : rank - extra(); }
   int rank_of_core(int core) const { return core < extra() ? 2 * core + 1 : core + extra(); }
-  std::size_t block_begin(int block) const { return std::size_t(block) * count / std::size_t(core_size()); }
+  bool reduces() const { return collective != butterfly_collective::allgather; }
+  bool gathers() const { return collective != butterfly_collective::reduce_scatter; }
+  /// The blocks final streams travel in: allreduce's p' core blocks, else MPI's p rank blocks.
+  int block_count() const { return collective == butterfly_collective::allreduce ? core_size() : shape.size; }
+  std::size_t block_begin(int block) const {
+    return std::size_t(block) * count / std::size_t(block_count());
+  }
+  /// The first block of core rank `core`'s group (core_size() for the end): allreduce's core
+  /// block, else the ranks it stands for.
+  int group_begin(int core) const {
+    if (collective == butterfly_collective::allreduce) return core;
+    return core < extra() ? 2 * core : core + extra();
+  }
 };
 
 /// One step of one rank: what it sends to whom and what it receives from whom. Reduce steps
-/// (fold, halve) move a value range [begin, end) of partial sums; final steps (double, unfold)
-/// the final streams of a block range [begin, end).
+/// (fold, halve) move a value range [begin, end) of partial sums; final steps (double, unfold,
+/// allgather's fold) the final streams of a block range [begin, end), less block `skip`.
 struct butterfly_step {
   bool reduces = true;
   int send_peer = -1, receive_peer = -1;  ///< -1: nothing that way
   std::size_t send_begin = 0, send_end = 0, receive_begin = 0, receive_end = 0;
   bool reads_input = false;  ///< a reduce step on this rank's own values, before any sum was formed
+  int skip = -1;             ///< a final step's block of the range the receiver holds already
 };
 
 /// The steps rank `geometry.shape.rank` runs, in order.
 inline std::vector<butterfly_step> butterfly_steps(const butterfly_geometry& geometry) {
   std::vector<butterfly_step> steps;
   const int rank = geometry.shape.rank, core_size = geometry.core_size();
-  const bool folding = rank < 2 * geometry.extra();
+  const bool folding = geometry.folds(rank), folded_out = geometry.folded_out(rank);
+  const auto values = [&](int core) { return geometry.block_begin(geometry.group_begin(core)); };
+  const auto blocks = [&](int core) { return std::size_t(geometry.group_begin(core)); };
+  const auto all_blocks = std::size_t(geometry.block_count());
+  const auto own_block = std::size_t(rank);
   if (folding) {
-    butterfly_step fold{.reads_input = true};
-    if (geometry.folded_out(rank)) fold.send_peer = rank + 1, fold.send_end = geometry.count;
-    else fold.receive_peer = rank - 1, fold.receive_end = geometry.count;
+    butterfly_step fold{.reduces = geometry.reduces(), .reads_input = geometry.reduces()};
+    const std::size_t begin = geometry.reduces() ? 0 : own_block - (folded_out ? 0 : 1);
+    const std::size_t end = geometry.reduces() ? geometry.count : begin + 1;
+    if (folded_out) fold.send_peer = rank + 1, fold.send_begin = begin, fold.send_end = end;
+    else fold.receive_peer = rank - 1, fold.receive_begin = begin, fold.receive_end = end;
     steps.push_back(fold);
-    if (geometry.folded_out(rank)) {
-      steps.push_back({.reduces = false, .receive_peer = rank + 1, .receive_end = std::size_t(core_size)});
+    if (folded_out) {
+      butterfly_step unfold{.reduces = false, .receive_peer = rank + 1, .receive_end = all_blocks};
+      if (geometry.collective == butterfly_collective::allgather) unfold.skip = rank;
+      if (geometry.collective == butterfly_collective::reduce_scatter)
+        unfold.receive_begin = own_block, unfold.receive_end = own_block + 1;
+      steps.push_back(unfold);
       return steps;
     }
   }
   const int core = geometry.core_rank(rank);
-  int low = 0;  // the blocks [low, low + 2d) this rank still holds partial sums of
-  for (int d = core_size / 2; d >= 1; d /= 2) {
-    const bool keeps_upper = (core & d) != 0;
-    const int kept = keeps_upper ? low + d : low, given = keeps_upper ? low : low + d;
-    const int peer = geometry.rank_of_core(core ^ d);
-    steps.push_back({.send_peer = peer,
-                     .receive_peer = peer,
-                     .send_begin = geometry.block_begin(given),
-                     .send_end = geometry.block_begin(given + d),
-                     .receive_begin = geometry.block_begin(kept),
-                     .receive_end = geometry.block_begin(kept + d),
-                     .reads_input = d == core_size / 2 && !folding});
-    low = kept;
+  if (geometry.reduces()) {
+    int low = 0;  // the core groups [low, low + 2d) this rank still holds partial sums of
+    for (int d = core_size / 2; d >= 1; d /= 2) {
+      const bool keeps_upper = (core & d) != 0;
+      const int kept = keeps_upper ? low + d : low, given = keeps_upper ? low : low + d;
+      const int peer = geometry.rank_of_core(core ^ d);
+      steps.push_back({.send_peer = peer,
+                       .receive_peer = peer,
+                       .send_begin = values(given),
+                       .send_end = values(given + d),
+                       .receive_begin = values(kept),
+                       .receive_end = values(kept + d),
+                       .reads_input = d == core_size / 2 && !folding});
+      low = kept;
+    }
   }
-  for (int d = 1; d < core_size; d *= 2) {
-    const int held = core & ~(d - 1), peer_core = core ^ d;
-    const int peer_held = peer_core & ~(d - 1);
-    const int peer = geometry.rank_of_core(peer_core);
-    steps.push_back({.reduces = false,
-                     .send_peer = peer,
-                     .receive_peer = peer,
-                     .send_begin = std::size_t(held),
-                     .send_end = std::size_t(held + d),
-                     .receive_begin = std::size_t(peer_held),
-                     .receive_end = std::size_t(peer_held + d)});
+  if (geometry.gathers()) {
+    for (int d = 1; d < core_size; d *= 2) {
+      const int held = core & ~(d - 1), peer_core = core ^ d;
+      const int peer_held = peer_core & ~(d - 1);
+      const int peer = geometry.rank_of_core(peer_core);
+      steps.push_back({.reduces = false,
+                       .send_peer = peer,
+                       .receive_peer = peer,
+                       .send_begin = blocks(held),
+                       .send_end = blocks(held + d),
+                       .receive_begin = blocks(peer_held),
+                       .receive_end = blocks(peer_held + d)});
+    }
   }
-  if (folding) steps.push_back({.reduces = false, .send_peer = rank - 1, .send_end = std::size_t(core_size)});
+  if (folding) {
+    butterfly_step unfold{.reduces = false, .send_peer = rank - 1, .send_end = all_blocks};
+    if (geometry.collective == butterfly_collective::allgather) unfold.skip = rank - 1;
+    if (geometry.collective == butterfly_collective::reduce_scatter)
+      unfold.send_begin = own_block - 1, unfold.send_end = own_block;
+    steps.push_back(unfold);
+  }
   return steps;
 }
 
-/// Whether an allreduce of `bytes` on `p` ranks runs recursive halving and doubling rather
-/// than the ring: as `schedule` says, or (automatic) where the cost model predicts it faster.
-/// Both move the same bytes through the codec and the link; the ring takes 2 (p-1) steps of
-/// n/p, halving and doubling 2 log2 p' steps of n/2 ... n/p' (p' = 2^floor(log2 p)), and where
-/// p is no power of two two more of the whole vector (the fold and the result handed back).
-inline bool takes_halving_doubling(collective_schedule schedule, const wire_rule& rule, std::uint64_t bytes, int p) {
+/// Whether a collective of `bytes` (the whole vector: allreduce's input, reduce_scatter's send,
+/// allgather's result) on `p` ranks runs the butterfly rather than the ring: as `schedule`
+/// says, or (automatic) where the cost model predicts it faster. Both move the same bytes
+/// through the codec and the link; the ring takes p - 1 steps of n/p per phase, the butterfly
+/// log2 p' steps of n/2 ... n/p' (p' = 2^floor(log2 p)), and where p is no power of two a fold
+/// and an unfold, each of the whole vector or of one block.
+inline bool takes_halving_doubling(collective_schedule schedule, const wire_rule& rule, std::uint64_t bytes, int p,
+                                   butterfly_collective collective = butterfly_collective::allreduce) {
   if (schedule != collective_schedule::automatic || p <= 1) return schedule == collective_schedule::halving_doubling;
   const cost_model& cost = rule.cost;
   const auto step = [&](std::uint64_t message) { return cost.step_seconds(message, rule.may_compress(message)); };
-  const double ring = 2.0 * (p - 1) * step(bytes / std::uint64_t(p));
+  const bool reduces = collective != butterfly_collective::allgather;
+  const bool gathers = collective != butterfly_collective::reduce_scatter;
+  const int phases = int(reduces) + int(gathers);
+  const double ring = phases * (p - 1) * step(bytes / std::uint64_t(p));
   const int core = int(std::bit_floor(unsigned(p)));
-  double halving_doubling = core < p ? 2.0 * step(bytes) : 0.0;
-  for (int d = core / 2; d >= 1; d /= 2) halving_doubling += 2.0 * step(bytes * std::uint64_t(d) / std::uint64_t(core));
-  return halving_doubling < ring;
+  double butterfly = 0.0;
+  if (core < p) {
+    const std::uint64_t block = bytes / std::uint64_t(p);
+    butterfly += step(reduces ? bytes : block);  // fold
+    butterfly += step(gathers ? bytes : block);  // unfold
+  }
+  for (int d = core / 2; d >= 1; d /= 2) butterfly += phases * step(bytes * std::uint64_t(d) / std::uint64_t(core));
+  return butterfly < ring;
 }
 
 /// sums[i] = own[i] + incoming[i] for i < n, on `exec` (sums may be own), and waits.
@@ -132,9 +190,11 @@ void add_partial_sums(const Exec& exec, T* sums, const T* own, const T* incoming
   exec.fence("kompress::allreduce: partial sum added");
 }
 
-/// The recompressing allreduce over recursive halving and doubling; one step in flight at a
-/// time, its messages cut into pieces, arrivals decoded (and added) as they come. Its scratch is
-/// in the execution space's memory; the bytes reach MPI through the transport seam.
+/// The recompressing allreduce, reduce_scatter or allgather over the butterfly; one step in
+/// flight at a time, its messages cut into pieces, arrivals decoded (and added) as they come. Its
+/// scratch is in the execution space's memory; the bytes reach MPI through the transport seam.
+/// `input` and `output` are the collective's Views: allgather's input is this rank's block,
+/// reduce_scatter's output this rank's block.
 template <class T, class Exec>
 class halving_doubling_operation final : public operation {
   using memory = typename Exec::memory_space;
@@ -146,6 +206,7 @@ class halving_doubling_operation final : public operation {
       : exec_(exec), who_(who), how_(how), geometry_(geometry), rule_(rule), codec_(codec), input_(input),
         output_(output), scratch_(leased, comm, nonblocking, who) {
     if (geometry_.count > 0) steps_ = butterfly_steps(geometry_);  // no values: no messages
+    encoded_block_ = encoded_block();
     report_.absolute_bound = result_bound;
     if (measure_error) max_error_ = 0.0;
     reserve();
@@ -194,6 +255,7 @@ class halving_doubling_operation final : public operation {
       return out;
     }
     for (int block = int(begin); block < int(end); ++block) {
+      if (block == step.skip) continue;
       const chunk_plan pieces = plan(block_size(block));
       for (std::size_t i = 0; i < pieces.count(); ++i)
         out.push_back({geometry_.block_begin(block) + pieces.begin(i), pieces.size(i), block, i});
@@ -217,28 +279,52 @@ class halving_doubling_operation final : public operation {
       }
       sent = std::max(sent, out.size());
     }
-    encoded = std::max(encoded, plan(block_size(own_block())).count());  // doubling step 0
+    if (encoded_block_ >= 0) encoded = std::max(encoded, plan(block_size(encoded_block_)).count());
     piece_room_ = (max_compressed_size<T>(std::max<std::size_t>(widest, 1), codec_) + 7) / 8 * 8;
     arrival_bytes_ = (arrival * sizeof(T) + 7) / 8 * 8;
-    const std::size_t count = geometry_.count;
+    const std::size_t count = geometry_.count, sums = geometry_.reduces() ? count : 0;
     const scratch_room room = scratch_->template reserve_in<memory>(
         std::max<std::size_t>(1, encoded) * piece_room_, arrival_bytes_ + count * sizeof(T),
-        (count + std::max(arrival, widest)) * sizeof(T));
+        (sums + std::max(arrival, widest)) * sizeof(T));
     send_ = room.send;
     hop_ = room.receive;
     finals_ = room.receive + arrival_bytes_;
     sums_ = reinterpret_cast<T*>(room.decode);
-    decoded_ = sums_ + count;
+    decoded_ = sums_ + sums;
     if (how_.staged)
       scratch_->reserve_staging(std::max<std::size_t>(1, sent) * piece_room_, arrival_bytes_ + count * sizeof(T));
-    final_length_.resize(std::size_t(geometry_.core_size()));
-    for (int block = 0; block < geometry_.core_size(); ++block)
-      final_length_[std::size_t(block)].assign(plan(block_size(block)).count(), 0);
+    final_length_.resize(std::size_t(geometry_.block_count()));
+    for (int block = 0; block < geometry_.block_count(); ++block)
+      final_length_[std::size_t(block)].assign(plan(block_size(block)).count(), unknown_length);
   }
 
-  /// The block this rank holds the sum of after halving (none for a folded-out rank).
-  int own_block() const {
-    return geometry_.folded_out(geometry_.shape.rank) ? 0 : geometry_.core_rank(geometry_.shape.rank);
+  /// The block whose final stream this rank compresses (-1: none): allreduce's core rank the
+  /// block it holds the sum of, allgather's every rank its own, reduce_scatter's folding core
+  /// rank the block of the rank folded into it.
+  int encoded_block() const {
+    const int rank = geometry_.shape.rank;
+    if (geometry_.shape.size <= 1) return -1;
+    switch (geometry_.collective) {
+      case butterfly_collective::allreduce:
+        return geometry_.folded_out(rank) ? -1 : geometry_.core_rank(rank);
+      case butterfly_collective::allgather:
+        return rank;
+      case butterfly_collective::reduce_scatter:
+        return geometry_.folds(rank) && !geometry_.folded_out(rank) ? rank - 1 : -1;
+    }
+    return -1;
+  }
+
+  /// Where the value at position `begin` of the vector lands in the output (reduce_scatter's
+  /// output is this rank's block alone).
+  T* output_at(std::size_t begin) const {
+    if (geometry_.collective != butterfly_collective::reduce_scatter) return output_ + begin;
+    return output_ + (begin - geometry_.block_begin(geometry_.shape.rank));
+  }
+  /// The values a final stream is compressed from: the sums, or allgather's own block.
+  const T* final_source(std::size_t begin) const {
+    if (geometry_.reduces()) return sums_ + begin;
+    return input_ + (begin - geometry_.block_begin(geometry_.shape.rank));
   }
 
   /// The values a reduce step sends from and adds to: this rank's input before a sum was formed.
@@ -293,18 +379,19 @@ class halving_doubling_operation final : public operation {
     return {out, length};
   }
 
-  /// A final block's piece: its owner compresses it once, in the first doubling step, the one
-  /// final step that sends a single block, its own (and decodes those bytes, as every rank
-  /// does); every later step forwards the stored stream unchanged.
-  std::span<const std::byte> final_stream(const butterfly_step& step, const message& m) {
+  /// A final block's piece: the block this rank compresses is compressed the first time it is
+  /// sent (and decoded from those bytes, as every other rank decodes them, where it is part of
+  /// the output); every later step forwards the stored stream unchanged.
+  std::span<const std::byte> final_stream(const butterfly_step&, const message& m) {
     std::byte* const slot = finals_ + m.begin * sizeof(T);
     std::size_t& length = final_length_[std::size_t(m.block)][m.piece];
-    if (step.send_end - step.send_begin == 1) {
+    if (length == unknown_length && m.block == encoded_block_) {
       std::byte* const out = send_ + m.piece * piece_room_;
-      length = encode_message<memory>(exec_, rule_, codec_, compressible(block_size(m.block)), sums_ + m.begin,
+      length = encode_message<memory>(exec_, rule_, codec_, compressible(block_size(m.block)), final_source(m.begin),
                                       m.values, out, decoded_, max_error_);
       copy_values<memory>(exec_, slot, static_cast<const std::byte*>(out), length);
-      decode_message<memory>(exec_, slot, length, m.values, output_ + m.begin, who_);
+      if (geometry_.collective != butterfly_collective::reduce_scatter)
+        decode_message<memory>(exec_, slot, length, m.values, output_at(m.begin), who_);
     }
     return {slot, length};
   }
@@ -326,7 +413,7 @@ class halving_doubling_operation final : public operation {
     if (how_.staged) stage_in(exec_, landed, staged_twin(landed), bytes);
     if (!step.reduces) {
       final_length_[std::size_t(m.block)][m.piece] = bytes;
-      decode_message<memory>(exec_, landed, bytes, m.values, output_ + m.begin, who_);
+      decode_message<memory>(exec_, landed, bytes, m.values, output_at(m.begin), who_);
       return;
     }
     T* const decoded = decoded_ + (m.begin - step.receive_begin);
@@ -334,11 +421,17 @@ class halving_doubling_operation final : public operation {
     add_partial_sums(exec_, sums_ + m.begin, source(step) + m.begin, decoded, m.values);
   }
 
-  /// One rank: the result is the input. Otherwise the output was written as the final streams
-  /// were decoded.
+  /// One rank: the result is the input. reduce_scatter's core rank: the sums of its block.
+  /// Otherwise the output was written as the final streams were decoded.
   void finish() {
     if (failure_.aborting()) return;
-    if (geometry_.shape.size == 1 && input_ != output_) copy_values<memory>(exec_, output_, input_, geometry_.count);
+    const int rank = geometry_.shape.rank;
+    if (geometry_.shape.size == 1 && input_ != output_) {
+      copy_values<memory>(exec_, output_, input_, geometry_.count);
+    } else if (geometry_.collective == butterfly_collective::reduce_scatter && !geometry_.folded_out(rank)) {
+      const std::size_t begin = geometry_.block_begin(rank);
+      copy_values<memory>(exec_, output_, static_cast<const T*>(sums_ + begin), block_size(rank));
+    }
     exec_.fence("kompress: halving-doubling result in place");
     report_.max_error = max_error_;
   }
@@ -358,7 +451,9 @@ class halving_doubling_operation final : public operation {
   T *sums_ = nullptr, *decoded_ = nullptr;
   std::byte *send_ = nullptr, *hop_ = nullptr, *finals_ = nullptr;
   std::size_t piece_room_ = 0, arrival_bytes_ = 0;
-  std::vector<std::vector<std::size_t>> final_length_;  ///< per block, per piece
+  static constexpr std::size_t unknown_length = std::numeric_limits<std::size_t>::max();
+  std::vector<std::vector<std::size_t>> final_length_;  ///< per block, per piece; unknown: not yet held
+  int encoded_block_ = -1;
   double max_error_ = NAN;  ///< measured when not NaN
   collective_report report_;
   call_failure failure_;                   ///< shared by every step's requests

@@ -88,8 +88,8 @@ agreed_ring agree_ring_call(const Call& call, MPI_Comm comm, comm_workspace* wor
                               "schedule, bound (mode, value and reduction_bound), for the homomorphic reduction "
                               "block size, and "
                               "whether the Views are staged for MPI"
-                            : "the element count, element type, transfer mode, cost model, bound (mode and value) "
-                              "and whether the Views are staged for MPI";
+                            : "the element count, element type, transfer mode, cost model, schedule, bound (mode and "
+                              "value) and whether the Views are staged for MPI";
   a.local_failure = run_local_checks([&] {
     call.check(agreed.shape);
     if (Call::sums && options.reduction == reduction_method::homomorphic && !agreed.how.host_memory)
@@ -100,10 +100,8 @@ agreed_ring agree_ring_call(const Call& call, MPI_Comm comm, comm_workspace* wor
   fingerprint f = call_fingerprint(Call::kind, nonblocking, sizeof(typename Call::value_type));
   if (persistent) f.add(persistent_call_mark);
   f.add(std::uint64_t(call.count())).add(std::uint64_t(options.codec.bound.mode)).add(options.codec.bound.value);
-  if (Call::sums)
-    f.add(std::uint64_t(options.reduction_bound))
-        .add(std::uint64_t(options.reduction))
-        .add(std::uint64_t(options.schedule));
+  f.add(std::uint64_t(options.schedule));
+  if (Call::sums) f.add(std::uint64_t(options.reduction_bound)).add(std::uint64_t(options.reduction));
   // The homomorphic codes are blocked by it on every rank alike (streams carry their own).
   if (Call::sums && options.reduction == reduction_method::homomorphic) f.add(std::uint64_t(options.codec.block_size));
   agreed.rule.add_to(f);
