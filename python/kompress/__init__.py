@@ -453,36 +453,44 @@ def iallreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", 
                               True)
 
 
-def allgather(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
+def allgather(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", schedule="auto", block_size=32,
               measure_error=False, cost=None) -> Report:
     """MPI_Allgather, compressed: every rank's ``send`` into block ``rank`` of ``recv``
     (p * send.size values), bit-identical on every rank (the owner's block too holds the decoded
-    values). Every value within the bound of what its owner sent."""
+    values). Every value within the bound of what its owner sent. ``schedule``: 'auto', 'ring'
+    or 'halving_doubling' (recursive doubling), as for allreduce."""
     return _buffer_collective(_ext._allgather, "kompress.allgather", send, recv, comm,
-                              (abs, rel, mode, "per_hop", block_size, measure_error, cost), False)
+                              (abs, rel, mode, "per_hop", block_size, measure_error, cost, "recompress", schedule),
+                              False)
 
 
-def iallgather(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
+def iallgather(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", schedule="auto", block_size=32,
                measure_error=False, cost=None) -> Request:
     """Nonblocking allgather; see ialltoall."""
     return _buffer_collective(_ext._allgather, "kompress.iallgather", send, recv, comm,
-                              (abs, rel, mode, "per_hop", block_size, measure_error, cost), True)
+                              (abs, rel, mode, "per_hop", block_size, measure_error, cost, "recompress", schedule),
+                              True)
 
 
 def reduce_scatter(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
-                   reduction="recompress", block_size=32, measure_error=False, cost=None) -> Report:
+                   reduction="recompress", schedule="auto", block_size=32, measure_error=False, cost=None) -> Report:
     """MPI_Reduce_scatter_block with MPI_SUM: ``send`` holds p blocks of recv.size values;
     ``recv`` gets the sum over ranks of block ``rank``. Within (p - 1) times the bound
-    ('recompress') or p times it ('homomorphic'); 'total' makes it the bound."""
+    ('recompress'; p times with 'halving_doubling' where p is no power of two) or p times it
+    ('homomorphic'); 'total' makes it the bound. ``schedule``: 'auto', 'ring' or
+    'halving_doubling' (recursive halving), as for allreduce."""
     return _buffer_collective(_ext._reduce_scatter, "kompress.reduce_scatter", send, recv, comm,
-                              (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction), False)
+                              (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction, schedule),
+                              False)
 
 
 def ireduce_scatter(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
-                    reduction="recompress", block_size=32, measure_error=False, cost=None) -> Request:
+                    reduction="recompress", schedule="auto", block_size=32, measure_error=False,
+                    cost=None) -> Request:
     """Nonblocking reduce_scatter; see ialltoall."""
     return _buffer_collective(_ext._reduce_scatter, "kompress.ireduce_scatter", send, recv, comm,
-                              (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction), True)
+                              (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction, schedule),
+                              True)
 
 
 for _f in (alltoall, ialltoall, alltoallv, ialltoallv, allreduce, iallreduce, allgather, iallgather, reduce_scatter,
@@ -573,19 +581,21 @@ def allreduce_init(send, recv, comm=None, *, abs=None, rel=None, mode="compresse
         (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction, schedule)))
 
 
-def allgather_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
+def allgather_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", schedule="auto", block_size=32,
                    measure_error=False, cost=None) -> PersistentRequest:
     """Persistent allgather; each round as ``allgather``."""
-    return PersistentRequest(_buffer_collective(_ext._allgather_init, "kompress.allgather_init", send, recv, comm,
-                                                (abs, rel, mode, "per_hop", block_size, measure_error, cost)))
+    return PersistentRequest(_buffer_collective(
+        _ext._allgather_init, "kompress.allgather_init", send, recv, comm,
+        (abs, rel, mode, "per_hop", block_size, measure_error, cost, "recompress", schedule)))
 
 
 def reduce_scatter_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
-                        reduction="recompress", block_size=32, measure_error=False, cost=None) -> PersistentRequest:
+                        reduction="recompress", schedule="auto", block_size=32, measure_error=False,
+                        cost=None) -> PersistentRequest:
     """Persistent reduce_scatter; each round as ``reduce_scatter``."""
     return PersistentRequest(_buffer_collective(
         _ext._reduce_scatter_init, "kompress.reduce_scatter_init", send, recv, comm,
-        (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction)))
+        (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction, schedule)))
 
 
 for _f in (alltoall_init, alltoallv_init, allreduce_init, allgather_init, reduce_scatter_init):

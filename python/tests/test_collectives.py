@@ -219,6 +219,48 @@ def test_allreduce_schedules_match_mpi4py():
         kompress.allreduce(send, recv, comm, schedule="tree")
 
 
+def test_allgather_and_reduce_scatter_schedules_match_mpi4py():
+    # Both schedules (the ring; recursive doubling for allgather, halving for reduce_scatter)
+    # within their bounds: allgather's identical on every rank; persistent rounds too.
+    n = 20001
+    send = field(n, np.float32, 12)
+    gathered = np.empty(n * p, np.float32)
+    comm.Allgather(send, gathered)
+    summands = field(n * p, np.float32, 13)
+    summed, magnitude = np.empty(n, np.float32), np.empty(n, np.float32)
+    comm.Reduce_scatter_block(summands, summed)
+    comm.Reduce_scatter_block(np.abs(summands), magnitude)
+    eps = np.finfo(np.float32).eps
+    power_of_two = p & (p - 1) == 0
+    for schedule in ("ring", "halving_doubling", "auto"):
+        recv = np.full_like(gathered, np.nan)
+        report = kompress.allgather(send, recv, comm, abs=1e-3, schedule=schedule)
+        assert report.absolute_bound <= 1e-3 * (1 + 1e-12), schedule
+        assert_within(gathered, recv, report.absolute_bound)
+        assert_same_on_every_rank(comm, recv)
+        recv = np.full_like(summed, np.nan)
+        report = kompress.reduce_scatter(summands, recv, comm, abs=1e-3, schedule=schedule)
+        terms = p - 1 if power_of_two or schedule == "ring" else p
+        assert report.absolute_bound <= max(terms, 0) * 1e-3 * (1 + 1e-12), schedule
+        err = np.abs(recv.astype(np.float64) - summed.astype(np.float64))
+        assert np.all(err <= report.absolute_bound + 2.0 * p * eps * magnitude.astype(np.float64)), schedule
+    persistent = np.full_like(gathered, np.nan)
+    with kompress.allgather_init(send, persistent, comm, abs=1e-3, schedule="halving_doubling") as request:
+        for _ in range(2):
+            request.start()
+            assert_within(gathered, persistent, request.wait().absolute_bound)
+            assert_same_on_every_rank(comm, persistent)
+    persistent = np.full_like(summed, np.nan)
+    with kompress.reduce_scatter_init(summands, persistent, comm, abs=1e-3, schedule="halving_doubling") as request:
+        for _ in range(2):
+            request.start()
+            report = request.wait()
+            err = np.abs(persistent.astype(np.float64) - summed.astype(np.float64))
+            assert np.all(err <= report.absolute_bound + 2.0 * p * eps * magnitude.astype(np.float64))
+    with pytest.raises(kompress.InvalidArgument, match="schedule must be"):
+        kompress.allgather(send, gathered.copy(), comm, schedule="tree")
+
+
 @several
 
 def test_report_is_a_small_object():
