@@ -22,8 +22,8 @@
 // Check (--check): every rank's buffers are its own, filled with the data at a different
 // offset per rank, and each kompress result is compared element by element with plain MPI's
 // against the call's absolute_bound (sums: plus the float summation slack 2 p eps sum|x|);
-// allreduce results must be bit-identical across ranks. A violation prints "CHECK FAILED" and
-// makes the exit status 1. Without --check and with --shared (SMPI only) the send and result
+// allreduce and allgather results must be bit-identical across ranks. A violation prints
+// "CHECK FAILED" and makes the exit status 1. Without --check and with --shared (SMPI only) the send and result
 // buffers come from SMPI_SHARED_MALLOC: one copy for all ranks, so 1024 ranks of 64 MiB fit in
 // memory; every rank then sends the same data and the results are not checked.
 //
@@ -248,7 +248,7 @@ double slowest_rank(double seconds) {
 }
 
 /// Compares `got` with plain MPI's `want` within `bound` (+ the summation slack for sums, from
-/// `abs_sum`, the plain sum of |x|); allreduce: also bit-identical on every rank.
+/// `abs_sum`, the plain sum of |x|); allreduce and allgather: also bit-identical on every rank.
 void check(const options& o, const float* got, const float* want, const float* abs_sum, std::size_t count,
            int p, result& r) {
   const bool sums = o.op == "allreduce" || o.op == "reduce_scatter";
@@ -271,7 +271,7 @@ void check(const options& o, const float* got, const float* want, const float* a
     r.ok = false;
     r.problem += "an element off plain MPI's result by more than the bound; ";
   }
-  if (o.op == "allreduce") {
+  if (o.op == "allreduce" || o.op == "allgather") {
     std::uint64_t low = hash, high = hash;
     MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);

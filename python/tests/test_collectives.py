@@ -293,3 +293,10 @@ def test_cost_model_ratio_decides_auto_mode():
     assert not model.worth_compressing(1 << 20)
     model.expected_ratio = 30.0
     assert model.worth_compressing(1 << 20)
+    # A stream compressed once and sent to several ranks (allgather) pays sooner.
+    model.expected_ratio = 2.0
+    assert not model.worth_compressing_forwarded(1 << 20, 1)
+    model.compress_bytes_per_second = 0.3e9
+    model.expected_ratio = 10.0
+    assert not model.worth_compressing(1 << 20)
+    assert model.worth_compressing_forwarded(1 << 20, 63)

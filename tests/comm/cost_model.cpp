@@ -1,7 +1,7 @@
 // The cost model: measure_cost_model's rates, the same on every rank, and its agreement on the
-// probe size; on a sample of the data, the ratio it measures; the chunk plan of pipelined messages and the model's chunk count; and automatic
-// mode's weighing of a staged call's copies on the execution space's memory. Run under mpiexec
-// -n 1, 2, 3 and 4.
+// probe size; on a sample of the data, the ratio it measures; the chunk plan of pipelined messages and the model's chunk count; automatic
+// mode's weighing of a staged call's copies on the execution space's memory, and of a stream
+// compressed once and sent to several ranks (allgather). Run under mpiexec -n 1, 2, 3 and 4.
 
 #include <kompress/comm.hpp>
 
@@ -100,6 +100,63 @@ TEST_CASE("automatic mode counts a staged call's copies: compressing pays where 
     const bool staged = transport == kompress::transport_mode::staged;
     CHECK(report.compressed_messages == (staged ? std::uint64_t(p - 1) : 0u));
     CHECK((ring.compressed_messages > 0) == staged);
+  }
+}
+
+namespace {
+
+/// A link, a codec and data where one 256 KiB message compressed for one link does not pay by
+/// min_gain, but one compressed for two or more links (decoded at each end) does.
+kompress::cost_model forwarding_pays() {
+  kompress::cost_model model;
+  model.link_bytes_per_second = 1e9;
+  model.compress_bytes_per_second = 2e9;
+  model.decompress_bytes_per_second = 10e9;
+  model.expected_ratio = 10.0;
+  return model;
+}
+
+}  // namespace
+
+TEST_CASE("a stream compressed once and sent to several ranks: compressing pays sooner than for one link") {
+  const kompress::cost_model model = forwarding_pays();
+  const std::uint64_t block = 256 * 1024;
+  CHECK_FALSE(model.worth_compressing(block));
+  CHECK(model.worth_compressing_forwarded(block, 1) == model.worth_compressing(block));
+  CHECK_FALSE(model.worth_compressing_forwarded(block, 0));
+  for (const std::uint64_t sends : {2u, 3u, 63u, 1023u}) CHECK(model.worth_compressing_forwarded(block, sends));
+  // Below min_message_bytes always raw; a link faster than decoding never pays.
+  CHECK_FALSE(model.worth_compressing_forwarded(model.min_message_bytes - 1, 1023));
+  kompress::cost_model fast_link = model;
+  fast_link.link_bytes_per_second = 100e9;
+  CHECK_FALSE(fast_link.worth_compressing_forwarded(block, 1023));
+}
+
+TEST_CASE("automatic allgather compresses every block where its stream reaches enough ranks to pay") {
+  const int p = size_of(), me = rank_of();
+  const std::size_t n = 256 * 1024 / sizeof(float);
+  kompress::collective_options options{.codec = {.bound = kompress::absolute(1e-3)},
+                                       .mode = kompress::transfer_mode::automatic,
+                                       .cost = forwarding_pays()};
+  auto send = make_data<float>(n, me + 41);
+  host_view<float> got("got", n * std::size_t(p)), expected("expected", n * std::size_t(p));
+  MPI_Allgather(send.data(), int(n), MPI_FLOAT, expected.data(), int(n), MPI_FLOAT, MPI_COMM_WORLD);
+  for (const auto schedule : all_schedules) {
+    CAPTURE(int(schedule));
+    options.schedule = schedule;
+    const auto report = kompress::allgather(host{}, send, got, MPI_COMM_WORLD, options);
+    // Two ranks: one link per block, raw (MPI_Allgather itself); three or more: compressed.
+    if (p >= 3) {
+      CHECK(report.compressed_messages == report.messages);
+      CHECK(report.messages > 0);
+    } else {
+      CHECK(report.compressed_messages == 0);
+    }
+    std::size_t violations = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      violations += !(std::fabs(got(i) - expected(i)) <= report.absolute_bound);
+    CHECK(violations == 0);
+    CHECK(identical_on_every_rank(got));
   }
 }
 

@@ -25,6 +25,8 @@
 #include <kompress/comm/persistent.hpp>
 #include <kompress/detail/arguments.hpp>
 
+#include <algorithm>
+
 namespace kompress {
 inline namespace v0 {
 
@@ -54,12 +56,24 @@ struct allgather_call : ring_call<Exec, SendView, RecvView> {
   /// MPI_Allgather itself for raw mode, a per-rank block too small to compress, and one rank
   /// (either schedule compresses each rank's block alone).
   bool sends_raw(const agreed_ring& agreed) const {
-    return this->raw_for(agreed, send.size() * sizeof(value_type));
+    return !agreed.how.staged && (agreed.shape.size == 1 || !gather_rule(agreed).may_compress(block_bytes()));
+  }
+  std::uint64_t block_bytes() const { return send.size() * sizeof(value_type); }
+  /// The wire rule the blocks travel by. Automatic mode decides for the whole call: a block is
+  /// compressed once, by its owner, and its stream then reaches the p - 1 other ranks, so
+  /// where the model says that pays (cost_model::worth_compressing_forwarded) every block is
+  /// compressed, even where compressing one message for one link alone would not pay.
+  wire_rule gather_rule(const agreed_ring& agreed) const {
+    wire_rule rule = agreed.rule;
+    const auto others = std::uint64_t(std::max(agreed.shape.size - 1, 0));
+    if (rule.mode == transfer_mode::automatic && rule.cost.worth_compressing_forwarded(block_bytes(), others))
+      rule.mode = transfer_mode::compressed;
+    return rule;
   }
   /// Whether the compressing schedule is recursive doubling rather than the ring.
   bool butterfly(const agreed_ring& agreed) const {
-    return takes_halving_doubling(options.schedule, agreed.rule, recv.size() * sizeof(value_type), agreed.shape.size,
-                                  butterfly_collective::allgather);
+    return takes_halving_doubling(options.schedule, gather_rule(agreed), recv.size() * sizeof(value_type),
+                                  agreed.shape.size, butterfly_collective::allgather);
   }
   small_call<value_type> small_call_of(const agreed_ring& agreed) const {
     return allgather_small_call(send.data(), recv.data(), send.size(), agreed.shape, agreed.how, sends_raw(agreed));
@@ -78,13 +92,14 @@ struct allgather_call : ring_call<Exec, SendView, RecvView> {
     const double bound = ring_bound(exec, send.data(), send.size(), options, comm, who);
     compress_options codec = options.codec;
     codec.bound = absolute(bound);
+    const wire_rule rule = gather_rule(agreed);
     if (butterfly(agreed))
       return std::make_unique<halving_doubling_operation<value_type, Exec>>(
-          exec, butterfly_geometry{agreed.shape, recv.size(), butterfly_collective::allgather}, agreed.rule, codec,
-          bound, send.data(), recv.data(), slot, comm, nonblocking, agreed.how, options.measure_error, who);
+          exec, butterfly_geometry{agreed.shape, recv.size(), butterfly_collective::allgather}, rule, codec, bound,
+          send.data(), recv.data(), slot, comm, nonblocking, agreed.how, options.measure_error, who);
     // Ring chunk rank + 1 is memory block rank (rotation -1): this rank's block.
     return std::make_unique<ring_allreduce_operation<value_type, Exec>>(
-        exec, ring_geometry{agreed.shape, recv.size(), -1}, agreed.rule, codec, bound, send.data(), recv.data(), slot,
+        exec, ring_geometry{agreed.shape, recv.size(), -1}, rule, codec, bound, send.data(), recv.data(), slot,
         comm, nonblocking, agreed.how, who, ring_schedule::allgather,
         ring_extras{.homomorphic = {}, .measure_error = options.measure_error});
   }

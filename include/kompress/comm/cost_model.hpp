@@ -100,6 +100,20 @@ struct cost_model {
     return compressed_seconds(bytes, expected_ratio) * min_gain < double(bytes) / link_bytes_per_second;
   }
 
+  /// True when compressing a message of `bytes` once pays where its stream then crosses a link
+  /// `sends` times, decoded at each end (an allgather's block: compressed by its owner alone,
+  /// received and decoded by the p - 1 others): the first crossing as compressed_seconds, each
+  /// further one its stream on the link and its decoding, against `sends` raw crossings, by
+  /// min_gain. With one send it is worth_compressing.
+  bool worth_compressing_forwarded(std::uint64_t bytes, std::uint64_t sends) const {
+    if (sends <= 1) return sends == 1 && worth_compressing(bytes);
+    if (bytes < min_message_bytes) return false;
+    const double b = double(bytes), forwards = double(sends - 1);
+    const double compressed =
+        compressed_seconds(bytes, expected_ratio) + forwards * (wire_seconds(b, expected_ratio) + decompress_seconds(b));
+    return compressed * min_gain < double(sends) * b / link_bytes_per_second;
+  }
+
   /// Predicted seconds of one step of a schedule that moves a message of `bytes` (and takes one
   /// in): the latency, then the message compressed and pipelined at expected_ratio, or raw.
   double step_seconds(std::uint64_t bytes, bool compressed) const {
