@@ -9,9 +9,10 @@
 //                MPI_Reduce_scatter_block(MPI_SUM): the baseline (under SMPI, the algorithm
 //                its selector picks: --cfg=smpi/coll-selector:mpich or ompi)
 //   raw          kompress, transfer_mode::raw
-//   compressed   kompress, transfer_mode::compressed, pipelined, at REL --bound; allreduce's
-//                schedule chosen by the cost model
-//   ring, halving  compressed, allreduce on the ring / on recursive halving and doubling
+//   compressed   kompress, transfer_mode::compressed, pipelined, at REL --bound; the
+//                schedule (allreduce, reduce_scatter, allgather) chosen by the cost model
+//   ring, halving  compressed, on the ring / on recursive halving and doubling (allreduce),
+//                halving (reduce_scatter), doubling (allgather)
 //   auto         kompress, transfer_mode::automatic; its cost model holds --link-gbps and the
 //                codec's throughput and ratio measured at start on rank 0 (4 MiB of the data
 //                at --bound, real time), times --compute-speedup

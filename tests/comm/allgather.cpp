@@ -117,25 +117,14 @@ TEST_CASE_TEMPLATE("allgather matches MPI_Allgather within the bound, bit-identi
 
 TEST_CASE_TEMPLATE("both schedules, ring and recursive doubling, match MPI_Allgather within the bound", T, float,
                    double) {
-  for (const auto schedule : all_schedules) {
-    CAPTURE(int(schedule));
-    for (const std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(33), std::size_t(5000)})
-      for (kompress::collective_options options : ring_option_sets)
-        for (const bool nonblocking : {false, true}) {
-          CAPTURE(n);
-          CAPTURE(int(options.mode));
-          CAPTURE(nonblocking);
-          options.schedule = schedule;
-          check_allgather_against_mpi<T>(n, options, nonblocking);
-        }
-    for_each_pipelined_case({0, 1, 1023, 60001}, 1023, [&](std::size_t n, auto options, bool nonblocking) {
-      options.schedule = schedule;
-      check_pipelined_allgather<T>(n, options, nonblocking);
-    });
-    kompress::collective_options persistent = abs_options;
-    persistent.schedule = schedule;
-    check_allgather_init<T>(5000, persistent);
-  }
+  for_each_schedule_case(
+      [](std::size_t n, const auto& options, bool nonblocking) {
+        check_allgather_against_mpi<T>(n, options, nonblocking);
+      },
+      [](std::size_t n, const auto& options, bool nonblocking) {
+        check_pipelined_allgather<T>(n, options, nonblocking);
+      },
+      [](std::size_t n, const auto& options) { check_allgather_init<T>(n, options); });
 }
 
 TEST_CASE_TEMPLATE("allgather carries NaN, infinities and -0.0 exactly", T, float, double) {

@@ -323,4 +323,30 @@ void sprinkle_special_values(host_view<T>& v) {
   for (std::size_t i = 50; i < v.size(); i += 301) v(i) = T(-0.0);
 }
 
+/// A ring collective under each schedule (all_schedules): `one_shot(n, options, nonblocking)`
+/// for each ring option set, blocking and nonblocking; `pipelined(n, options, nonblocking)` for
+/// each pipelined case; `persistent(n, options)` at ABS 1e-3.
+template <class OneShot, class Pipelined, class Persistent>
+void for_each_schedule_case(OneShot&& one_shot, Pipelined&& pipelined, Persistent&& persistent) {
+  for (const auto schedule : all_schedules) {
+    CAPTURE(int(schedule));
+    for (const std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(33), std::size_t(5000)})
+      for (kompress::collective_options options : ring_option_sets)
+        for (const bool nonblocking : {false, true}) {
+          CAPTURE(n);
+          CAPTURE(int(options.mode));
+          CAPTURE(nonblocking);
+          options.schedule = schedule;
+          one_shot(n, options, nonblocking);
+        }
+    for_each_pipelined_case({0, 1, 1023, 60001}, 1023, [&](std::size_t n, auto options, bool nonblocking) {
+      options.schedule = schedule;
+      pipelined(n, options, nonblocking);
+    });
+    kompress::collective_options options = abs_options;
+    options.schedule = schedule;
+    persistent(std::size_t(5000), options);
+  }
+}
+
 }  // namespace kompress::test

@@ -47,7 +47,8 @@ void check_reduce_scatter_against_mpi(std::size_t n, const kompress::collective_
   // p - 1 compressions on the way to each block; p with recursive halving where p is no power of
   // two (a folded rank's block is compressed once more to reach it); none in raw mode, with one
   // rank or no values.
-  const bool halving = butterfly_runs(options, n * p * sizeof(T), kompress::detail::butterfly_collective::reduce_scatter);
+  const bool halving =
+      butterfly_runs(options, n * p * sizeof(T), kompress::detail::butterfly_collective::reduce_scatter);
   const int compressions = halving && !std::has_single_bit(unsigned(p)) ? p : p - 1;
   const double hop = options.reduction_bound == kompress::allreduce_bound::total && p > 1 ? e / compressions : e;
   kompress::collective_report report;
@@ -193,25 +194,14 @@ TEST_CASE_TEMPLATE("reduce_scatter matches MPI_Reduce_scatter_block within (p - 
 
 TEST_CASE_TEMPLATE("both schedules, ring and recursive halving, match MPI_Reduce_scatter_block within their bounds",
                    T, float, double) {
-  for (const auto schedule : all_schedules) {
-    CAPTURE(int(schedule));
-    for (const std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(33), std::size_t(5000)})
-      for (kompress::collective_options options : ring_option_sets)
-        for (const bool nonblocking : {false, true}) {
-          CAPTURE(n);
-          CAPTURE(int(options.mode));
-          CAPTURE(nonblocking);
-          options.schedule = schedule;
-          check_reduce_scatter_against_mpi<T>(n, options, nonblocking);
-        }
-    for_each_pipelined_case({0, 1, 1023, 60001}, 1023, [&](std::size_t n, auto options, bool nonblocking) {
-      options.schedule = schedule;
-      check_pipelined_reduce_scatter<T>(n, options, nonblocking);
-    });
-    kompress::collective_options persistent = abs_options;
-    persistent.schedule = schedule;
-    check_reduce_scatter_init<T>(5000, persistent);
-  }
+  for_each_schedule_case(
+      [](std::size_t n, const auto& options, bool nonblocking) {
+        check_reduce_scatter_against_mpi<T>(n, options, nonblocking);
+      },
+      [](std::size_t n, const auto& options, bool nonblocking) {
+        check_pipelined_reduce_scatter<T>(n, options, nonblocking);
+      },
+      [](std::size_t n, const auto& options) { check_reduce_scatter_init<T>(n, options); });
 }
 
 TEST_CASE_TEMPLATE("reduce_scatter sums NaN and infinities as MPI does", T, float, double) {

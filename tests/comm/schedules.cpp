@@ -182,6 +182,8 @@ void run_symbolically(int p, std::size_t count, butterfly_collective collective)
 constexpr butterfly_collective every_collective[] = {butterfly_collective::allreduce,
                                                      butterfly_collective::reduce_scatter,
                                                      butterfly_collective::allgather};
+constexpr butterfly_collective one_phase_collectives[] = {butterfly_collective::reduce_scatter,
+                                                          butterfly_collective::allgather};
 
 }  // namespace
 
@@ -202,7 +204,7 @@ TEST_CASE("halving and doubling: 2 log2 p steps, 2 more where p is no power of t
   CHECK(kompress::detail::butterfly_steps({{1, 6}, 100}).size() == 6u);
   CHECK(kompress::detail::butterfly_steps({{5, 6}, 100}).size() == 4u);
   // reduce_scatter and allgather: one phase, log2 p steps; on 6 ranks the fold and the unfold.
-  for (const butterfly_collective collective : {butterfly_collective::reduce_scatter, butterfly_collective::allgather}) {
+  for (const butterfly_collective collective : one_phase_collectives) {
     for (const int p : {2, 4, 16, 1024}) {
       const int k = std::countr_zero(unsigned(p));
       for (const int rank : {0, p - 1})
@@ -243,7 +245,7 @@ TEST_CASE("the cost model chooses reduce_scatter's and allgather's schedule as a
   using kompress::detail::takes_halving_doubling;
   kompress::detail::wire_rule rule{kompress::transfer_mode::compressed, {}};
   const std::uint64_t mib = 1 << 20;
-  for (const butterfly_collective collective : {butterfly_collective::reduce_scatter, butterfly_collective::allgather}) {
+  for (const butterfly_collective collective : one_phase_collectives) {
     CAPTURE(int(collective));
     CHECK(takes_halving_doubling(collective_schedule::halving_doubling, rule, 64 * mib, 3, collective));
     CHECK_FALSE(takes_halving_doubling(collective_schedule::ring, rule, 1024, 1024, collective));

@@ -109,8 +109,8 @@ struct cost_model {
     if (sends <= 1) return sends == 1 && worth_compressing(bytes);
     if (bytes < min_message_bytes) return false;
     const double b = double(bytes), forwards = double(sends - 1);
-    const double compressed =
-        compressed_seconds(bytes, expected_ratio) + forwards * (wire_seconds(b, expected_ratio) + decompress_seconds(b));
+    const double forward = wire_seconds(b, expected_ratio) + decompress_seconds(b);
+    const double compressed = compressed_seconds(bytes, expected_ratio) + forwards * forward;
     return compressed * min_gain < double(sends) * b / link_bytes_per_second;
   }
 

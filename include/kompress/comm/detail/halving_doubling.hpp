@@ -356,7 +356,7 @@ class halving_doubling_operation final : public operation {
         *posted_, chunk_plan{outgoing.size(), 1}, step.send_peer, scratch_->comm, who_,
         [&](std::size_t i) {
           const message& m = outgoing[i];
-          const std::span<const std::byte> payload = step.reduces ? encode_partial(step, m, i) : final_stream(step, m);
+          const std::span<const std::byte> payload = step.reduces ? encode_partial(step, m, i) : final_stream(m);
           compressed = compressed || payload.size() < m.values * sizeof(T);
           report_.wire_bytes += payload.size();
           ++report_.chunks;
@@ -382,7 +382,7 @@ class halving_doubling_operation final : public operation {
   /// A final block's piece: the block this rank compresses is compressed the first time it is
   /// sent (and decoded from those bytes, as every other rank decodes them, where it is part of
   /// the output); every later step forwards the stored stream unchanged.
-  std::span<const std::byte> final_stream(const butterfly_step&, const message& m) {
+  std::span<const std::byte> final_stream(const message& m) {
     std::byte* const slot = finals_ + m.begin * sizeof(T);
     std::size_t& length = final_length_[std::size_t(m.block)][m.piece];
     if (length == unknown_length && m.block == encoded_block_) {
