@@ -56,7 +56,7 @@ struct allgather_call : ring_call<Exec, SendView, RecvView> {
   /// MPI_Allgather itself for raw mode, a per-rank block too small to compress, and one rank
   /// (either schedule compresses each rank's block alone).
   bool sends_raw(const agreed_ring& agreed) const {
-    return !agreed.how.staged && (agreed.shape.size == 1 || !gather_rule(agreed).may_compress(block_bytes()));
+    return this->raw_for(agreed, block_bytes(), gather_rule(agreed));
   }
   std::uint64_t block_bytes() const { return send.size() * sizeof(value_type); }
   /// The wire rule the blocks travel by. Automatic mode decides for the whole call: a block is

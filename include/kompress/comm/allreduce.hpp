@@ -27,7 +27,6 @@
 #include <kompress/comm/persistent.hpp>
 #include <kompress/detail/arguments.hpp>
 
-#include <bit>
 
 namespace kompress {
 inline namespace v0 {
@@ -60,15 +59,12 @@ struct allreduce_call : ring_call<Exec, SendView, RecvView> {
   /// none of its messages, judged by its largest (the ring's n/p; halving and doubling's n/2, or
   /// the fold's n), and MPI reads the Views (staged Views always take the schedule).
   bool sends_raw(const agreed_ring& agreed) const {
-    const std::size_t bytes = send.size() * sizeof(value_type);
-    const int p = agreed.shape.size;
-    if (p <= 1 || !butterfly(agreed)) return this->raw_for(agreed, bytes / std::size_t(p));
-    return this->raw_for(agreed, std::has_single_bit(unsigned(p)) ? bytes / 2 : bytes);
+    const std::size_t ring_message = send.size() * sizeof(value_type) / std::size_t(agreed.shape.size);
+    return this->sum_sends_raw(agreed, ring_message, butterfly_collective::allreduce);
   }
   /// Whether the compressing schedule is recursive halving and doubling.
   bool butterfly(const agreed_ring& agreed) const {
-    return options.reduction == reduction_method::recompress &&
-           takes_halving_doubling(options.schedule, agreed.rule, send.size() * sizeof(value_type), agreed.shape.size);
+    return this->sums_by_halving(agreed, butterfly_collective::allreduce);
   }
   small_call<value_type> small_call_of(const agreed_ring& agreed) const {
     return allreduce_small_call(send.data(), recv.data(), send.size(), agreed.shape, agreed.how, sends_raw(agreed));

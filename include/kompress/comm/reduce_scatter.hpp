@@ -63,16 +63,11 @@ struct reduce_scatter_call : ring_call<Exec, SendView, RecvView> {
   /// compress none of its messages, judged by its largest (the ring's block; recursive
   /// halving's n/2, or the fold's n).
   bool sends_raw(const agreed_ring& agreed) const {
-    const int p = agreed.shape.size;
-    if (p <= 1 || !butterfly(agreed)) return this->raw_for(agreed, recv.size() * sizeof(value_type));
-    const std::size_t bytes = send.size() * sizeof(value_type);
-    return this->raw_for(agreed, std::has_single_bit(unsigned(p)) ? bytes / 2 : bytes);
+    return this->sum_sends_raw(agreed, recv.size() * sizeof(value_type), butterfly_collective::reduce_scatter);
   }
   /// Whether the compressing schedule is recursive halving rather than the ring.
   bool butterfly(const agreed_ring& agreed) const {
-    return options.reduction == reduction_method::recompress &&
-           takes_halving_doubling(options.schedule, agreed.rule, send.size() * sizeof(value_type), agreed.shape.size,
-                                  butterfly_collective::reduce_scatter);
+    return this->sums_by_halving(agreed, butterfly_collective::reduce_scatter);
   }
   small_call<value_type> small_call_of(const agreed_ring& agreed) const {
     return reduce_scatter_small_call(send.data(), recv.data(), recv.size(), agreed.shape, agreed.how,

@@ -15,6 +15,7 @@
 //   ring(agreed, slot, comm, nonblocking)  the compressing ring, once agreed
 
 #include <kompress/comm/detail/engine.hpp>
+#include <kompress/comm/detail/halving_doubling.hpp>
 #include <kompress/comm/detail/mpi_collective.hpp>
 #include <kompress/comm/detail/ring.hpp>
 #include <kompress/comm/detail/small_calls.hpp>
@@ -23,6 +24,7 @@
 #include <kompress/detail/arguments.hpp>
 #include <kompress/kernels/range_pass.hpp>
 
+#include <bit>
 #include <memory>
 #include <string>
 
@@ -60,10 +62,28 @@ struct ring_call {
     require_contiguous(send, who, "the send View");
     require_contiguous(recv, who, recv_name);
   }
-  /// Whether MPI's own collective (or a small call) runs: no ring message of `message_bytes`
-  /// may be compressed and MPI reads the Views; with one rank always; staged Views never.
+  /// Whether MPI's own collective (or a small call) runs: no message of `message_bytes` may be
+  /// compressed under `rule` and MPI reads the Views; with one rank always; staged Views never.
+  bool raw_for(const agreed_ring& agreed, std::size_t message_bytes, const wire_rule& rule) const {
+    return !agreed.how.staged && (agreed.shape.size == 1 || !rule.may_compress(message_bytes));
+  }
   bool raw_for(const agreed_ring& agreed, std::size_t message_bytes) const {
-    return !agreed.how.staged && (agreed.shape.size == 1 || !agreed.rule.may_compress(message_bytes));
+    return raw_for(agreed, message_bytes, agreed.rule);
+  }
+  /// Whether a sum (allreduce, reduce_scatter) that recompresses runs recursive halving rather
+  /// than the ring.
+  bool sums_by_halving(const agreed_ring& agreed, butterfly_collective collective) const {
+    return options.reduction == reduction_method::recompress &&
+           takes_halving_doubling(options.schedule, agreed.rule, send.size() * sizeof(value_type), agreed.shape.size,
+                                  collective);
+  }
+  /// raw_for a sum's schedule, judged by its largest message: the ring's `ring_message_bytes`;
+  /// recursive halving's n/2, or where p is no power of two the fold's n.
+  bool sum_sends_raw(const agreed_ring& agreed, std::size_t ring_message_bytes, butterfly_collective collective) const {
+    const int p = agreed.shape.size;
+    if (p <= 1 || !sums_by_halving(agreed, collective)) return raw_for(agreed, ring_message_bytes);
+    const std::size_t bytes = send.size() * sizeof(value_type);
+    return raw_for(agreed, std::has_single_bit(unsigned(p)) ? bytes / 2 : bytes);
   }
 };
 
