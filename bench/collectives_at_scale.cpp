@@ -30,7 +30,10 @@
 //
 // Output: one line per variant on rank 0 and, with --csv, one CSV row per variant (--label
 // names the platform in it): the bytes and messages summed over ranks, the loosest bound any
-// rank reported and the largest error any rank saw.
+// rank reported, the largest error any rank saw, and the codec's own time per timed call (the
+// slowest rank's, mean over --reps: the real time inside kompress's compression and
+// decompression regions, read through Kokkos Tools' region callbacks, divided by
+// --compute-speedup as the simulation divides what it charges) with its number of codec calls.
 //
 //   bench_collectives_at_scale --op allreduce --bytes 64M [--bound 1e-3] [--data FILE]
 //       [--variants plain,raw,compressed,auto] [--reps 2] [--link-gbps 10]
@@ -56,6 +59,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -202,11 +206,69 @@ kompress::cost_model measured_cost_model(const std::vector<float>& values, const
   return model;
 }
 
+/// The codec's time on one rank: the real time inside kompress's codec regions
+/// (kompress::compress, kompress::compress_async, kompress::decompress; nested ones count once).
+struct codec_clock {
+  std::vector<bool> open;  ///< per open region: whether it is a codec region
+  int depth = 0;           ///< open codec regions
+  double start = 0.0;      ///< when the outermost open codec region began
+  double seconds = 0.0;
+  std::uint64_t calls = 0;
+};
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+#ifndef SMPI_SHARED_MALLOC
+codec_clock* process_clock = nullptr;
+#endif
+/// This rank's clock: under SMPI every simulated rank's own (its process data), with a real MPI
+/// the process's.
+void set_rank_clock(codec_clock* clock_of_rank) {
+#ifdef SMPI_SHARED_MALLOC
+  smpi_process_set_user_data(clock_of_rank);
+#else
+  process_clock = clock_of_rank;
+#endif
+}
+codec_clock* rank_clock() {
+#ifdef SMPI_SHARED_MALLOC
+  return static_cast<codec_clock*>(smpi_process_get_user_data());
+#else
+  return process_clock;
+#endif
+}
+
+void region_pushed(const char* name) {
+  codec_clock* const mine = rank_clock();
+  if (!mine) return;
+  const std::string_view region(name);
+  const bool codec = region == "kompress::compress" || region == "kompress::compress_async" ||
+                     region == "kompress::decompress";
+  mine->open.push_back(codec);
+  if (codec && mine->depth++ == 0) mine->start = now_seconds();
+}
+
+void region_popped() {
+  const double end = now_seconds();
+  codec_clock* const mine = rank_clock();
+  if (!mine || mine->open.empty()) return;
+  const bool codec = mine->open.back();
+  mine->open.pop_back();
+  if (codec && --mine->depth == 0) {
+    mine->seconds += end - mine->start;
+    ++mine->calls;
+  }
+}
+
 struct result {
   std::string variant;
   double seconds = 0.0;  // the fastest call's slowest rank
   kompress::collective_report report;
   double max_error = std::numeric_limits<double>::quiet_NaN();
+  double codec_seconds = std::numeric_limits<double>::quiet_NaN();  // per timed call, the slowest rank's
+  std::uint64_t codec_calls = 0;                                     // per timed call, summed over ranks
   bool ok = true;
   std::string problem;
 };
@@ -294,6 +356,14 @@ int main(int argc, char** argv) {
   // it is finalised by the process's exit, after the last rank.
   const bool owns_kokkos = !Kokkos::is_initialized();
   if (owns_kokkos) Kokkos::initialize(Kokkos::InitializationSettings().set_num_threads(1));
+  // The codec's clock (no Kokkos tool loaded: its callbacks are left alone, the column is NaN).
+  const bool timing_codec = !Kokkos::Tools::profileLibraryLoaded();
+  if (owns_kokkos && timing_codec) {
+    Kokkos::Tools::Experimental::set_push_region_callback(region_pushed);
+    Kokkos::Tools::Experimental::set_pop_region_callback(region_popped);
+  }
+  codec_clock codec_time;
+  set_rank_clock(&codec_time);
   int status = 0;
   try {
     const options o = parse(argc, argv);
@@ -341,6 +411,8 @@ int main(int argc, char** argv) {
       call();  // untimed: the warm-up, and the result the check reads
       if (o.check && variant != "plain") check(o, recv.data(), want.data(), abs_sum.data(), recv_count, p, r);
       r.seconds = std::numeric_limits<double>::infinity();
+      codec_time.seconds = 0.0;
+      codec_time.calls = 0;
       for (int i = 0; i < o.reps; ++i) {
         MPI_Barrier(MPI_COMM_WORLD);
         const double start = MPI_Wtime();
@@ -355,6 +427,14 @@ int main(int argc, char** argv) {
       r.report.wire_bytes = bytes[1];
       r.report.compressed_messages = bytes[2];
       MPI_Allreduce(MPI_IN_PLACE, &r.report.absolute_bound, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      double codec_seconds = codec_time.seconds / o.reps / o.compute_speedup;
+      std::uint64_t codec_calls = codec_time.calls;
+      MPI_Allreduce(MPI_IN_PLACE, &codec_seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, &codec_calls, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+      if (timing_codec) {
+        r.codec_seconds = codec_seconds;
+        r.codec_calls = codec_calls / std::uint64_t(o.reps);
+      }
       results.push_back(r);
     }
 
@@ -373,19 +453,22 @@ int main(int argc, char** argv) {
         if (!csv) throw std::runtime_error("cannot open " + o.csv);
         if (fresh)
           std::fprintf(csv, "label,op,ranks,bytes,rel_bound,data,link_gbps,compute_speedup,variant,seconds,"
-                            "speedup,ratio,compressed_messages,absolute_bound,max_error,ok\n");
+                            "speedup,ratio,compressed_messages,absolute_bound,max_error,ok,codec_seconds,codec_calls\n");
       }
       for (const auto& r : results) {
         const double speedup = plain / r.seconds;
-        std::printf("  %-12s %12.3f ms  %6.2fx plain  ratio %6.2f  bound %-10.3g err %-10.3g %s%s\n",
+        std::printf("  %-12s %12.3f ms  %6.2fx plain  ratio %6.2f  bound %-10.3g err %-10.3g codec %.3f ms in %llu "
+                    "calls %s%s\n",
                     r.variant.c_str(), r.seconds * 1e3, speedup, r.report.ratio(), r.report.absolute_bound,
-                    r.max_error, r.ok ? "" : "CHECK FAILED: ", r.problem.c_str());
+                    r.max_error, r.codec_seconds * 1e3, static_cast<unsigned long long>(r.codec_calls),
+                    r.ok ? "" : "CHECK FAILED: ", r.problem.c_str());
         if (csv)
-          std::fprintf(csv, "%s,%s,%d,%llu,%g,%s,%g,%g,%s,%.9g,%.6g,%.6g,%llu,%.6g,%.6g,%d\n", o.label.c_str(),
-                       o.op.c_str(), p, static_cast<unsigned long long>(o.bytes), o.bound, o.data.c_str(), o.link_gbps,
-                       o.compute_speedup, r.variant.c_str(), r.seconds, speedup, r.report.ratio(),
-                       static_cast<unsigned long long>(r.report.compressed_messages), r.report.absolute_bound,
-                       r.max_error, r.ok ? 1 : 0);
+          std::fprintf(csv, "%s,%s,%d,%llu,%g,%s,%g,%g,%s,%.9g,%.6g,%.6g,%llu,%.6g,%.6g,%d,%.6g,%llu\n",
+                       o.label.c_str(), o.op.c_str(), p, static_cast<unsigned long long>(o.bytes), o.bound,
+                       o.data.c_str(), o.link_gbps, o.compute_speedup, r.variant.c_str(), r.seconds, speedup,
+                       r.report.ratio(), static_cast<unsigned long long>(r.report.compressed_messages),
+                       r.report.absolute_bound, r.max_error, r.ok ? 1 : 0, r.codec_seconds,
+                       static_cast<unsigned long long>(r.codec_calls));
         if (!r.ok) status = 1;
       }
       if (csv) std::fclose(csv);
@@ -395,6 +478,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_collectives_at_scale (rank %d): %s\n", rank, e.what());
     status = 1;
   }
+  set_rank_clock(nullptr);  // before its clock leaves the stack
   MPI_Finalize();
 #ifndef SMPI_SHARED_MALLOC
   if (owns_kokkos) Kokkos::finalize();
