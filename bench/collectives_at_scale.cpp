@@ -17,6 +17,11 @@
 //                codec's throughput and ratio measured at start on rank 0 (4 MiB of the data
 //                at --bound, real time), times --compute-speedup
 //   homomorphic  allreduce and reduce_scatter: compressed with reduction_method::homomorphic
+// GPU ranks (--gpu-codec CSV, SMPI only): each codec call is charged a GPU's time for its size
+// (the table's throughput by call size, bench/simulated/gpu-codec.csv) instead of its time on
+// this core; the size is read from that time at the core's probed rate. Everything else a rank
+// computes, its host's work, is charged as it ran here; auto's cost model holds the GPU's rates
+// at 4 MiB.
 // Each variant runs once untimed, then --reps times; a call's time is the slowest rank's
 // (MPI_Wtime: simulated time under SMPI), and the fastest call is reported.
 //
@@ -76,6 +81,7 @@ struct options {
   int reps = 2;
   double link_gbps = 10.0;
   double compute_speedup = 1.0;
+  std::string gpu_codec;  ///< a table of the GPU codec's throughput by call size (SMPI only)
   bool check = false;
   bool shared = false;
   std::string csv;
@@ -88,7 +94,8 @@ struct options {
                "usage: bench_collectives_at_scale --op allreduce|alltoall|allgather|reduce_scatter --bytes N[KMG]\n"
                "       [--bound REL] [--data FILE] [--variants plain,raw,compressed,ring,halving,auto,homomorphic]\n"
                "       [--reps N]\n"
-               "       [--link-gbps G] [--compute-speedup K] [--check] [--shared] [--csv PATH] [--label NAME]\n",
+               "       [--link-gbps G] [--compute-speedup K | --gpu-codec CSV] [--check] [--shared] [--csv PATH]\n"
+               "       [--label NAME]\n",
                complaint.c_str());
   std::exit(2);
 }
@@ -110,6 +117,7 @@ options parse(int argc, char** argv) {
       else if (arg == "--reps") o.reps = std::stoi(value);
       else if (arg == "--link-gbps") o.link_gbps = std::stod(value);
       else if (arg == "--compute-speedup") o.compute_speedup = std::stod(value);
+      else if (arg == "--gpu-codec") o.gpu_codec = value;
       else if (arg == "--csv") o.csv = value;
       else if (arg == "--label") o.label = value;
       else usage("unknown option " + arg);
@@ -125,7 +133,10 @@ options parse(int argc, char** argv) {
       usage("unknown variant " + v);
   if (o.reps < 1 || !(o.link_gbps > 0.0) || !(o.compute_speedup > 0.0) || o.bytes < 4) usage("bad numbers");
   if (o.shared && o.check) usage("--shared buffers hold every rank's data at once: they cannot be checked");
+  if (!o.gpu_codec.empty() && o.compute_speedup != 1.0)
+    usage("--gpu-codec charges the codec's calls themselves: leave out --compute-speedup");
 #ifndef SMPI_SHARED_MALLOC
+  if (!o.gpu_codec.empty()) usage("--gpu-codec needs SimGrid's SMPI (build with smpicxx)");
   if (o.shared) usage("--shared needs SimGrid's SMPI (build with smpicxx)");
 #endif
   return o;
@@ -166,10 +177,50 @@ class buffer {
   bool shared_;
 };
 
+/// A GPU's codec time per call by the call's size (--gpu-codec: bench/simulated/gpu-codec.csv,
+/// the GPU's compression and decompression throughput measured at sizes from 16 KiB to 64 MiB).
+/// Between two sizes the throughput is interpolated in log2 of the size; below the smallest a
+/// call costs what the smallest does (the launch floor), above the largest the rate holds.
+struct gpu_codec_model {
+  std::vector<double> bytes, compress_rate, decompress_rate;  // bytes/s
+
+  static gpu_codec_model read(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error("cannot open " + path);
+    gpu_codec_model m;
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty() || line[0] == '#' || line.starts_with("bytes")) continue;
+      const std::vector<std::string> f = kompress_bench::split(line, ',');
+      if (f.size() < 4) throw std::runtime_error(path + ": a row needs bytes,gpu_compress_gbs,cpu_compress_gbs,"
+                                                 "gpu_decompress_gbs");
+      m.bytes.push_back(std::stod(f[0]));
+      m.compress_rate.push_back(std::stod(f[1]) * 1e9);
+      m.decompress_rate.push_back(std::stod(f[3]) * 1e9);
+    }
+    if (m.bytes.empty()) throw std::runtime_error(path + ": no rows");
+    return m;
+  }
+  double rate(bool compress, double size) const {
+    const std::vector<double>& r = compress ? compress_rate : decompress_rate;
+    if (size <= bytes.front()) return r.front();
+    for (std::size_t i = 1; i < bytes.size(); ++i)
+      if (size <= bytes[i]) {
+        const double t = std::log2(size / bytes[i - 1]) / std::log2(bytes[i] / bytes[i - 1]);
+        return r[i - 1] + t * (r[i] - r[i - 1]);
+      }
+    return r.back();
+  }
+  double seconds(bool compress, double size) const {
+    return std::max(size, bytes.front()) / rate(compress, std::max(size, bytes.front()));
+  }
+};
+
 /// The codec's throughput (bytes/s, compress and decompress) and ratio on 4 MiB of the data at
 /// the run's bound, timed in real time on rank 0 (under SMPI, the core that runs the
 /// simulation), the fastest of 5 calls; broadcast so that every rank's cost model agrees.
-kompress::cost_model measured_cost_model(const std::vector<float>& values, const options& o, int rank) {
+/// With `gpu`, the model holds the GPU's rates at 4 MiB instead, and `core_rates` this core's.
+kompress::cost_model measured_cost_model(const std::vector<float>& values, const options& o, int rank,
+                                         const gpu_codec_model* gpu, double* core_rates) {
   double rates[3] = {0.0, 0.0, 0.0};
   if (rank == 0) {
     const std::size_t count = (4u << 20) / sizeof(float);
@@ -198,6 +249,12 @@ kompress::cost_model measured_cost_model(const std::vector<float>& values, const
     rates[2] = double(count * sizeof(float)) / double(length);
   }
   MPI_Bcast(rates, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  if (gpu) {  // the core's rates stay for the size estimates; the model holds the GPU's at 4 MiB
+    core_rates[0] = rates[0];
+    core_rates[1] = rates[1];
+    rates[0] = gpu->rate(true, double(4u << 20));
+    rates[1] = gpu->rate(false, double(4u << 20));
+  }
   kompress::cost_model model;
   model.link_bytes_per_second = o.link_gbps * 1e9 / 8.0;
   model.compress_bytes_per_second = rates[0];
@@ -207,13 +264,19 @@ kompress::cost_model measured_cost_model(const std::vector<float>& values, const
 }
 
 /// The codec's time on one rank: the real time inside kompress's codec regions
-/// (kompress::compress, kompress::compress_async, kompress::decompress; nested ones count once).
+/// (kompress::compress, kompress::compress_async, kompress::decompress; nested ones count once),
+/// or with a GPU model the GPU's time for each call, which is then what SMPI charges.
 struct codec_clock {
   std::vector<bool> open;  ///< per open region: whether it is a codec region
   int depth = 0;           ///< open codec regions
+  bool compressing = false;  ///< what the outermost open codec region does
   double start = 0.0;      ///< when the outermost open codec region began
   double seconds = 0.0;
   std::uint64_t calls = 0;
+  /// With a GPU model: each call's size is estimated from its real time at this core's probed
+  /// rates (bytes/s; compress, decompress), and SMPI charges the model's time in its place.
+  const gpu_codec_model* gpu = nullptr;
+  double core_rate[2] = {0.0, 0.0};
 };
 
 double now_seconds() {
@@ -244,10 +307,15 @@ void region_pushed(const char* name) {
   codec_clock* const mine = rank_clock();
   if (!mine) return;
   const std::string_view region(name);
-  const bool codec = region == "kompress::compress" || region == "kompress::compress_async" ||
-                     region == "kompress::decompress";
+  const bool decompress = region == "kompress::decompress";
+  const bool codec = decompress || region == "kompress::compress" || region == "kompress::compress_async";
   mine->open.push_back(codec);
-  if (codec && mine->depth++ == 0) mine->start = now_seconds();
+  if (!codec || mine->depth++ > 0) return;
+  mine->compressing = !decompress;
+#ifdef SMPI_SHARED_MALLOC
+  if (mine->gpu) smpi_bench_end();  // the time so far is charged; the codec's is not
+#endif
+  mine->start = now_seconds();
 }
 
 void region_popped() {
@@ -256,10 +324,18 @@ void region_popped() {
   if (!mine || mine->open.empty()) return;
   const bool codec = mine->open.back();
   mine->open.pop_back();
-  if (codec && --mine->depth == 0) {
-    mine->seconds += end - mine->start;
-    ++mine->calls;
+  if (!codec || --mine->depth > 0) return;
+  double seconds = end - mine->start;
+#ifdef SMPI_SHARED_MALLOC
+  if (mine->gpu) {
+    const double size = seconds * mine->core_rate[mine->compressing ? 0 : 1];
+    seconds = mine->gpu->seconds(mine->compressing, size);
+    smpi_execute(seconds);
+    smpi_bench_begin();
   }
+#endif
+  mine->seconds += seconds;
+  ++mine->calls;
 }
 
 struct result {
@@ -388,7 +464,10 @@ int main(int argc, char** argv) {
 
     kompress::collective_options base;
     base.codec.bound = kompress::relative(o.bound);
-    base.cost = measured_cost_model(values, o, rank);
+    // The GPU model charges from here on: the probe above ran at this core's rate.
+    const gpu_codec_model gpu = o.gpu_codec.empty() ? gpu_codec_model{} : gpu_codec_model::read(o.gpu_codec);
+    base.cost = measured_cost_model(values, o, rank, o.gpu_codec.empty() ? nullptr : &gpu, codec_time.core_rate);
+    if (!o.gpu_codec.empty()) codec_time.gpu = &gpu;
 
     std::vector<result> results;
     kompress::comm_workspace workspace(MPI_COMM_WORLD);
