@@ -307,19 +307,24 @@ TEST_CASE("stash keep_sign of values >= 0: a segment with a negative value, and 
   values[2 * 4096 + 17] = -1.0f;  // segment 2
   values[3 * 4096 + 5] = std::numeric_limits<float>::quiet_NaN();
   values[4 * 4096 + 8] = std::numeric_limits<float>::infinity();
-  const auto handle = stash.save(exec, to_view(values), kompress::relative(1e-2), {.keep_sign = true});
-  const auto info = stash.info(handle);
-  const auto zeros_before = std::size_t(std::count(values.begin(), values.begin() + 2 * 4096, 0.0f));
-  CHECK(info.zeros_in_signs == zeros_before);
-  CHECK(info.segments == 5);
-  Kokkos::View<float*, memory_space> back("back", count);
-  stash.restore_and_drop(exec, handle, back);
-  const auto restored = to_vector(back);
-  require_within(values, restored, info.absolute_bound);
-  CHECK(sign_flips(values, restored) == 0);
-  CHECK(restored[2 * 4096 + 17] < 0.0f);
-  CHECK(std::isnan(restored[3 * 4096 + 5]));
-  CHECK(restored[4 * 4096 + 8] == std::numeric_limits<float>::infinity());
+  // An absolute bound packs segments 0 and 1 and finds the negative value in segment 2; a
+  // relative one finds it in the View's range, before any segment, and packs none.
+  for (const auto& bound : {kompress::absolute(1e-2), kompress::relative(1e-2)}) {
+    CAPTURE(int(bound.mode));
+    const auto handle = stash.save(exec, to_view(values), bound, {.keep_sign = true});
+    const auto info = stash.info(handle);
+    const auto zeros_before = std::size_t(std::count(values.begin(), values.begin() + 2 * 4096, 0.0f));
+    CHECK(info.zeros_in_signs == (bound.mode == kompress::bound_mode::absolute ? zeros_before : 0));
+    CHECK(info.segments == 5);
+    Kokkos::View<float*, memory_space> back("back", count);
+    stash.restore_and_drop(exec, handle, back);
+    const auto restored = to_vector(back);
+    require_within(values, restored, info.absolute_bound);
+    CHECK(sign_flips(values, restored) == 0);
+    CHECK(restored[2 * 4096 + 17] < 0.0f);
+    CHECK(std::isnan(restored[3 * 4096 + 5]));
+    CHECK(restored[4 * 4096 + 8] == std::numeric_limits<float>::infinity());
+  }
 }
 
 TEST_CASE("stash keep_sign: the bits are counted, one per value per stream, and freed with the entry") {

@@ -662,12 +662,18 @@ struct stash<ExecutionSpace>::state {
       // A relative bound is relative to the whole View's range: over several segments (or with
       // keep_sign, whose packed streams hold only the positive values) it is resolved here, and
       // every segment gets the same absolute bound.
+      // The range also says whether the View has a negative value, which a keep_sign save
+      // would otherwise find with a scan before storing the View whole.
       error_bound segment_bound = bound;
+      bool has_negative = false;
       if ((segments > 1 || how.keep_sign) && bound.mode == bound_mode::relative) {
-        double e = kompress::absolute_bound(exec_, values_view(data, count),
-                                            codec_with(bound, options.codec.codec));
+        const compress_options resolve = codec_with(bound, options.codec.codec);
+        const auto keys =
+            detail::range_keys(exec_, data, count, resolve.fill_value.has_value(), detail::fill_bits_of<T>(resolve));
+        double e = detail::bound_for(resolve, keys);
         if (!(e <= 0x1p1000)) e = 0x1p1000;  // an overflowing range: the codec caps it too
         segment_bound = absolute(e);
+        has_negative = keys.low() <= keys.high() && keys.low() < 0;  // -0.0 included: its key is -1
       }
       if (!mode) mode = choose_codec(exec_, values_view(data, std::min(count, per_segment)), segment_bound, how);
       entry.codec = *mode;
@@ -678,8 +684,10 @@ struct stash<ExecutionSpace>::state {
       std::size_t failed_bytes = 0;
       // keep_sign: each segment's stream, then its sign bits. A segment of values >= 0 stores
       // its positive values alone; once one holds a negative value or no zero, the save stops
-      // trying (the scan that finds out is a pass over the segment).
-      bool positives_only = how.keep_sign && tuning.compress_in_place && per_segment < (std::size_t(1) << 32);
+      // trying (the scan that finds out is a pass over the segment), and a View whose range
+      // has a negative value does not start.
+      bool positives_only =
+          how.keep_sign && !has_negative && tuning.compress_in_place && per_segment < (std::size_t(1) << 32);
       for (std::size_t s = 0; s < segments && placed_all; ++s) {
         detail::stash_segment segment;
         segment.first_value = s * per_segment;

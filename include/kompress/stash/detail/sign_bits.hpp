@@ -40,6 +40,22 @@ constexpr std::size_t sign_bytes(std::size_t count) {
   return sign_words(count) * sizeof(std::uint32_t) + sizeof(Kokkos::complex<double>);
 }
 
+/// x where `mask` is all ones, +0 where it is 0: a select that vectorises.
+template <class T>
+KOKKOS_INLINE_FUNCTION T select_bits(T x, std::uint32_t mask) {
+  using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  return Kokkos::bit_cast<T>(Kokkos::bit_cast<bits_type>(x) & bits_type(0 - bits_type(mask & 1u)));
+}
+
+/// The sum of 32 values as a fixed tree of elementwise adds: it vectorises where a running sum
+/// (whose order of adds the compiler must keep) does not. Overwrites `v`.
+template <class T>
+KOKKOS_INLINE_FUNCTION T tree_sum32(T* v) {
+  for (int half = 16; half >= 1; half /= 2)
+    for (int i = 0; i < half; ++i) v[i] += v[i + half];
+  return v[0];
+}
+
 /// Packs words[w] bit b = values[32 w + b] > 0 (NaN: 0) and reduces the sum and count of the
 /// values in (0, e] into the bytes after the words, e = `bound`. Enqueued on `exec`, nothing
 /// waits.
@@ -57,34 +73,29 @@ void pack_signs(const ExecutionSpace& exec, const T* values, std::size_t count, 
         const std::size_t first = 32 * w;
         const std::size_t n = first >= count ? 0 : count - first < 32 ? count - first : 32;
         // Without branches (the signs of activations are as good as random: a mispredicted
-        // branch per value costs more than the rest), and a fixed trip count for whole words.
-        // The sum takes the value masked to its bits or to +0; e rounded to T may be a little
-        // off, the mean only has to lie in (0, e'], which restore checks.
-        using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+        // branch per value costs more than the rest): bits by masks, the values in (0, e] as
+        // themselves or +0 into an array summed as a fixed tree (e rounded to T may be a little
+        // off: the mean only has to lie in (0, e'], which restore checks).
         KOMPRESS_IMPL_SIGN_LANES;
-        std::uint32_t bits = 0;
-        T sum[4] = {}, small[4] = {};  // four chains of adds, which the compiler runs as one vector
-        const auto pack = [&](const std::size_t b, const std::size_t chain) {
+        std::uint32_t bits = 0, small = 0;
+        T masked[32];
+        const auto pack = [&](const std::size_t b) {
           const T x = values[first + b];
-          const bool positive = x > T(0);
-          const bool below = positive & (x <= e);
-          bits |= lanes[b] & (0u - std::uint32_t(positive));
-          sum[chain] += Kokkos::bit_cast<T>(Kokkos::bit_cast<bits_type>(x) & (bits_type(0) - bits_type(below)));
-          small[chain] += T(below);
+          const std::uint32_t positive = 0u - std::uint32_t(x > T(0));
+          const std::uint32_t below = positive & (0u - std::uint32_t(x <= e));
+          bits |= lanes[b] & positive;
+          small |= lanes[b] & below;
+          masked[b] = select_bits(x, below);
         };
         if (n == 32) {
-          for (std::size_t b = 0; b < 32; b += 4) {
-            pack(b, 0);
-            pack(b + 1, 1);
-            pack(b + 2, 2);
-            pack(b + 3, 3);
-          }
+          for (std::size_t b = 0; b < 32; ++b) pack(b);
         } else {
-          for (std::size_t b = 0; b < n; ++b) pack(b, 0);
+          for (std::size_t b = 0; b < 32; ++b) masked[b] = T(0);
+          for (std::size_t b = 0; b < n; ++b) pack(b);
         }
         words[w] = bits;
-        sum_count += Kokkos::complex<double>(double(sum[0]) + double(sum[1]) + double(sum[2]) + double(sum[3]),
-                                             double(small[0]) + double(small[1]) + double(small[2]) + double(small[3]));
+        sum_count += Kokkos::complex<double>(double(tree_sum32(masked)),
+                                             double(Kokkos::Experimental::popcount_builtin(small)));
       },
       Kokkos::Sum<Kokkos::complex<double>, memory_space>(small_positives));
 }
@@ -173,22 +184,25 @@ struct packed_positives {
   bool others_zero = false;
 };
 
-/// Copies the positive values among values[0, count) to out[0, P), in order (out must have
-/// room for `count`), counts them, and writes their sign bits' words (pack_signs's layout,
-/// without the sum and count after them: reduce_small_positives). `count` must be below 2^32:
-/// the scan carries the count of positives in the low 32 bits and the number of words holding
-/// a value that is neither positive nor +0 (negative, -0.0, NaN) in the high ones. Waits for
-/// `exec`.
+/// Writes the sign bits' words of values[0, count) (pack_signs's layout, without the sum and
+/// count after them: reduce_small_positives), counts the positive values and, when every other
+/// value is +0 and there is one, copies the positive values to out[0, P) in order (out must
+/// have room for `count`). `count` must be below 2^32: the reduction carries the count of
+/// positives in the low 32 bits and the number of words holding a value that is neither
+/// positive nor +0 (negative, -0.0, NaN) in the high ones. Waits for `exec`.
 template <class T, class ExecutionSpace>
 packed_positives pack_positives(const ExecutionSpace& exec, const T* values, std::size_t count, T* out,
                                 std::byte* signs) {
   using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
   auto* const words = reinterpret_cast<std::uint32_t*>(signs);
+  // First the bits, the count of positive values and whether any other value is not +0; the
+  // values are packed only when the segment is a ReLU's output with a zero (the stash stores
+  // anything else whole), by a scan that reads the bits back and steps once per positive value.
   std::uint64_t total = 0;
-  Kokkos::parallel_scan(
-      "kompress::stash::pack_positives",
+  Kokkos::parallel_reduce(
+      "kompress::stash::classify_signs",
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, sign_words(count)),
-      KOKKOS_LAMBDA(const std::size_t w, std::uint64_t& prefix, const bool final) {
+      KOKKOS_LAMBDA(const std::size_t w, std::uint64_t& sum) {
         const std::size_t first = 32 * w;
         const std::size_t n = first >= count ? 0 : count - first < 32 ? count - first : 32;
         KOMPRESS_IMPL_SIGN_LANES;
@@ -203,21 +217,34 @@ packed_positives pack_positives(const ExecutionSpace& exec, const T* values, std
           for (std::size_t b = 0; b < 32; ++b) classify(b);
         else
           for (std::size_t b = 0; b < n; ++b) classify(b);
-        if (final) {  // packed without a branch per value, then copied out
-          T packed[32];
-          int k = 0;
-          for (std::size_t b = 0; b < n; ++b) {
-            packed[k] = values[first + b];
-            k += int((positive >> b) & 1u);
-          }
-          T* const to = out + (prefix & 0xFFFFFFFFu);
-          for (int j = 0; j < k; ++j) to[j] = packed[j];
-          words[w] = positive;
-        }
-        prefix += std::uint64_t(Kokkos::popcount(positive)) + (std::uint64_t(other != 0) << 32);
+        words[w] = positive;
+        sum += std::uint64_t(Kokkos::Experimental::popcount_builtin(positive)) + (std::uint64_t(other != 0) << 32);
       },
       total);
-  return {std::size_t(total & 0xFFFFFFFFu), (total >> 32) == 0};
+  const packed_positives found{std::size_t(total & 0xFFFFFFFFu), (total >> 32) == 0};
+  if (!found.others_zero || found.count == count) return found;
+  Kokkos::parallel_scan(
+      "kompress::stash::pack_positives",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, sign_words(count)),
+      KOKKOS_LAMBDA(const std::size_t w, std::size_t& prefix, const bool final) {
+        const std::uint32_t positive = words[w];
+        if (final && positive != 0) {
+          // Without a branch per value: each value is written where the next positive one goes,
+          // and the cursor moves on under a set bit; up to the last positive value only, so
+          // nothing is written past this word's share of `out`.
+          const std::size_t first = 32 * w;
+          const int last = 31 - Kokkos::Experimental::countl_zero_builtin(positive);
+          T* const to = out + prefix;
+          std::size_t k = 0;
+          for (int b = 0; b <= last; ++b) {
+            to[k] = values[first + b];
+            k += (positive >> b) & 1u;
+          }
+        }
+        prefix += std::size_t(Kokkos::Experimental::popcount_builtin(positive));
+      });
+  exec.fence("kompress::stash::pack_positives: packed");
+  return found;
 }
 
 /// pack_signs's sum and count of the values in (0, bound], from the positive values alone
@@ -240,14 +267,23 @@ void reduce_small_positives(const ExecutionSpace& exec, const T* packed, std::si
         const T e = T(bound);
         const std::size_t first = 32 * g;
         const std::size_t n = positives - first < 32 ? positives - first : 32;
-        T sum = 0, small = 0;
-        for (std::size_t i = 0; i < n; ++i) {
+        KOMPRESS_IMPL_SIGN_LANES;
+        std::uint32_t small = 0;
+        T masked[32];
+        const auto add = [&](const std::size_t i) {
           const T x = packed[first + i];
-          const bool below = x <= e;
-          sum += below ? x : T(0);
-          small += T(below);
+          const std::uint32_t below = 0u - std::uint32_t(x <= e);
+          small |= lanes[i] & below;
+          masked[i] = select_bits(x, below);
+        };
+        if (n == 32) {
+          for (std::size_t i = 0; i < 32; ++i) add(i);
+        } else {
+          for (std::size_t i = 0; i < 32; ++i) masked[i] = T(0);
+          for (std::size_t i = 0; i < n; ++i) add(i);
         }
-        sum_count += Kokkos::complex<double>(double(sum), double(small));
+        sum_count += Kokkos::complex<double>(double(tree_sum32(masked)),
+                                             double(Kokkos::Experimental::popcount_builtin(small)));
       },
       Kokkos::Sum<Kokkos::complex<double>, memory_space>(small_positives));
 }
@@ -255,8 +291,7 @@ void reduce_small_positives(const ExecutionSpace& exec, const T* packed, std::si
 /// The inverse of pack_positives given the sign bits packed from the same values, with
 /// apply_signs's fix-up: values[i] = the next of `packed` where bit i is set (put back above 0
 /// as apply_signs does when it was restored <= 0), +0 where it is clear. `packed` holds the P
-/// restored positive values and must be readable one value past them (P < count: the stash
-/// packs only segments with a zero). Enqueued on `exec`.
+/// restored positive values. Enqueued on `exec`.
 template <class T, class ExecutionSpace>
 void unpack_positives(const ExecutionSpace& exec, const std::byte* signs, const T* packed, T* values,
                       std::size_t count, double bound, bool stochastic) {
@@ -272,44 +307,28 @@ void unpack_positives(const ExecutionSpace& exec, const std::byte* signs, const 
           const T at_zero = positive_at_zero<T>(*small_positives, bound, stochastic);
           const std::size_t first = 32 * w;
           const std::size_t n = count - first < 32 ? count - first : 32;
-          // Without a branch per value (the bits are as good as random): the word's values are
-          // gathered first (every step reads the next packed value, and moves on under a set
-          // bit), then each keeps its bits, at_zero's or +0's, chosen by masks in a loop that
-          // vectorises. A packed value restored below 0 (rare: a block stored as a constant
-          // < 0) redoes the word with branches.
-          using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
-          KOMPRESS_IMPL_SIGN_LANES;
-          T gathered[32];
-          std::size_t at = prefix;
-          for (std::size_t b = 0; b < n; ++b) {
-            gathered[b] = packed[at];
-            at += (bits >> b) & 1u;
-          }
-          const bits_type zero_bits = Kokkos::bit_cast<bits_type>(at_zero);
+          // The word's values start as +0 (a loop that vectorises), then each set bit takes the
+          // next packed value, one step per positive value: its lane is the lowest bit left. A
+          // packed value restored below 0 (rare: a block stored as a constant < 0) redoes the
+          // word's positives with a branch.
+          T* const to = values + first;
+          for (std::size_t b = 0; b < n; ++b) to[b] = T(0);
           bool below_zero = false;
-          const auto spread = [&](const std::size_t b) {
-            const T x = gathered[b];
-            const bool positive = (bits & lanes[b]) != 0;
-            const bits_type keep = bits_type(0) - bits_type(positive);
-            const bits_type above = bits_type(0) - bits_type(x > T(0));
-            below_zero |= positive & (x < T(0));
-            values[first + b] =
-                Kokkos::bit_cast<T>(((Kokkos::bit_cast<bits_type>(x) & above) | (zero_bits & ~above)) & keep);
-          };
-          if (n == 32)
-            for (std::size_t b = 0; b < 32; ++b) spread(b);
-          else
-            for (std::size_t b = 0; b < n; ++b) spread(b);
+          std::size_t at = prefix;
+          for (std::uint32_t left = bits; left != 0; left &= left - 1) {
+            const T x = packed[at++];
+            below_zero |= x < T(0);
+            to[Kokkos::Experimental::countr_zero_builtin(left)] = x > T(0) ? x : at_zero;
+          }
           if (below_zero) {
             at = prefix;
-            for (std::size_t b = 0; b < n; ++b) {
-              if (!((bits >> b) & 1u)) continue;
+            for (std::uint32_t left = bits; left != 0; left &= left - 1) {
               const T x = packed[at++];
-              if (x < T(0)) values[first + b] = positive_below_zero(x, bound);
+              if (x < T(0)) to[Kokkos::Experimental::countr_zero_builtin(left)] = positive_below_zero(x, bound);
             }
           }
         }
-        prefix += std::size_t(Kokkos::popcount(bits));
+        prefix += std::size_t(Kokkos::Experimental::popcount_builtin(bits));
       });
 }
 
