@@ -75,8 +75,10 @@ kompress_python_test(persistent test_persistent.py RANKS 1 2 4 SAMPLE)
 kompress_python_test(one_rank_bad test_one_rank_bad.py RANKS 2 3 4)
 kompress_python_test(dlrm test_dlrm.py RANKS 1 2 4 SAMPLE)
 kompress_python_test(ddp test_ddp.py RANKS 2 SAMPLE)
-# The DDP hook on gloo process groups of 1, 2 and 4 ranks (torch.multiprocessing, no MPI).
-kompress_python_test(process_group test_process_group.py TIMEOUT 600 SAMPLE)
+# The DDP hook on gloo process groups of 1, 2 and 4 ranks (torch.multiprocessing, no MPI). No
+# sample rerun: it spends its half minute starting process groups, and the reruns above already
+# show that the sample serves conftest's loaders.
+kompress_python_test(process_group test_process_group.py TIMEOUT 600)
 set_tests_properties(python.process_group PROPERTIES PROCESSORS 2)
 kompress_python_test(stash test_stash.py SAMPLE)
 kompress_python_test(saved_tensors test_saved_tensors.py TIMEOUT 300 SAMPLE)
