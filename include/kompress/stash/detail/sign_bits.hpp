@@ -232,13 +232,18 @@ packed_positives pack_positives(const ExecutionSpace& exec, const T* values, std
           // Without a branch per value: each value is written where the next positive one goes,
           // and the cursor moves on under a set bit; up to the last positive value only, so
           // nothing is written past this word's share of `out`.
+          // A word of positive values only is a copy.
           const std::size_t first = 32 * w;
           const int last = 31 - Kokkos::Experimental::countl_zero_builtin(positive);
           T* const to = out + prefix;
-          std::size_t k = 0;
-          for (int b = 0; b <= last; ++b) {
-            to[k] = values[first + b];
-            k += (positive >> b) & 1u;
+          if (positive == ~0u) {
+            for (std::size_t b = 0; b < 32; ++b) to[b] = values[first + b];
+          } else {
+            std::size_t k = 0;
+            for (int b = 0; b <= last; ++b) {
+              to[k] = values[first + b];
+              k += (positive >> b) & 1u;
+            }
           }
         }
         prefix += std::size_t(Kokkos::Experimental::popcount_builtin(positive));
@@ -311,14 +316,27 @@ void unpack_positives(const ExecutionSpace& exec, const std::byte* signs, const 
           // next packed value, one step per positive value: its lane is the lowest bit left. A
           // packed value restored below 0 (rare: a block stored as a constant < 0) redoes the
           // word's positives with a branch.
+          // A word of positive values only (runs of them: attention, images) is a copy with
+          // the fix-up as masks, which vectorises.
           T* const to = values + first;
-          for (std::size_t b = 0; b < n; ++b) to[b] = T(0);
           bool below_zero = false;
           std::size_t at = prefix;
-          for (std::uint32_t left = bits; left != 0; left &= left - 1) {
-            const T x = packed[at++];
-            below_zero |= x < T(0);
-            to[Kokkos::Experimental::countr_zero_builtin(left)] = x > T(0) ? x : at_zero;
+          if (bits == ~0u) {
+            using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+            const bits_type zero_bits = Kokkos::bit_cast<bits_type>(at_zero);
+            for (std::size_t b = 0; b < 32; ++b) {
+              const T x = packed[at + b];
+              const bits_type above = bits_type(0) - bits_type(x > T(0));
+              below_zero |= x < T(0);
+              to[b] = Kokkos::bit_cast<T>((Kokkos::bit_cast<bits_type>(x) & above) | (zero_bits & ~above));
+            }
+          } else {
+            for (std::size_t b = 0; b < n; ++b) to[b] = T(0);
+            for (std::uint32_t left = bits; left != 0; left &= left - 1) {
+              const T x = packed[at++];
+              below_zero |= x < T(0);
+              to[Kokkos::Experimental::countr_zero_builtin(left)] = x > T(0) ? x : at_zero;
+            }
           }
           if (below_zero) {
             at = prefix;
