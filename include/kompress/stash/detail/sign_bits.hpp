@@ -197,7 +197,7 @@ packed_positives pack_positives(const ExecutionSpace& exec, const T* values, std
   auto* const words = reinterpret_cast<std::uint32_t*>(signs);
   // First the bits, the count of positive values and whether any other value is not +0; the
   // values are packed only when the segment is a ReLU's output with a zero (the stash stores
-  // anything else whole), by a scan that reads the bits back and steps once per positive value.
+  // anything else whole), by a scan that reads the bits back.
   std::uint64_t total = 0;
   Kokkos::parallel_reduce(
       "kompress::stash::classify_signs",
@@ -229,10 +229,10 @@ packed_positives pack_positives(const ExecutionSpace& exec, const T* values, std
       KOKKOS_LAMBDA(const std::size_t w, std::size_t& prefix, const bool final) {
         const std::uint32_t positive = words[w];
         if (final && positive != 0) {
-          // Without a branch per value: each value is written where the next positive one goes,
-          // and the cursor moves on under a set bit; up to the last positive value only, so
-          // nothing is written past this word's share of `out`.
-          // A word of positive values only is a copy.
+          // A word of positive values only is a copy. Otherwise, without a branch per value:
+          // each value is written where the next positive one goes and the cursor moves on
+          // under a set bit, up to the last positive value only, so nothing is written past
+          // this word's share of `out`.
           const std::size_t first = 32 * w;
           const int last = 31 - Kokkos::Experimental::countl_zero_builtin(positive);
           T* const to = out + prefix;
