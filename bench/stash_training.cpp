@@ -12,7 +12,7 @@
 //                           [--mask stash|bits|restored] [--async] [--quick] [--max-loss-gap PERCENT]
 //                           [--model mlp|cnn|transformer] [--check-gradients]
 //                           [--codec fast|ratio|auto] [--rounding nearest|stochastic] [--segment-bytes 65536]
-//                           [--adaptive-bounds CEILING] [--tolerance 0.05] [--check-every 50]
+//                           [--adaptive-bounds CEILING] [--tolerance 0.05] [--check-every 50] [--baselines]
 //
 // --model cnn trains a small CNN instead of the MLP, with everything else the same (recipe,
 // batch, data, both runs, the report): conv 3x3 pad 1 1->8, ReLU, maxpool 2x2 (28->14); conv
@@ -65,6 +65,11 @@
 // from --bound up to CEILING: on check steps the run keeps exact copies of the saved tensors,
 // computes each weight gradient from both, and reports their distance; the bounds' changes are
 // printed at the end. --segment-bytes sizes the stash's segments (and its workspace).
+//
+// --baselines trains the model twice more from the same weights in the same order, its saved
+// tensors kept as ActNN-style 2-bit codes (groups of 256, stochastic rounding; a ReLU's mask as
+// bits beside them, as ActNN keeps it: the MLP's two, the CNN's pooled outputs') and as binary16
+// casts, and prints the four runs' final losses and memory side by side.
 //
 // --async saves with save_async, which enqueues the compression and returns (the backward
 // pass's restores settle the entries). It compresses each activation as one stream instead of
@@ -366,7 +371,7 @@ struct settings {
   double adaptive_ceiling = 0;  // > 0: kompress::layer_bounds from `bound` up to this
   double tolerance = 0.05;
   std::uint64_t check_every = 50;
-  bool baselines = false;  // --baselines (MLP): also train through ActNN-style 2-bit codes and fp16
+  bool baselines = false;  // --baselines: also train through ActNN-style 2-bit codes and fp16
   double max_loss_gap = -1.0;  // percent; < 0: not checked
   bool cnn = false;  // --model cnn: the small CNN instead of the MLP
   bool transformer = false;  // --model transformer: the transformer block instead of the MLP
@@ -521,11 +526,6 @@ void run_epochs(const settings& s, const char* run_name, run_result& result, Ste
   }
 }
 
-template <class Step>
-void run_epochs(const settings& s, bool use_stash, run_result& result, Step&& step) {
-  run_epochs(s, use_stash ? "stash" : "plain", result, std::forward<Step>(step));
-}
-
 /// The stash run's memory and compression from the stash's statistics.
 void stash_statistics(const stash_type& stash, run_result& result) {
   const auto stats = stash.stats();
@@ -555,19 +555,25 @@ const char* storage_name(storage how) {
   return "?";
 }
 
-/// The baselines' encoded copy of one saved activation (n values): ActNN-style codes or halves.
+/// The baselines' encoded copy of one saved activation (n values): ActNN-style codes or halves,
+/// and with `positive_bits` which values were > 0 (1 bit each: ActNN keeps a ReLU's mask so; a
+/// backward that takes the mask from the restored values, as the CNN's pooling does, then finds
+/// it exact: a positive value restored as 0 comes back as the smallest normal float).
 struct baseline_copy {
   using quantizer = kompress_bench::group_quantizer<2>;
   Kokkos::View<std::byte*, memory_space> codes;
   Kokkos::View<std::uint16_t*, memory_space> halves;  // binary16 bits
+  Kokkos::View<std::uint32_t*, memory_space> positive;
 
-  baseline_copy(storage how, std::size_t n) {
+  baseline_copy(storage how, std::size_t n, bool positive_bits = false) {
     if (how == storage::actnn2) codes = decltype(codes)("actnn2 codes", quantizer::bytes(n));
     if (how == storage::float16) halves = decltype(halves)("halves", n);
+    if (positive_bits) positive = decltype(positive)("positive bits", (n + 31) / 32);
   }
   /// The bytes holding `n` values.
-  static std::size_t bytes(storage how, std::size_t n) {
-    return how == storage::actnn2 ? quantizer::bytes(n) : how == storage::float16 ? n * sizeof(std::uint16_t) : 0;
+  std::size_t bytes(storage how, std::size_t n) const {
+    return (how == storage::actnn2 ? quantizer::bytes(n) : how == storage::float16 ? n * sizeof(std::uint16_t) : 0) +
+           (positive.size() > 0 ? (n + 31) / 32 * sizeof(std::uint32_t) : 0);
   }
   void save(const exec_space& exec, const float* values, std::size_t n, std::uint64_t seed) const {
     if (codes.size() > 0) {
@@ -578,6 +584,15 @@ struct baseline_copy {
       std::uint16_t* const out = halves.data();
       Kokkos::parallel_for("fp16 encode", Kokkos::RangePolicy<exec_space>(exec, 0, n),
                            KOKKOS_LAMBDA(std::size_t i) { out[i] = kompress_bench::to_half_bits(values[i]); });
+    }
+    if (positive.size() > 0) {
+      std::uint32_t* const bits = positive.data();
+      Kokkos::parallel_for(
+          "positive bits", Kokkos::RangePolicy<exec_space>(exec, 0, (n + 31) / 32), KOKKOS_LAMBDA(std::size_t w) {
+            std::uint32_t word = 0;
+            for (std::size_t b = 0; b < 32 && 32 * w + b < n; ++b) word |= std::uint32_t(values[32 * w + b] > 0.0f) << b;
+            bits[w] = word;
+          });
     }
   }
   void restore(const exec_space& exec, float* values, std::size_t n) const {
@@ -590,6 +605,48 @@ struct baseline_copy {
       Kokkos::parallel_for("fp16 decode", Kokkos::RangePolicy<exec_space>(exec, 0, n),
                            KOKKOS_LAMBDA(std::size_t i) { values[i] = kompress_bench::from_half_bits(in[i]); });
     }
+    if (positive.size() > 0) {
+      const std::uint32_t* const bits = positive.data();
+      Kokkos::parallel_for(
+          "apply positive bits", Kokkos::RangePolicy<exec_space>(exec, 0, n), KOKKOS_LAMBDA(std::size_t i) {
+            const bool was_positive = (bits[i / 32] >> (i % 32)) & 1u;
+            if (!was_positive) values[i] = Kokkos::min(values[i], 0.0f);
+            else if (!(values[i] > 0.0f)) values[i] = Kokkos::Experimental::norm_min_v<float>;
+          });
+    }
+  }
+};
+
+/// A baseline run's copies of one step's saved tensors, in the order the model saves them: the
+/// time they take and the bytes they hold (the largest sum over a step, plus `side_bytes`).
+struct baseline_saves {
+  storage how;
+  std::vector<baseline_copy> copies;
+  std::vector<std::size_t> held;  // bytes per copy this step
+
+  /// `sizes[k]`: the most values save k holds; `positive_bits[k]`: keep its positive bits.
+  baseline_saves(storage how, const std::vector<std::size_t>& sizes, const std::vector<bool>& positive_bits = {})
+      : how(how), held(sizes.size(), 0) {
+    for (std::size_t k = 0; k < sizes.size(); ++k)
+      copies.emplace_back(how, sizes[k], k < positive_bits.size() && positive_bits[k]);
+  }
+  void save(const exec_space& exec, int which, const float* values, std::size_t n, int adam_step,
+            std::size_t side_bytes, run_result& result) {
+    const auto start = clock_type::now();
+    const auto k = std::size_t(which);
+    copies[k].save(exec, values, n, std::uint64_t(adam_step) * copies.size() + k);
+    exec.fence();
+    result.save_seconds += seconds_since(start);
+    if (which == 0) std::fill(held.begin(), held.end(), 0);
+    held[k] = copies[k].bytes(how, n);
+    result.peak_activation_bytes =
+        std::max(result.peak_activation_bytes, std::accumulate(held.begin(), held.end(), side_bytes));
+  }
+  void restore(const exec_space& exec, int which, float* values, std::size_t n, run_result& result) const {
+    const auto start = clock_type::now();
+    copies[std::size_t(which)].restore(exec, values, n);
+    exec.fence();
+    result.restore_seconds += seconds_since(start);
   }
 };
 
@@ -618,9 +675,9 @@ run_result train(const settings& s, const dataset& data, storage how) {
   const std::size_t plain_bytes = std::size_t(batch) * (784 + 1024 + 1024) * sizeof(float);
   std::unique_ptr<stash_type> stash;
   if (use_stash) stash = make_stash(exec, plain_bytes, s);
-  std::vector<baseline_copy> copies;
-  if (baseline)
-    for (const std::size_t columns : {784, 1024, 1024}) copies.emplace_back(how, std::size_t(batch) * columns);
+  std::optional<baseline_saves> copies;
+  if (baseline) copies.emplace(how, std::vector<std::size_t>{std::size_t(batch) * 784, std::size_t(batch) * 1024,
+                                                              std::size_t(batch) * 1024});
   run_result result;
   const schedule learning_rate(s);
   // --adaptive-bounds: each saved tensor's bound from the training (kompress::layer_bounds);
@@ -664,16 +721,9 @@ run_result train(const settings& s, const dataset& data, storage how) {
     const bool checking = training && bounds && bounds->check_due(std::uint64_t(adam_step));
     auto save = [&](int which) {
       if (!training) return;
-      if (baseline) {  // never with a stash
-        const auto start = clock_type::now();
-        copies[std::size_t(which)].save(exec, kept[which]->data(), kept[which]->size(),
-                                        std::uint64_t(adam_step) * 3 + std::uint64_t(which));
-        exec.fence();
-        result.save_seconds += seconds_since(start);
-        std::size_t held = 0;
-        for (int k = 0; k <= which; ++k) held += baseline_copy::bytes(how, kept[k]->size());
-        if (mask_bits) held += std::size_t(rows) * 2 * 32 * sizeof(std::uint32_t);
-        result.peak_activation_bytes = std::max(result.peak_activation_bytes, held);
+      if (copies) {  // never with a stash
+        copies->save(exec, which, kept[which]->data(), kept[which]->size(), adam_step,
+                     mask_bits ? std::size_t(rows) * 2 * 32 * sizeof(std::uint32_t) : 0, result);
         return;
       }
       if (checking) Kokkos::deep_copy(exec, exact[which], *kept[which]);  // only a stash run has bounds
@@ -702,12 +752,7 @@ run_result train(const settings& s, const dataset& data, storage how) {
     // (the forward wrote it there; in a framework that buffer would have been freed).
     auto restore = [&](int which) {
       if (stash) restore_checked(*stash, exec, s, saved[which], *kept[which], check.data(), result, which);
-      if (baseline) {
-        const auto start = clock_type::now();
-        copies[std::size_t(which)].restore(exec, kept[which]->data(), kept[which]->size());
-        exec.fence();
-        result.restore_seconds += seconds_since(start);
-      }
+      if (copies) copies->restore(exec, which, kept[which]->data(), kept[which]->size(), result);
     };
     // A check step: the weight gradient from the exact copy too, and their distance. The
     // deltas are exact in both (the ReLUs' masks are), so this is all compression changes.
@@ -908,7 +953,8 @@ void maxpool_relu_backward(const exec_space& exec, const tensor& dout, const arg
 /// (14 -> 7); Linear 784 -> 10. With `use_stash`, the inputs of the three layers with weights
 /// (the image, pool 1's output, pool 2's output) go through a stash, with keep_sign; both runs
 /// keep the pools' argmax as 2 bits per pooled value, and no ReLU mask (maxpool_relu_backward).
-run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
+run_result train_cnn(const settings& s, const dataset& data, storage how) {
+  const bool use_stash = how == storage::stash;
   const exec_space exec;
   std::mt19937 rng(s.seed);
   const int batch = s.batch;
@@ -933,6 +979,12 @@ run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
   const std::size_t plain_bytes = std::size_t(batch) * saved_floats * sizeof(float);
   std::unique_ptr<stash_type> stash;
   if (use_stash) stash = make_stash(exec, plain_bytes, s);
+  // The baselines: ActNN keeps the pooled ReLU outputs' masks as bits (the image is no ReLU's).
+  std::optional<baseline_saves> copies;
+  if (how == storage::actnn2 || how == storage::float16)
+    copies.emplace(how, std::vector<std::size_t>{std::size_t(batch) * 784, std::size_t(batch) * p1_size,
+                                                 std::size_t(batch) * p2_size},
+                   std::vector<bool>{false, how == storage::actnn2, how == storage::actnn2});
   const auto bound = kompress::relative(s.bound);
   run_result result;
   const schedule learning_rate(s);
@@ -1035,7 +1087,10 @@ run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
     kompress::stash_handle saved[3];
     const tensor kept[3] = {r.x4, r.p1, r.p2_4};
     auto save = [&](int which) {
-      if (training)
+      if (training && copies)
+        copies->save(exec, which, kept[which].data(), kept[which].size(), adam_step,
+                     std::size_t(rows) * side_bytes, result);
+      else if (training)
         save_timed(stash.get(), exec, s, saved[which], kept[which], bound, result, which,
                    std::size_t(rows) * saved_floats * sizeof(float), true);
     };
@@ -1045,14 +1100,15 @@ run_result train_cnn(const settings& s, const dataset& data, bool use_stash) {
     if (!training) return;
     backward(r, [&](int which) {
       if (stash) restore_checked(*stash, exec, s, saved[which], kept[which], check.data(), result, which);
+      if (copies) copies->restore(exec, which, kept[which].data(), kept[which].size(), result);
     });
     if (s.check_gradients && adam_step == 1 && !stash) check_gradients(r, rows);
     const float lr = learning_rate(adam_step);
     for (parameter* p : parameters) p->adam(exec, adam_step, lr);
   };
-  run_epochs(s, use_stash, result, step);
+  run_epochs(s, storage_name(how), result, step);
   if (stash) stash_statistics(*stash, result);
-  result.peak_activation_bytes += std::size_t(batch) * side_bytes;
+  if (!copies) result.peak_activation_bytes += std::size_t(batch) * side_bytes;
   return result;
 }
 
@@ -1168,16 +1224,14 @@ int main(int argc, char* argv[]) {
               s.lr, 100.0 * s.warmup, s.cosine ? "cosine decay to 0" : "constant", s.batch, s.train, s.eval, s.epochs,
               exec_space().concurrency());
   std::printf("plain: activations kept as Views\n");
-  const auto train_model = [&](bool use_stash) {
-    return s.transformer ? train_transformer(s, data, use_stash)
-           : s.cnn       ? train_cnn(s, data, use_stash)
-                         : train(s, data, use_stash ? storage::stash : storage::plain);
+  const auto train_model = [&](storage how) {
+    return s.transformer ? train_transformer(s, data, how) : s.cnn ? train_cnn(s, data, how) : train(s, data, how);
   };
-  const run_result plain = train_model(false);
+  const run_result plain = train_model(storage::plain);
   std::printf("stash: activations saved through kompress::stash at REL %g (%s, %s rounding)\n", s.bound,
               s.async_save ? "save_async" : "save",
               s.rounding == kompress::rounding_mode::stochastic ? "stochastic" : "nearest");
-  const run_result stashed = train_model(true);
+  const run_result stashed = train_model(storage::stash);
 
   const double last_plain = plain.epochs.back().train_loss, last_stash = stashed.epochs.back().train_loss;
   const double final_plain = plain.final_train_loss, final_stash = stashed.final_train_loss;
@@ -1222,14 +1276,16 @@ int main(int argc, char* argv[]) {
   for (const auto& e : stashed.epochs) stash_seconds += e.seconds;
   std::printf("training time: plain %.1f s, stash %.1f s (save %.2f s, restore %.2f s)\n", plain_seconds,
               stash_seconds, stashed.save_seconds, stashed.restore_seconds);
-  if (s.baselines && !s.cnn && !s.transformer) {
+  if (s.baselines) {
     std::vector<std::pair<storage, run_result>> baselines;
     for (const storage how : {storage::actnn2, storage::float16}) {
       std::printf("%s: activations stored as %s\n", storage_name(how),
-                  how == storage::actnn2 ? "ActNN-style 2-bit codes (groups of 256, stochastic rounding; "
-                                           "ReLU masks as bits)"
+                  how == storage::actnn2 ? (s.transformer ? "ActNN-style 2-bit codes (groups of 256, stochastic "
+                                                            "rounding)"
+                                                          : "ActNN-style 2-bit codes (groups of 256, stochastic "
+                                                            "rounding; ReLU masks as bits)")
                                          : "IEEE binary16");
-      baselines.emplace_back(how, train(s, data, how));
+      baselines.emplace_back(how, train_model(how));
     }
     std::printf("\nthe same training, the saved activations stored by each method:\n");
     std::printf("%-8s %12s %10s %12s %13s %9s\n", "method", "final loss", "gap", "memory (KB)", "memory ratio",

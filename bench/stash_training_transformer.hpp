@@ -285,8 +285,9 @@ constexpr double transformer_gradient_tolerance = 2e-2;
 
 /// Trains the transformer block; with `use_stash`, the tensors backward needs (above) go through
 /// a stash; both runs keep the LayerNorms' rstd as Views.
-run_result train_transformer(const settings& s, const dataset& data, bool use_stash) {
+run_result train_transformer(const settings& s, const dataset& data, storage how) {
   using namespace vit;
+  const bool use_stash = how == storage::stash;
   const exec_space exec;
   std::mt19937 rng(s.seed);
   const int batch = s.batch;
@@ -336,6 +337,13 @@ run_result train_transformer(const settings& s, const dataset& data, bool use_st
   const std::size_t plain_bytes = std::size_t(batch) * saved_floats * sizeof(float);
   std::unique_ptr<stash_type> stash;
   if (use_stash) stash = make_stash(exec, plain_bytes, s);
+  std::optional<baseline_saves> copies;  // no ReLU: ActNN keeps no mask here
+  if (how == storage::actnn2 || how == storage::float16) {
+    const std::size_t t = std::size_t(batch) * tokens;
+    copies.emplace(how, std::vector<std::size_t>{std::size_t(batch) * image_values, t * width, t * 3 * width,
+                                                 t * heads * tokens, t * width, t * width, t * hidden, t * width,
+                                                 std::size_t(batch) * width});
+  }
   const auto bound = kompress::relative(s.bound);
   run_result result;
   const schedule learning_rate(s);
@@ -464,7 +472,10 @@ run_result train_transformer(const settings& s, const dataset& data, bool use_st
                                    token_view(z, rows),         token_view(normalised_final, rows),
                                    image_view(pooled, rows)};
     auto save = [&](int which) {
-      if (training)
+      if (training && copies)
+        copies->save(exec, which, saved_views[which].data(), saved_views[which].size(), adam_step,
+                     std::size_t(rows) * side_bytes, result);
+      else if (training)
         save_timed(stash.get(), exec, s, saved[which], saved_views[which], bound, result, which,
                    std::size_t(rows) * saved_floats * sizeof(float));
     };
@@ -474,13 +485,14 @@ run_result train_transformer(const settings& s, const dataset& data, bool use_st
     if (!training) return;
     backward(rows, [&](int which) {
       if (stash) restore_checked(*stash, exec, s, saved[which], saved_views[which], check.data(), result, which);
+      if (copies) copies->restore(exec, which, saved_views[which].data(), saved_views[which].size(), result);
     });
     if (s.check_gradients && adam_step == 1 && !stash) check_gradients(rows);
     const float lr = learning_rate(adam_step);
     for (parameter* p : parameters) p->adam(exec, adam_step, lr);
   };
-  run_epochs(s, use_stash, result, step);
+  run_epochs(s, storage_name(how), result, step);
   if (stash) stash_statistics(*stash, result);
-  result.peak_activation_bytes += std::size_t(batch) * side_bytes;
+  if (!copies) result.peak_activation_bytes += std::size_t(batch) * side_bytes;
   return result;
 }
