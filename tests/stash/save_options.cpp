@@ -327,6 +327,128 @@ TEST_CASE("stash keep_sign of values >= 0: a segment with a negative value, and 
   }
 }
 
+namespace {
+
+/// A word-by-word mix of the patterns the restore loops tell apart: words with no positive
+/// value, with only positive ones, and mixed; set bits whose restored value is a positive
+/// value, +0, NaN or below 0 (a block stored as a constant < 0); clear bits whose restored
+/// value is above 0, -0.0 or +0. Returns the bits' bytes (pack_signs's layout: the words,
+/// then a sum and count of small positives) and, for unpack_positives, the packed values.
+struct sign_case {
+  std::vector<std::byte> signs;
+  std::vector<float> restored;  // apply_signs's input: one value per bit
+  std::vector<float> packed;    // unpack_positives's input: one value per set bit
+};
+
+sign_case mixed_signs(std::size_t count, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(0, 99);
+  std::uniform_real_distribution<float> magnitude(1e-3f, 4.0f);
+  sign_case c;
+  const std::size_t words = kompress::detail::sign_words(count);
+  std::vector<std::uint32_t> bits(words, 0);
+  for (std::size_t w = 0; w * 32 < count; ++w) {
+    const int kind = pick(rng);  // 10% no positive value, 10% all positive, else mixed
+    for (std::size_t b = 0; b < 32 && 32 * w + b < count; ++b) {
+      const bool set = kind < 10 ? false : kind < 20 ? true : pick(rng) < 50;
+      if (set) bits[w] |= 1u << b;
+      const int r = pick(rng);
+      float x;
+      if (set)
+        x = r < 80 ? magnitude(rng) : r < 92 ? 0.0f : r < 94 ? std::numeric_limits<float>::quiet_NaN()
+                                                             : -magnitude(rng) * 1e-3f;
+      else
+        x = r < 85 ? 0.0f : r < 90 ? -0.0f : magnitude(rng) * 1e-3f;
+      c.restored.push_back(x);
+      if (set) c.packed.push_back(x);
+    }
+  }
+  c.signs.resize(kompress::detail::sign_bytes(count));
+  std::memcpy(c.signs.data(), bits.data(), words * sizeof(std::uint32_t));
+  const Kokkos::complex<double> small_positives(0.25 * 37, 37.0);  // mean 0.25 of (0, e]
+  std::memcpy(c.signs.data() + words * sizeof(std::uint32_t), &small_positives, sizeof(small_positives));
+  c.packed.resize(count, 0.0f);  // the workspace holds room for every value
+  return c;
+}
+
+template <class T>
+Kokkos::View<T*, memory_space> device_copy(const std::vector<T>& host) {
+  Kokkos::View<T*, memory_space> view("copy", host.size());
+  Kokkos::deep_copy(view, Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(host.data(), host.size()));
+  return view;
+}
+
+}  // namespace
+
+TEST_CASE("stash keep_sign: the host's SIMD restore loops write the portable loops' bytes") {
+  // On an x86-64 host with AVX2 the restore takes detail::unpack_word_avx2 and apply_signs's
+  // loop compiled for AVX2 (stash_tuning::simd_restore); elsewhere both runs below take the
+  // portable loops and agree trivially. Either way every value must be what the portable loop
+  // writes, bit for bit.
+  const exec_space exec;
+  for (const std::size_t count : {std::size_t(31), std::size_t(32), std::size_t(1000), std::size_t(65536 + 77)}) {
+    for (const bool stochastic : {false, true}) {
+      CAPTURE(count);
+      CAPTURE(stochastic);
+      const sign_case c = mixed_signs(count, unsigned(count) + (stochastic ? 1u : 0u));
+      const auto signs = device_copy(c.signs);
+      const auto packed = device_copy(c.packed);
+      std::vector<float> results[2][2];  // [unpack, apply][portable, simd]
+      for (const bool simd : {false, true}) {
+        Kokkos::View<float*, memory_space> out("out", count);
+        Kokkos::deep_copy(out, 1.0f);  // every value is written
+        kompress::detail::unpack_positives(exec, signs.data(), packed.data(), out.data(), count, 0.5, stochastic,
+                                           simd);
+        exec.fence();
+        results[0][simd] = to_vector(out);
+        const auto values = device_copy(c.restored);
+        kompress::detail::apply_signs(exec, signs.data(), values.data(), count, 0.5, stochastic, simd);
+        exec.fence();
+        results[1][simd] = to_vector(values);
+      }
+      for (int which = 0; which < 2; ++which) {
+        CAPTURE(which);
+        CHECK(std::memcmp(results[which][0].data(), results[which][1].data(), count * sizeof(float)) == 0);
+        // And what that is: +0 where a bit is clear, above 0 where it is set.
+        const auto* words = reinterpret_cast<const std::uint32_t*>(c.signs.data());
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+          const bool set = (words[i / 32] >> (i % 32)) & 1u;
+          const float x = results[which][1][i];
+          wrong += set ? !(x > 0.0f) : (x != 0.0f || std::signbit(x)) && !(which == 1 && x == 0.0f);
+        }
+        CHECK(wrong == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("stash keep_sign: a stash restoring with the host's SIMD loops restores the portable loops' bytes") {
+  const exec_space exec;
+  auto simd = kompress::detail::tuned_stash(exec, options(std::size_t(16) << 20, std::size_t(16) << 10), {});
+  auto portable = kompress::detail::tuned_stash(exec, options(std::size_t(16) << 20, std::size_t(16) << 10),
+                                                {.simd_restore = false});
+  const std::size_t count = 100003;
+  for (const double zeros : {0.0, 0.5, 0.9}) {
+    for (const bool negative : {false, true}) {  // packed positives, or whole streams and the fix-up
+      for (const auto rounding : {kompress::rounding_mode::nearest, kompress::rounding_mode::stochastic}) {
+        CAPTURE(zeros);
+        CAPTURE(negative);
+        CAPTURE(int(rounding));
+        auto values = negative ? straddling_zero<float>(count, 5, false) : relu_output<float>(count, zeros, 5);
+        const auto view = to_view(values);
+        const kompress::stash_save_options how{.keep_sign = true, .rounding = rounding};
+        Kokkos::View<float*, memory_space> a("a", count), b("b", count);
+        simd.restore_and_drop(exec, simd.save(exec, view, kompress::relative(1e-1), how), a);
+        portable.restore_and_drop(exec, portable.save(exec, view, kompress::relative(1e-1), how), b);
+        const auto from_simd = to_vector(a), from_portable = to_vector(b);
+        CHECK(std::memcmp(from_simd.data(), from_portable.data(), count * sizeof(float)) == 0);
+        CHECK(sign_flips(values, from_simd) == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("stash keep_sign: the bits are counted, one per value per stream, and freed with the entry") {
   const exec_space exec;
   stash_type stash(exec, options(std::size_t(4) << 20, std::size_t(16) << 10));  // 4096 floats a segment

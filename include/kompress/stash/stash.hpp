@@ -962,7 +962,7 @@ struct stash<ExecutionSpace>::state {
           decompress(exec_, const_unmanaged_bytes(pool->data() + segment.offset, segment.stream_bytes),
                      Kokkos::View<T*, memory_space, Kokkos::MemoryUnmanaged>(packed_values, segment.stored_values));
         detail::unpack_positives(exec_, pool->data() + signs.offset, packed_values, values.data(), segment.count,
-                                 abs_bound, rounding == rounding_mode::stochastic);
+                                 abs_bound, rounding == rounding_mode::stochastic, tuning.simd_restore);
         exec_.fence("kompress::stash::restore: positive values unpacked");
         continue;
       }
@@ -973,7 +973,7 @@ struct stash<ExecutionSpace>::state {
           where.load(exec_, segment.offset, segment.stream_bytes, pool->workspace(), who);
       if (segment.signs) {
         detail::apply_signs(exec_, bytes.data, values.data(), segment.count, abs_bound,
-                            rounding == rounding_mode::stochastic);
+                            rounding == rounding_mode::stochastic, tuning.simd_restore);
         exec_.fence("kompress::stash::restore: signs applied");
         continue;
       }

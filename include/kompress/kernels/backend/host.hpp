@@ -8,9 +8,10 @@
 // range is integer arithmetic, and no product in the codec can be fused with anything
 // (docs/error-bound.md, "Verification"); the golden checksums in tests/codec/format.cpp and
 // codec_adversarial's encoder and decoder comparisons check it. Not compiled when the whole
-// build already targets AVX2 (nothing to gain), in device compilers, or under the sanitizers
-// (their pass then covers the portable code).
+// build already targets AVX2 (nothing to gain), nor where detail/host_simd.hpp compiles no
+// host SIMD (device compilers, the sanitizers).
 
+#include <kompress/detail/host_simd.hpp>
 #include <kompress/kernels/backend/portable.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -23,16 +24,8 @@
 #include <type_traits>
 #include <utility>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__AVX2__) && \
-    !defined(__CUDACC__) && !defined(__HIPCC__) && !defined(__SANITIZE_ADDRESS__) &&            \
-    !defined(KOMPRESS_NO_HOST_DISPATCH)
-#if defined(__has_feature)
-#if !__has_feature(address_sanitizer) && !__has_feature(memory_sanitizer)
+#if defined(KOMPRESS_HOST_X86_SIMD) && !defined(__AVX2__)
 #define KOMPRESS_HOST_AVX2_DISPATCH 1
-#endif
-#else
-#define KOMPRESS_HOST_AVX2_DISPATCH 1
-#endif
 #endif
 
 namespace kompress::inline v0::detail {
@@ -76,10 +69,6 @@ struct chunk_encoder_into_avx2 : chunk_encoder<T, BlockSize> {
     return chunk_encoder<T, BlockSize>::encode_unsealed(chunk, to);
   }
 };
-
-inline bool host_has_avx2_fma() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
 #endif
 
 /// A fused compression's counters (32-bit, in the header's spare bytes, zeroed by the

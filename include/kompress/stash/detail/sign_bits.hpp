@@ -12,6 +12,8 @@
 // zeros are: the stash then compresses only the positive values, packed in order
 // (pack_positives), and restore puts them back between exact zeros (unpack_positives).
 
+#include <kompress/detail/host_simd.hpp>
+
 #include <Kokkos_BitManipulation.hpp>
 #include <Kokkos_Complex.hpp>
 #include <Kokkos_Core.hpp>
@@ -20,6 +22,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+
+#ifdef KOMPRESS_HOST_X86_SIMD
+#include <immintrin.h>
+#endif
 
 namespace kompress::inline v0::detail {
 
@@ -119,6 +125,68 @@ KOKKOS_INLINE_FUNCTION T positive_below_zero(T restored, double bound) {
   return inside > T(0) ? inside : Kokkos::Experimental::denorm_min_v<T>;
 }
 
+/// apply_signs's loop, one word of bits per call.
+template <class T>
+struct apply_signs_words {
+  const std::uint32_t* words;
+  T* values;
+  std::size_t count;
+  double bound;
+  bool stochastic;
+  /// The stream's sum and count of (0, e], read per word (on a device); null where
+  /// `known_at_zero` holds what it gives (on the host, worked out once: a division).
+  const Kokkos::complex<double>* small_positives;
+  T known_at_zero;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::size_t w) const {
+    const std::size_t first = 32 * w;
+    const std::size_t n = count - first < 32 ? count - first : 32;
+    const std::uint32_t bits = words[w];
+    const T at_zero = small_positives ? positive_at_zero<T>(*small_positives, bound, stochastic) : known_at_zero;
+    KOMPRESS_IMPL_SIGN_LANES;
+    bool below_zero = false;  // a set bit and x' < 0: rare (a block stored as a constant < 0)
+    for (std::size_t b = 0; b < n; ++b) below_zero |= ((bits & lanes[b]) != 0) & (values[first + b] < T(0));
+    if (below_zero) {
+      for (std::size_t b = 0; b < n; ++b) {
+        const T x = values[first + b];
+        if (!((bits >> b) & 1u)) {
+          if (x > T(0)) values[first + b] = T(0);
+        } else if (x < T(0)) {  // x lies in (0, x' + bound]
+          values[first + b] = positive_below_zero(x, bound);
+        } else if (!(x > T(0))) {
+          values[first + b] = at_zero;
+        }
+      }
+      return;
+    }
+    // Without branches, as pack_signs: the value's bits, at_zero's or +0's, chosen by masks.
+    using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+    const bits_type zero_bits = Kokkos::bit_cast<bits_type>(at_zero);
+    const auto apply = [&](const std::size_t b) {
+      const T x = values[first + b];
+      const bool positive = (bits & lanes[b]) != 0;
+      const bool restored_positive = x > T(0);
+      const bits_type up = bits_type(0) - bits_type(positive & !restored_positive);
+      const bits_type keep = bits_type(0) - bits_type(positive == restored_positive);  // NaN: both false
+      values[first + b] = Kokkos::bit_cast<T>((Kokkos::bit_cast<bits_type>(x) & keep) | (zero_bits & up));
+    };
+    if (n == 32)
+      for (std::size_t b = 0; b < 32; ++b) apply(b);
+    else
+      for (std::size_t b = 0; b < n; ++b) apply(b);
+  }
+};
+
+#ifdef KOMPRESS_HOST_X86_SIMD
+/// The same loop compiled for AVX2: eight lanes per compare and select instead of four.
+template <class T>
+struct apply_signs_words_avx2 : apply_signs_words<T> {
+  __attribute__((target("avx2"), flatten)) void operator()(const std::size_t w) const {
+    apply_signs_words<T>::operator()(w);
+  }
+};
+#endif
+
 /// Puts every restored value x' back on the side of 0 its bit records, within `bound` of the
 /// saved x when x' was: a set bit with x' <= 0 means x in (0, x' + bound], and any point of
 /// that range is within x' + bound <= bound of x (for x' = 0 the stream's mean of (0, e] when
@@ -126,55 +194,29 @@ KOKKOS_INLINE_FUNCTION T positive_below_zero(T restored, double bound) {
 /// smallest positive value); a clear bit with x' > 0 means x in [x' - bound, 0], and +0 is
 /// within bound - x' of x. With `stochastic` rounding x' = 0 takes the smallest positive value
 /// instead of the mean: the rounding was already unbiased, the mean would shift it up.
-/// Enqueued on `exec`.
+/// `simd`: on an x86-64 host with AVX2, the loop compiled for it. Enqueued on `exec`.
 template <class T, class ExecutionSpace>
 void apply_signs(const ExecutionSpace& exec, const std::byte* in, T* values, std::size_t count, double bound,
-                 bool stochastic = false) {
+                 bool stochastic = false, bool simd = true) {
   const auto* const words = reinterpret_cast<const std::uint32_t*>(in);
   const auto* const small_positives =
       reinterpret_cast<const Kokkos::complex<double>*>(in + sign_words(count) * sizeof(std::uint32_t));
-  Kokkos::parallel_for(
-      "kompress::stash::apply_signs",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, (count + 31) / 32),
-      KOKKOS_LAMBDA(const std::size_t w) {
-        // x' = 0 (the quantizer's grid has a point there: the common case) takes the mean;
-        // any other x' <= 0 half of (x' + bound).
-        const T at_zero = positive_at_zero<T>(*small_positives, bound, stochastic);
-        const std::size_t first = 32 * w;
-        const std::size_t n = count - first < 32 ? count - first : 32;
-        const std::uint32_t bits = words[w];
-        KOMPRESS_IMPL_SIGN_LANES;
-        bool below_zero = false;  // a set bit and x' < 0: rare (a block stored as a constant < 0)
-        for (std::size_t b = 0; b < n; ++b) below_zero |= ((bits & lanes[b]) != 0) & (values[first + b] < T(0));
-        if (below_zero) {
-          for (std::size_t b = 0; b < n; ++b) {
-            const T x = values[first + b];
-            if (!((bits >> b) & 1u)) {
-              if (x > T(0)) values[first + b] = T(0);
-            } else if (x < T(0)) {  // x lies in (0, x' + bound]
-              values[first + b] = positive_below_zero(x, bound);
-            } else if (!(x > T(0))) {
-              values[first + b] = at_zero;
-            }
-          }
-          return;
-        }
-        // Without branches, as pack_signs: the value's bits, at_zero's or +0's, chosen by masks.
-        using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
-        const bits_type zero_bits = Kokkos::bit_cast<bits_type>(at_zero);
-        const auto apply = [&](const std::size_t b) {
-          const T x = values[first + b];
-          const bool positive = (bits & lanes[b]) != 0;
-          const bool restored_positive = x > T(0);
-          const bits_type up = bits_type(0) - bits_type(positive & !restored_positive);
-          const bits_type keep = bits_type(0) - bits_type(positive == restored_positive);  // NaN: both false
-          values[first + b] = Kokkos::bit_cast<T>((Kokkos::bit_cast<bits_type>(x) & keep) | (zero_bits & up));
-        };
-        if (n == 32)
-          for (std::size_t b = 0; b < 32; ++b) apply(b);
-        else
-          for (std::size_t b = 0; b < n; ++b) apply(b);
-      });
+  apply_signs_words<T> apply{words, values, count, bound, stochastic, small_positives, T(0)};
+  const Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>> policy(exec, 0, (count + 31) / 32);
+  if constexpr (Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible) {
+    apply.known_at_zero = positive_at_zero<T>(*small_positives, bound, stochastic);
+    apply.small_positives = nullptr;
+  }
+#ifdef KOMPRESS_HOST_X86_SIMD
+  if constexpr (Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible) {
+    if (simd && host_has_avx2()) {
+      Kokkos::parallel_for("kompress::stash::apply_signs", policy, apply_signs_words_avx2<T>{apply});
+      return;
+    }
+  }
+#endif
+  (void)simd;
+  Kokkos::parallel_for("kompress::stash::apply_signs", policy, apply);
 }
 
 /// What pack_positives found: how many values it packed, and whether every other value was +0
@@ -294,57 +336,122 @@ void reduce_small_positives(const ExecutionSpace& exec, const T* packed, std::si
 }
 
 /// The inverse of pack_positives given the sign bits packed from the same values, with
+#ifdef KOMPRESS_HOST_X86_SIMD
+/// unpack_positives for one whole word of floats on AVX2: each byte of the bits takes its
+/// packed values with one masked load (no lane past them is read) and one permute that sends
+/// the k-th of them to the k-th set lane; the fix-up is a compare and a blend. Returns whether
+/// a packed value was < 0 (the caller then redoes those lanes). The same values as the
+/// portable loop, bit for bit.
+__attribute__((target("avx2"))) inline bool unpack_word_avx2(std::uint32_t bits, const float* from, float* to,
+                                                              float at_zero) {
+  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 zero = _mm256_setzero_ps(), fill = _mm256_set1_ps(at_zero);
+  __m256 below = zero;
+  for (int byte = 0; byte < 4; ++byte) {
+    const std::uint32_t m = (bits >> (8 * byte)) & 0xFFu;
+    const int taken = __builtin_popcount(m);
+    // Byte b of `set` is bit b of m; byte b of `index` the number of set bits below b.
+    const std::uint64_t set =
+        ((((m * 0x0101010101010101ull) & 0x8040201008040201ull) + 0x7F7F7F7F7F7F7F7Full) >> 7) &
+        0x0101010101010101ull;
+    const std::uint64_t index = (set * 0x0101010101010101ull) << 8;
+    const __m256i is_set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(int(m)), lane_bit), lane_bit);
+    const __m256 next = _mm256_maskload_ps(from, _mm256_cmpgt_epi32(_mm256_set1_epi32(taken), lane));
+    const __m256 x =
+        _mm256_permutevar8x32_ps(next, _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(index))));
+    const __m256 kept = _mm256_blendv_ps(fill, x, _mm256_cmp_ps(x, zero, _CMP_GT_OQ));
+    below = _mm256_or_ps(below, _mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_LT_OQ), _mm256_castsi256_ps(is_set)));
+    _mm256_storeu_ps(to + 8 * byte, _mm256_and_ps(kept, _mm256_castsi256_ps(is_set)));
+    from += taken;
+  }
+  return _mm256_movemask_ps(below) != 0;
+}
+#endif
+
+/// Whether unpack_positives may take unpack_word_avx2 for T on ExecutionSpace: floats on a
+/// host space of an x86-64 CPU with AVX2.
+template <class T, class ExecutionSpace>
+bool host_simd_unpack() {
+#ifdef KOMPRESS_HOST_X86_SIMD
+  if constexpr (std::is_same_v<T, float> &&
+                Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible)
+    return host_has_avx2();
+#endif
+  return false;
+}
+
+/// The lanes of a word whose packed value was restored below 0 (rare: a block stored as a
+/// constant < 0), put back above it as apply_signs does. `from`: the word's first packed value.
+template <class T>
+KOKKOS_INLINE_FUNCTION void redo_below_zero(std::uint32_t bits, const T* from, T* to, double bound) {
+  for (std::uint32_t left = bits; left != 0; left &= left - 1) {
+    const T x = *from++;
+    if (x < T(0)) to[Kokkos::Experimental::countr_zero_builtin(left)] = positive_below_zero(x, bound);
+  }
+}
+
 /// apply_signs's fix-up: values[i] = the next of `packed` where bit i is set (put back above 0
 /// as apply_signs does when it was restored <= 0), +0 where it is clear. `packed` holds the P
-/// restored positive values. Enqueued on `exec`.
+/// restored positive values. `simd`: where host_simd_unpack allows, a word that is neither
+/// full, empty nor the last takes unpack_word_avx2. Enqueued on `exec`.
 template <class T, class ExecutionSpace>
 void unpack_positives(const ExecutionSpace& exec, const std::byte* signs, const T* packed, T* values,
-                      std::size_t count, double bound, bool stochastic) {
+                      std::size_t count, double bound, bool stochastic, bool simd = true) {
+  [[maybe_unused]] const bool avx2 = simd && host_simd_unpack<T, ExecutionSpace>();
   const auto* const words = reinterpret_cast<const std::uint32_t*>(signs);
   const auto* const small_positives =
       reinterpret_cast<const Kokkos::complex<double>*>(signs + sign_words(count) * sizeof(std::uint32_t));
+  // On the host, what a positive value restored as 0 becomes is worked out once here rather
+  // than per word (a division); a device reads the mean where it lies.
+  constexpr bool host = Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
+  T host_at_zero = T(0);
+  if constexpr (host) host_at_zero = positive_at_zero<T>(*small_positives, bound, stochastic);
   Kokkos::parallel_scan(
       "kompress::stash::unpack_positives",
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, (count + 31) / 32),
       KOKKOS_LAMBDA(const std::size_t w, std::size_t& prefix, const bool final) {
         const std::uint32_t bits = words[w];
         if (final) {
-          const T at_zero = positive_at_zero<T>(*small_positives, bound, stochastic);
+          const T at_zero = host ? host_at_zero : positive_at_zero<T>(*small_positives, bound, stochastic);
           const std::size_t first = 32 * w;
           const std::size_t n = count - first < 32 ? count - first : 32;
-          // The word's values start as +0 (a loop that vectorises), then each set bit takes the
-          // next packed value, one step per positive value: its lane is the lowest bit left. A
-          // packed value restored below 0 (rare: a block stored as a constant < 0) redoes the
-          // word's positives with a branch.
-          // A word of positive values only (runs of them: attention, images) is a copy with
-          // the fix-up as masks, which vectorises.
+          const T* const from = packed + prefix;
           T* const to = values + first;
           bool below_zero = false;
-          std::size_t at = prefix;
-          if (bits == ~0u) {
+          bool done = false;
+#ifdef KOMPRESS_HOST_X86_SIMD
+          if constexpr (std::is_same_v<T, float>) {
+            if (avx2 && n == 32 && bits != 0 && bits != ~0u) {
+              below_zero = unpack_word_avx2(bits, from, to, at_zero);
+              done = true;
+            }
+          }
+#endif
+          if (done) {
+          } else if (bits == ~0u) {
+            // A word of positive values only (runs of them: attention, images) is a copy with
+            // the fix-up as masks, which vectorises.
             using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
             const bits_type zero_bits = Kokkos::bit_cast<bits_type>(at_zero);
             for (std::size_t b = 0; b < 32; ++b) {
-              const T x = packed[at + b];
+              const T x = from[b];
               const bits_type above = bits_type(0) - bits_type(x > T(0));
               below_zero |= x < T(0);
               to[b] = Kokkos::bit_cast<T>((Kokkos::bit_cast<bits_type>(x) & above) | (zero_bits & ~above));
             }
           } else {
+            // The word's values start as +0 (a loop that vectorises), then each set bit takes
+            // the next packed value, one step per positive value: its lane is the lowest bit left.
             for (std::size_t b = 0; b < n; ++b) to[b] = T(0);
+            std::size_t at = 0;
             for (std::uint32_t left = bits; left != 0; left &= left - 1) {
-              const T x = packed[at++];
+              const T x = from[at++];
               below_zero |= x < T(0);
               to[Kokkos::Experimental::countr_zero_builtin(left)] = x > T(0) ? x : at_zero;
             }
           }
-          if (below_zero) {
-            at = prefix;
-            for (std::uint32_t left = bits; left != 0; left &= left - 1) {
-              const T x = packed[at++];
-              if (x < T(0)) to[Kokkos::Experimental::countr_zero_builtin(left)] = positive_below_zero(x, bound);
-            }
-          }
+          if (below_zero) redo_below_zero(bits, from, to, bound);
         }
         prefix += std::size_t(Kokkos::Experimental::popcount_builtin(bits));
       });

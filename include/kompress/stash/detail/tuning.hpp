@@ -10,6 +10,12 @@ struct stash_tuning {
   /// costs 1-3% of a save (it moves compressed bytes only); in place also lets concurrent
   /// saves skip the workspace's lock. Kept on.
   bool compress_in_place = true;
+  /// Restore keep_sign segments with the host's AVX2 where the CPU has it: packed positive
+  /// floats through detail::unpack_word_avx2 (a masked load and a permute per 8 values instead
+  /// of a step per positive value: 2x on the ReLU outputs), the fix-up of whole streams
+  /// compiled for AVX2 (1.6x: as fast as a copy). Same values; off, the portable loops (what
+  /// the tests compare them with).
+  bool simd_restore = true;
 };
 
 template <class ExecutionSpace>
