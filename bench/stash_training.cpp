@@ -590,7 +590,8 @@ struct baseline_copy {
       Kokkos::parallel_for(
           "positive bits", Kokkos::RangePolicy<exec_space>(exec, 0, (n + 31) / 32), KOKKOS_LAMBDA(std::size_t w) {
             std::uint32_t word = 0;
-            for (std::size_t b = 0; b < 32 && 32 * w + b < n; ++b) word |= std::uint32_t(values[32 * w + b] > 0.0f) << b;
+            for (std::size_t b = 0; b < 32 && 32 * w + b < n; ++b)
+              word |= std::uint32_t(values[32 * w + b] > 0.0f) << b;
             bits[w] = word;
           });
     }
