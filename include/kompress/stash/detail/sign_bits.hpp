@@ -125,6 +125,15 @@ KOKKOS_INLINE_FUNCTION T positive_below_zero(T restored, double bound) {
   return inside > T(0) ? inside : Kokkos::Experimental::denorm_min_v<T>;
 }
 
+/// Whether ExecutionSpace runs on an x86-64 host CPU with AVX2 (the restore loops' AVX2 code).
+template <class ExecutionSpace>
+bool host_avx2() {
+#ifdef KOMPRESS_HOST_X86_SIMD
+  if constexpr (Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible) return host_has_avx2();
+#endif
+  return false;
+}
+
 /// apply_signs's loop, one word of bits per call.
 template <class T>
 struct apply_signs_words {
@@ -208,8 +217,8 @@ void apply_signs(const ExecutionSpace& exec, const std::byte* in, T* values, std
     apply.small_positives = nullptr;
   }
 #ifdef KOMPRESS_HOST_X86_SIMD
-  if constexpr (Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible) {
-    if (simd && host_has_avx2()) {
+  if constexpr (Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible) {  // host code only
+    if (simd && host_avx2<ExecutionSpace>()) {
       Kokkos::parallel_for("kompress::stash::apply_signs", policy, apply_signs_words_avx2<T>{apply});
       return;
     }
@@ -335,7 +344,6 @@ void reduce_small_positives(const ExecutionSpace& exec, const T* packed, std::si
       Kokkos::Sum<Kokkos::complex<double>, memory_space>(small_positives));
 }
 
-/// The inverse of pack_positives given the sign bits packed from the same values, with
 #ifdef KOMPRESS_HOST_X86_SIMD
 /// unpack_positives for one whole word of floats on AVX2: each byte of the bits takes its
 /// packed values with one masked load (no lane past them is read) and one permute that sends
@@ -369,17 +377,6 @@ __attribute__((target("avx2"))) inline bool unpack_word_avx2(std::uint32_t bits,
 }
 #endif
 
-/// Whether unpack_positives may take unpack_word_avx2 for T on ExecutionSpace: floats on a
-/// host space of an x86-64 CPU with AVX2.
-template <class T, class ExecutionSpace>
-bool host_simd_unpack() {
-#ifdef KOMPRESS_HOST_X86_SIMD
-  if constexpr (std::is_same_v<T, float> &&
-                Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible)
-    return host_has_avx2();
-#endif
-  return false;
-}
 
 /// The lanes of a word whose packed value was restored below 0 (rare: a block stored as a
 /// constant < 0), put back above it as apply_signs does. `from`: the word's first packed value.
@@ -391,14 +388,15 @@ KOKKOS_INLINE_FUNCTION void redo_below_zero(std::uint32_t bits, const T* from, T
   }
 }
 
+/// The inverse of pack_positives given the sign bits packed from the same values, with
 /// apply_signs's fix-up: values[i] = the next of `packed` where bit i is set (put back above 0
 /// as apply_signs does when it was restored <= 0), +0 where it is clear. `packed` holds the P
-/// restored positive values. `simd`: where host_simd_unpack allows, a word that is neither
-/// full, empty nor the last takes unpack_word_avx2. Enqueued on `exec`.
+/// restored positive values. `simd`: for floats on an AVX2 host (host_avx2), a word that is
+/// neither full, empty nor the last takes unpack_word_avx2. Enqueued on `exec`.
 template <class T, class ExecutionSpace>
 void unpack_positives(const ExecutionSpace& exec, const std::byte* signs, const T* packed, T* values,
                       std::size_t count, double bound, bool stochastic, bool simd = true) {
-  [[maybe_unused]] const bool avx2 = simd && host_simd_unpack<T, ExecutionSpace>();
+  [[maybe_unused]] const bool avx2 = std::is_same_v<T, float> && simd && host_avx2<ExecutionSpace>();
   const auto* const words = reinterpret_cast<const std::uint32_t*>(signs);
   const auto* const small_positives =
       reinterpret_cast<const Kokkos::complex<double>*>(signs + sign_words(count) * sizeof(std::uint32_t));
@@ -421,7 +419,7 @@ void unpack_positives(const ExecutionSpace& exec, const std::byte* signs, const 
           bool below_zero = false;
           bool done = false;
 #ifdef KOMPRESS_HOST_X86_SIMD
-          if constexpr (std::is_same_v<T, float>) {
+          if constexpr (std::is_same_v<T, float> && host) {  // host code only
             if (avx2 && n == 32 && bits != 0 && bits != ~0u) {
               below_zero = unpack_word_avx2(bits, from, to, at_zero);
               done = true;
