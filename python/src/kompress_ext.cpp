@@ -1236,6 +1236,8 @@ NB_MODULE(_kompress, m) {
       .def_rw("min_message_bytes", &kompress::cost_model::min_message_bytes)
       .def_rw("expected_ratio", &kompress::cost_model::expected_ratio)
       .def_rw("latency_seconds", &kompress::cost_model::latency_seconds)
+      .def_rw("compress_call_seconds", &kompress::cost_model::compress_call_seconds)
+      .def_rw("decompress_call_seconds", &kompress::cost_model::decompress_call_seconds)
       .def("worth_compressing", &kompress::cost_model::worth_compressing, "bytes"_a)
       .def("worth_compressing_forwarded", &kompress::cost_model::worth_compressing_forwarded, "bytes"_a, "sends"_a);
 

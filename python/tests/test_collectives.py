@@ -278,6 +278,7 @@ def test_report_is_a_small_object():
 def test_measured_cost_model_drives_auto_mode():
     model = kompress.measure_cost_model(comm, probe_bytes=1 << 16)
     assert model.link_bytes_per_second > 0 and model.compress_bytes_per_second > 0
+    assert 0 <= model.compress_call_seconds < 1 and 0 <= model.decompress_call_seconds < 1
     send = field(1000 * p, np.float32, 6)
     recv = np.empty_like(send)
     kompress.alltoall(send, recv, comm, mode="auto", cost=model, rel=1e-3)
@@ -288,6 +289,7 @@ def test_cost_model_ratio_decides_auto_mode():
     # compressing does not win by the model's margin; data known to compress 30x does.
     model = kompress.CostModel()
     assert model.expected_ratio == 2.0 and model.latency_seconds > 0
+    assert model.compress_call_seconds == 0 and model.decompress_call_seconds == 0
     model.link_bytes_per_second = 3e8
     model.compress_bytes_per_second = 0.6e9
     assert not model.worth_compressing(1 << 20)
@@ -300,3 +302,10 @@ def test_cost_model_ratio_decides_auto_mode():
     model.expected_ratio = 10.0
     assert not model.worth_compressing(1 << 20)
     assert model.worth_compressing_forwarded(1 << 20, 63)
+    # A codec call's fixed cost (a GPU's launches) weighs on every message: 50 ms each way
+    # makes even data that compresses 30x not worth it.
+    model.expected_ratio = 30.0
+    model.compress_bytes_per_second = 0.6e9
+    assert model.worth_compressing(1 << 20)
+    model.compress_call_seconds = model.decompress_call_seconds = 50e-3
+    assert not model.worth_compressing(1 << 20)

@@ -1,7 +1,8 @@
 // The cost model: measure_cost_model's rates, the same on every rank, and its agreement on the
 // probe size; on a sample of the data, the ratio it measures; the chunk plan of pipelined messages and the model's chunk count; automatic
 // mode's weighing of a staged call's copies on the execution space's memory, and of a stream
-// compressed once and sent to several ranks (allgather). Run under mpiexec -n 1, 2, 3 and 4.
+// compressed once and sent to several ranks (allgather); the codec's fixed cost per call, fitted
+// and weighed. Run under mpiexec -n 1, 2, 3 and 4.
 
 #include <kompress/comm.hpp>
 
@@ -12,6 +13,7 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -25,6 +27,18 @@ TEST_CASE("measure_cost_model gives every rank the same positive rates") {
   double highest[3];
   MPI_Allreduce(rates, highest, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   for (int i = 0; i < 3; ++i) CHECK(highest[i] == rates[i]);
+  // The fixed costs per call: finite, not negative, the highest any rank measured, on every rank.
+  double calls[2] = {model.compress_call_seconds, model.decompress_call_seconds};
+  for (const double call : calls) CHECK((std::isfinite(call) && call >= 0.0 && call < 1.0));
+  double lowest[2];
+  MPI_Allreduce(calls, lowest, 2, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  for (int i = 0; i < 2; ++i) CHECK(lowest[i] == calls[i]);
+}
+
+TEST_CASE("measure_cost_model probes the codec where the build's default execution space computes") {
+  const auto model = kompress::measure_cost_model(exec_space{}, MPI_COMM_WORLD, 1u << 18);
+  CHECK((std::isfinite(model.compress_bytes_per_second) && model.compress_bytes_per_second > 0.0));
+  CHECK((std::isfinite(model.decompress_call_seconds) && model.decompress_call_seconds >= 0.0));
 }
 
 TEST_CASE("measure_cost_model agrees on its probe size: a mismatch or a rejected size fails on every rank") {
@@ -72,6 +86,70 @@ TEST_CASE("chunk plan: sizes, counts and the cost model's chunk count") {
   const auto m = kompress::detail::plan_chunks(cost, true, (16u << 20) / 4, 4, 16u << 20);
   CHECK(m.chunk % kompress::detail::chunk_granule == 0);
   CHECK(m.count() == cost.chunks(big));
+}
+
+TEST_CASE("the chunk count is where the pipelined time is least, and a codec call's fixed cost makes chunks fewer") {
+  // The 10 Gb/s link and this machine's codec rates; then a GPU's: fast, but ~90 us per call.
+  kompress::cost_model cpu;
+  cpu.link_bytes_per_second = 1.25e9;
+  cpu.compress_bytes_per_second = 2e9;
+  cpu.decompress_bytes_per_second = 6e9;
+  cpu.expected_ratio = 6.0;
+  kompress::cost_model gpu = cpu;
+  gpu.link_bytes_per_second = 25e9;
+  gpu.compress_bytes_per_second = 30e9;
+  gpu.decompress_bytes_per_second = 115e9;
+  gpu.compress_call_seconds = 90e-6;
+  gpu.decompress_call_seconds = 90e-6;
+  gpu.max_chunks = 4096;
+  gpu.min_chunk_bytes = 4096;
+  for (const auto& model : {cpu, gpu}) {
+    for (const std::uint64_t bytes : {std::uint64_t(300) << 10, std::uint64_t(16) << 20, std::uint64_t(1) << 30}) {
+      // Every admissible k, tried: the model's count is the first least one.
+      const std::uint64_t admissible = std::max<std::uint64_t>(
+          1, std::min(model.max_chunks, bytes / model.min_chunk_bytes));
+      std::uint64_t best = 1;
+      for (std::uint64_t k = 2; k <= admissible; ++k)
+        if (model.pipelined_seconds(double(bytes), model.expected_ratio, k) <
+            model.pipelined_seconds(double(bytes), model.expected_ratio, best))
+          best = k;
+      CAPTURE(bytes);
+      CHECK(model.chunks(bytes) == best);
+      CHECK(model.compressed_seconds(bytes, model.expected_ratio) ==
+            model.pipelined_seconds(double(bytes), model.expected_ratio, best));
+    }
+  }
+  // Without call costs the time is the closed form over the whole message's three stages.
+  const double b = 16 << 20, c = b / 2e9, w = b / (6.0 * 1.25e9), d = b / 6e9;
+  CHECK(cpu.pipelined_seconds(b, 6.0, 8) ==
+        doctest::Approx((c + w + d) / 8 + 7.0 / 8 * std::max({c, w, d}) + 7 * cpu.chunk_seconds));
+  // 64 MiB on the GPU: each chunk pays two calls, so far fewer chunks than without them.
+  kompress::cost_model free_calls = gpu;
+  free_calls.compress_call_seconds = free_calls.decompress_call_seconds = 0.0;
+  CHECK(gpu.chunks(64u << 20) < free_calls.chunks(64u << 20));
+  CHECK(gpu.chunks(64u << 20) <= 8);
+  // A 64 KiB message costs a GPU two calls, 180 us, where the raw values take 2.6 us: never worth
+  // compressing, and a stream already made loses to the raw values; free calls would pay.
+  CHECK_FALSE(gpu.worth_compressing(64 * 1024));
+  CHECK_FALSE(gpu.compressed_wins(64 * 1024, 1024));
+  kompress::cost_model slow_link = free_calls;
+  slow_link.link_bytes_per_second = 1.25e9;
+  CHECK(slow_link.worth_compressing(64 * 1024));
+  slow_link.compress_call_seconds = slow_link.decompress_call_seconds = 90e-6;
+  CHECK_FALSE(slow_link.worth_compressing(64 * 1024));
+}
+
+TEST_CASE("a codec's fixed cost per call, fitted from two call sizes") {
+  using kompress::detail::affine_codec_cost;
+  // 16 KiB in 91 us and 64 MiB in 2,260 us (the H200's compression): ~90 us and ~31 GB/s.
+  const auto [rate, call] = affine_codec_cost(16384.0, 91e-6, 67108864.0, 2260e-6);
+  CHECK(call == doctest::Approx(90.5e-6).epsilon(0.01));
+  CHECK(rate == doctest::Approx(30.9e9).epsilon(0.01));
+  CHECK(call + 67108864.0 / rate == doctest::Approx(2260e-6));
+  // The small call faster per byte (in cache): no fixed cost, the large call's rate.
+  const auto [cached_rate, cached_call] = affine_codec_cost(16384.0, 1e-6, 4194304.0, 2e-3);
+  CHECK(cached_call == 0.0);
+  CHECK(cached_rate == doctest::Approx(4194304.0 / 2e-3));
 }
 
 TEST_CASE("automatic mode counts a staged call's copies: compressing pays where the copies outweigh the link") {

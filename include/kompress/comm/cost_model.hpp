@@ -32,12 +32,21 @@ struct cost_model {
   /// The link's latency: what one more step of a schedule costs beyond its bytes, seconds
   /// (the choice between the ring and recursive halving and doubling weighs it).
   double latency_seconds = 10e-6;
+  /// What one codec call costs beyond its bytes, seconds, compressing and decompressing: a
+  /// GPU's kernel launches and the read of the stream's length back to the host (about 90 us
+  /// on an H200 whatever the size, docs/performance.md), a few microseconds on a CPU core.
+  /// Every chunk pays it on both sides, so it sets how small chunks may be and whether a small
+  /// message pays at all. measure_cost_model measures both from probes of two sizes.
+  double compress_call_seconds = 0.0;
+  double decompress_call_seconds = 0.0;
 
   /// Pipelining: a message that may be compressed is cut into chunks, each its own stream and
   /// its own MPI message, so that compressing chunk k+1, sending chunk k and decoding chunk
   /// k-1 overlap. False: one stream per message, compressed whole before it leaves.
   bool pipeline = true;
-  /// Fixed cost of one more chunk (an MPI message, a codec call, a stream header), seconds.
+  /// Fixed cost of one more chunk beyond its codec calls' (an MPI message, a stream header, a
+  /// poll), seconds; the default estimate also covers a CPU core's codec calls, whose own cost
+  /// (compress_call_seconds, decompress_call_seconds) is 0 unless stated or measured.
   double chunk_seconds = 50e-6;
   std::uint64_t min_chunk_bytes = 256 * 1024;  ///< no chunk smaller (the last one aside)
   std::uint64_t max_chunks = 64;               ///< no message in more chunks
@@ -59,25 +68,43 @@ struct cost_model {
     return model;
   }
 
-  /// The three stages of a compressed message of `bytes` at ratio `ratio`, seconds.
-  double compress_seconds(double bytes) const { return bytes / compress_bytes_per_second; }
+  /// The three stages of a compressed message of `bytes` at ratio `ratio`, seconds: one codec
+  /// call each way (its fixed cost and its bytes) and the stream on the link.
+  double compress_seconds(double bytes) const { return compress_call_seconds + bytes / compress_bytes_per_second; }
   double wire_seconds(double bytes, double ratio) const { return bytes / (ratio * link_bytes_per_second); }
-  double decompress_seconds(double bytes) const { return bytes / decompress_bytes_per_second; }
+  double decompress_seconds(double bytes) const {
+    return decompress_call_seconds + bytes / decompress_bytes_per_second;
+  }
 
-  /// Chunks for a compressed message of `bytes` (at expected_ratio, as worth_compressing).
-  /// In k chunks the stages overlap: T(k) = sum/k + (k-1)/k * max + k * chunk_seconds, where
-  /// sum and max are over the three stages of the whole message (the first chunk fills the
-  /// pipeline, then the slowest stage sets the pace). T is least at k = sqrt((sum - max) /
-  /// chunk_seconds), clamped to [1, max_chunks] and to chunks of at least min_chunk_bytes.
+  /// Predicted seconds of a compressed message of `bytes` at `ratio` cut into `k` chunks: the
+  /// first chunk fills the pipeline (its three stages in turn), then every further chunk costs
+  /// the slowest stage's time for a chunk and chunk_seconds. Without per-call costs that is
+  /// T(k) = (c + w + d) / k + (k - 1) / k * max(c, w, d) + (k - 1) * chunk_seconds over the
+  /// stages of the whole message; T is convex in k.
+  double pipelined_seconds(double bytes, double ratio, std::uint64_t k) const {
+    const double piece = bytes / double(k);
+    const double c = compress_seconds(piece), w = wire_seconds(piece, ratio), d = decompress_seconds(piece);
+    return c + w + d + double(k - 1) * (std::max({c, w, d}) + chunk_seconds);
+  }
+
+  /// Chunks for a compressed message of `bytes` (at expected_ratio, as worth_compressing): the
+  /// k in [1, max_chunks], with chunks of at least min_chunk_bytes, where pipelined_seconds is
+  /// least (the first such k; T's convexity lets a bisection find it).
   std::uint64_t chunks(std::uint64_t bytes) const {
     if (!pipeline || bytes == 0) return 1;
     if (fixed_chunk_bytes > 0) return (bytes + fixed_chunk_bytes - 1) / fixed_chunk_bytes;
     const double b = double(bytes);
-    const double c = compress_seconds(b), w = wire_seconds(b, expected_ratio), d = decompress_seconds(b);
-    const double sum = c + w + d, slowest = std::max({c, w, d});
-    double k = chunk_seconds > 0.0 ? std::sqrt((sum - slowest) / chunk_seconds) : double(max_chunks);
-    k = std::min({k, double(max_chunks), std::floor(b / double(std::max<std::uint64_t>(min_chunk_bytes, 1)))});
-    return std::max<std::uint64_t>(1, std::uint64_t(k));
+    std::uint64_t low = 1;
+    std::uint64_t high = std::max<std::uint64_t>(
+        1, std::min(max_chunks, bytes / std::max<std::uint64_t>(min_chunk_bytes, 1)));
+    while (low < high) {
+      const std::uint64_t k = low + (high - low) / 2;
+      if (pipelined_seconds(b, expected_ratio, k + 1) < pipelined_seconds(b, expected_ratio, k))
+        low = k + 1;
+      else
+        high = k;
+    }
+    return low;
   }
   /// The chunk size for a message of `bytes`, in bytes (the last chunk may be shorter).
   std::uint64_t chunk_bytes(std::uint64_t bytes) const {
@@ -87,10 +114,7 @@ struct cost_model {
 
   /// Predicted seconds of a message of `bytes` sent compressed at `ratio`, in chunks as above.
   double compressed_seconds(std::uint64_t bytes, double ratio) const {
-    const double b = double(bytes);
-    const double c = compress_seconds(b), w = wire_seconds(b, ratio), d = decompress_seconds(b);
-    const double k = double(chunks(bytes));
-    return (c + w + d) / k + (k - 1.0) / k * std::max({c, w, d}) + (k - 1.0) * chunk_seconds;
+    return pipelined_seconds(double(bytes), ratio, chunks(bytes));
   }
 
   /// True when compressing a message of `bytes` could pay, at expected_ratio: the message,
@@ -124,7 +148,7 @@ struct cost_model {
 
   /// True when `wire_bytes` compressed beat `raw_bytes` raw, the compression already done.
   bool compressed_wins(std::uint64_t raw_bytes, std::uint64_t wire_bytes) const {
-    return double(wire_bytes) / link_bytes_per_second + double(raw_bytes) / decompress_bytes_per_second <
+    return double(wire_bytes) / link_bytes_per_second + decompress_seconds(double(raw_bytes)) <
            double(raw_bytes) / link_bytes_per_second;
   }
 };

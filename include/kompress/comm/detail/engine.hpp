@@ -84,7 +84,8 @@ struct wire_rule {
       f.add(cost.link_bytes_per_second).add(cost.compress_bytes_per_second).add(cost.decompress_bytes_per_second)
           .add(cost.min_message_bytes).add(cost.min_gain).add(std::uint64_t(cost.pipeline)).add(cost.chunk_seconds)
           .add(cost.min_chunk_bytes).add(cost.max_chunks).add(cost.fixed_chunk_bytes)
-          .add(cost.staging_bytes_per_second).add(cost.expected_ratio).add(cost.latency_seconds);
+          .add(cost.staging_bytes_per_second).add(cost.expected_ratio).add(cost.latency_seconds)
+          .add(cost.compress_call_seconds).add(cost.decompress_call_seconds);
   }
   /// The rule of a call whose bytes reach MPI as `how` says: a staged call's cost model counts
   /// its copies through host staging (cost_model::staged), so automatic mode weighs them.
