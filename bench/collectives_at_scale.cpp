@@ -14,14 +14,19 @@
 //   ring, halving  compressed, on the ring / on recursive halving and doubling (allreduce),
 //                halving (reduce_scatter), doubling (allgather)
 //   auto         kompress, transfer_mode::automatic; its cost model holds --link-gbps and the
-//                codec's throughput and ratio measured at start on rank 0 (4 MiB of the data
-//                at --bound, real time), times --compute-speedup
+//                codec's throughput, fixed cost per call and ratio measured at start on rank 0
+//                (calls of 4 MiB and 16 KiB of the data at --bound, real time; throughput times
+//                --compute-speedup)
 //   homomorphic  allreduce and reduce_scatter: compressed with reduction_method::homomorphic
 // GPU ranks (--gpu-codec CSV, SMPI only): each codec call is charged a GPU's time for its size
 // (the table's throughput by call size, bench/simulated/gpu-codec.csv) instead of its time on
 // this core; the size is read from that time at the core's probed rate. Everything else a rank
-// computes, its host's work, is charged as it ran here; auto's cost model holds the GPU's rates
-// at 4 MiB.
+// computes is charged as it ran here; every variant's cost model holds the GPU's throughput and
+// fixed cost per call, fitted to the table's smallest and largest sizes. With --gpu-kernel-gbs G
+// every other Kokkos kernel and deep copy (the REL bound's range pass, the sums' adds, copies
+// between buffers: device kernels on a GPU rank) is charged its time here times this core's
+// copy rate (a Kokkos copy kernel timed at start) over G, a GPU's measured device copy rate, and
+// no launch cost: the optimistic side, where the default (this core's time) is the pessimistic.
 // Each variant runs once untimed, then --reps times; a call's time is the slowest rank's
 // (MPI_Wtime: simulated time under SMPI), and the fastest call is reported.
 //
@@ -65,6 +70,8 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -82,6 +89,7 @@ struct options {
   double link_gbps = 10.0;
   double compute_speedup = 1.0;
   std::string gpu_codec;  ///< a table of the GPU codec's throughput by call size (SMPI only)
+  double gpu_kernel_gbs = 0.0;  ///< with gpu_codec: other kernels at this copy rate (0: this core's time)
   bool check = false;
   bool shared = false;
   std::string csv;
@@ -94,7 +102,8 @@ struct options {
                "usage: bench_collectives_at_scale --op allreduce|alltoall|allgather|reduce_scatter --bytes N[KMG]\n"
                "       [--bound REL] [--data FILE] [--variants plain,raw,compressed,ring,halving,auto,homomorphic]\n"
                "       [--reps N]\n"
-               "       [--link-gbps G] [--compute-speedup K | --gpu-codec CSV] [--check] [--shared] [--csv PATH]\n"
+               "       [--link-gbps G] [--compute-speedup K | --gpu-codec CSV [--gpu-kernel-gbs G]] [--check]\n"
+               "       [--shared] [--csv PATH]\n"
                "       [--label NAME]\n",
                complaint.c_str());
   std::exit(2);
@@ -118,6 +127,7 @@ options parse(int argc, char** argv) {
       else if (arg == "--link-gbps") o.link_gbps = std::stod(value);
       else if (arg == "--compute-speedup") o.compute_speedup = std::stod(value);
       else if (arg == "--gpu-codec") o.gpu_codec = value;
+      else if (arg == "--gpu-kernel-gbs") o.gpu_kernel_gbs = std::stod(value);
       else if (arg == "--csv") o.csv = value;
       else if (arg == "--label") o.label = value;
       else usage("unknown option " + arg);
@@ -135,6 +145,8 @@ options parse(int argc, char** argv) {
   if (o.shared && o.check) usage("--shared buffers hold every rank's data at once: they cannot be checked");
   if (!o.gpu_codec.empty() && o.compute_speedup != 1.0)
     usage("--gpu-codec charges the codec's calls themselves: leave out --compute-speedup");
+  if (o.gpu_kernel_gbs != 0.0 && (o.gpu_codec.empty() || !(o.gpu_kernel_gbs > 0.0)))
+    usage("--gpu-kernel-gbs takes a positive rate, with --gpu-codec");
 #ifndef SMPI_SHARED_MALLOC
   if (!o.gpu_codec.empty()) usage("--gpu-codec needs SimGrid's SMPI (build with smpicxx)");
   if (o.shared) usage("--shared needs SimGrid's SMPI (build with smpicxx)");
@@ -215,22 +227,23 @@ struct gpu_codec_model {
   }
 };
 
-/// The codec's throughput (bytes/s, compress and decompress) and ratio on 4 MiB of the data at
-/// the run's bound, timed in real time on rank 0 (under SMPI, the core that runs the
-/// simulation), the fastest of 5 calls; broadcast so that every rank's cost model agrees.
-/// With `gpu`, the model holds the GPU's rates at 4 MiB instead, and `core_rates` this core's.
+/// The codec's throughput (bytes/s, compress and decompress), fixed cost per call and ratio on
+/// the data at the run's bound, timed in real time on rank 0 (under SMPI, the core that runs
+/// the simulation), the fastest of 5 calls of 4 MiB and of 16 KiB, fitted as
+/// kompress::measure_cost_model does; broadcast so that every rank's cost model agrees. With
+/// `gpu`, the model holds the GPU's throughput and per-call cost fitted to its table instead,
+/// and `core_rates` this core's throughput at 4 MiB.
 kompress::cost_model measured_cost_model(const std::vector<float>& values, const options& o, int rank,
                                          const gpu_codec_model* gpu, double* core_rates) {
-  double rates[3] = {0.0, 0.0, 0.0};
+  double rates[5] = {0.0, 0.0, 0.0, 0.0, 0.0};  // compress, decompress, ratio, their calls' seconds
   if (rank == 0) {
-    const std::size_t count = (4u << 20) / sizeof(float);
+    const std::size_t count = (4u << 20) / sizeof(float), small = kompress::detail::call_probe_values;
     buffer tile(count, false), back(count, false);
     kompress_bench::fill_tiled(values, tile.data(), count, 0, 1);
     const kompress::compress_options copts{.bound = kompress::relative(o.bound), .block_size = 32};
     Kokkos::View<std::byte*, Kokkos::HostSpace> stream("bench::probe_stream",
                                                        kompress::max_compressed_size(tile.view(), copts));
     const host_exec exec;
-    std::size_t length = 0;
     const auto fastest = [](auto&& f) {
       double best = std::numeric_limits<double>::infinity();
       for (int i = 0; i < 6; ++i) {
@@ -241,25 +254,48 @@ kompress::cost_model measured_cost_model(const std::vector<float>& values, const
       }
       return best;
     };
-    const double c = fastest([&] { length = kompress::compress(exec, tile.view(), stream, copts); });
-    const auto packed = Kokkos::subview(stream, std::pair<std::size_t, std::size_t>(0, length));
-    const double d = fastest([&] { kompress::decompress(exec, packed, back.view()); });
-    rates[0] = double(count * sizeof(float)) / c * o.compute_speedup;
-    rates[1] = double(count * sizeof(float)) / d * o.compute_speedup;
-    rates[2] = double(count * sizeof(float)) / double(length);
+    // {compress, decompress} seconds of the first n values; `length` their stream's.
+    const auto time_calls = [&](std::size_t n, std::size_t& length) {
+      const auto in = Kokkos::subview(tile.view(), std::pair<std::size_t, std::size_t>(0, n));
+      const auto out = Kokkos::subview(back.view(), std::pair<std::size_t, std::size_t>(0, n));
+      const double c = fastest([&] { length = kompress::compress(exec, in, stream, copts); });
+      const auto packed = Kokkos::subview(stream, std::pair<std::size_t, std::size_t>(0, length));
+      const double d = fastest([&] { kompress::decompress(exec, packed, out); });
+      return std::pair{c, d};
+    };
+    std::size_t length = 0, small_length = 0;
+    const auto [c_small, d_small] = time_calls(small, small_length);
+    const auto [c, d] = time_calls(count, length);
+    const double bytes = double(count * sizeof(float)), small_bytes = double(small * sizeof(float));
+    const auto [compress_rate, compress_call] = kompress::detail::affine_codec_cost(small_bytes, c_small, bytes, c);
+    const auto [decompress_rate, decompress_call] =
+        kompress::detail::affine_codec_cost(small_bytes, d_small, bytes, d);
+    rates[0] = compress_rate * o.compute_speedup;
+    rates[1] = decompress_rate * o.compute_speedup;
+    rates[2] = bytes / double(length);
+    rates[3] = compress_call;
+    rates[4] = decompress_call;
+    if (gpu) {  // the size estimates read a call's size from its time at the core's rate
+      core_rates[0] = bytes / c;
+      core_rates[1] = bytes / d;
+    }
   }
-  MPI_Bcast(rates, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  if (gpu) {  // the core's rates stay for the size estimates; the model holds the GPU's at 4 MiB
-    core_rates[0] = rates[0];
-    core_rates[1] = rates[1];
-    rates[0] = gpu->rate(true, double(4u << 20));
-    rates[1] = gpu->rate(false, double(4u << 20));
+  MPI_Bcast(rates, 5, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  if (gpu) {
+    MPI_Bcast(core_rates, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    const double small = gpu->bytes.front(), large = gpu->bytes.back();
+    std::tie(rates[0], rates[3]) =
+        kompress::detail::affine_codec_cost(small, gpu->seconds(true, small), large, gpu->seconds(true, large));
+    std::tie(rates[1], rates[4]) =
+        kompress::detail::affine_codec_cost(small, gpu->seconds(false, small), large, gpu->seconds(false, large));
   }
   kompress::cost_model model;
   model.link_bytes_per_second = o.link_gbps * 1e9 / 8.0;
   model.compress_bytes_per_second = rates[0];
   model.decompress_bytes_per_second = rates[1];
   model.expected_ratio = rates[2];
+  model.compress_call_seconds = rates[3];
+  model.decompress_call_seconds = rates[4];
   return model;
 }
 
@@ -277,6 +313,12 @@ struct codec_clock {
   /// rates (bytes/s; compress, decompress), and SMPI charges the model's time in its place.
   const gpu_codec_model* gpu = nullptr;
   double core_rate[2] = {0.0, 0.0};
+  /// --gpu-kernel-gbs: what a kernel outside the codec's regions takes on the GPU per second
+  /// it takes here (this core's copy rate over the GPU's; 0: charged as it ran here).
+  double kernel_time_factor = 0.0;
+  int kernel_depth = 0;      ///< open kernels and deep copies outside codec regions
+  double kernel_start = 0.0;
+  double kernel_seconds = 0.0;  ///< what those were charged
 };
 
 double now_seconds() {
@@ -336,6 +378,55 @@ void region_popped() {
 #endif
   mine->seconds += seconds;
   ++mine->calls;
+}
+
+/// A Kokkos kernel or deep copy begins or ends on this rank: with --gpu-kernel-gbs, one outside
+/// the codec's regions is charged at the GPU's rate instead of its time here (nested ones, a
+/// deep copy's own kernel, count once).
+void kernel_begun() {
+  codec_clock* const mine = rank_clock();
+  if (!mine || mine->kernel_time_factor == 0.0 || mine->depth > 0 || mine->kernel_depth++ > 0) return;
+#ifdef SMPI_SHARED_MALLOC
+  smpi_bench_end();
+#endif
+  mine->kernel_start = now_seconds();
+}
+void kernel_ended() {
+  const double end = now_seconds();
+  codec_clock* const mine = rank_clock();
+  if (!mine || mine->kernel_time_factor == 0.0 || mine->depth > 0 || mine->kernel_depth == 0 ||
+      --mine->kernel_depth > 0)
+    return;
+  const double seconds = (end - mine->kernel_start) * mine->kernel_time_factor;
+  mine->kernel_seconds += seconds;
+#ifdef SMPI_SHARED_MALLOC
+  smpi_execute(seconds);
+  smpi_bench_begin();
+#endif
+}
+void kernel_begun(const char*, std::uint32_t, std::uint64_t*) { kernel_begun(); }
+void kernel_ended(std::uint64_t) { kernel_ended(); }
+void copy_begun(Kokkos_Profiling_SpaceHandle, const char*, const void*, Kokkos_Profiling_SpaceHandle, const char*,
+                const void*, std::uint64_t) {
+  kernel_begun();
+}
+
+/// This core's rate for a memory-bound kernel: a Kokkos copy of 64 MiB of floats, the fastest
+/// of 5, bytes copied per second.
+double core_copy_rate() {
+  const std::size_t count = (64u << 20) / sizeof(float);
+  Kokkos::View<float*, Kokkos::HostSpace> from("bench::copy_from", count), to("bench::copy_to", count);
+  const host_exec exec;
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < 6; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    Kokkos::parallel_for("bench::copy", Kokkos::RangePolicy<host_exec>(exec, 0, count),
+                         KOKKOS_LAMBDA(std::size_t j) { to(j) = from(j); });
+    exec.fence("bench::copy");
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (i > 0) best = std::min(best, seconds);
+  }
+  return double(count * sizeof(float)) / best;
 }
 
 struct result {
@@ -433,10 +524,20 @@ int main(int argc, char** argv) {
   const bool owns_kokkos = !Kokkos::is_initialized();
   if (owns_kokkos) Kokkos::initialize(Kokkos::InitializationSettings().set_num_threads(1));
   // The codec's clock (no Kokkos tool loaded: its callbacks are left alone, the column is NaN).
+  // Under SMPI the first rank, rank 0, installs the callbacks for all (the later ones see them
+  // loaded and leave them): rank 0's verdict is the run's.
   const bool timing_codec = !Kokkos::Tools::profileLibraryLoaded();
   if (owns_kokkos && timing_codec) {
     Kokkos::Tools::Experimental::set_push_region_callback(region_pushed);
     Kokkos::Tools::Experimental::set_pop_region_callback(region_popped);
+    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(kernel_begun);
+    Kokkos::Tools::Experimental::set_end_parallel_for_callback(kernel_ended);
+    Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(kernel_begun);
+    Kokkos::Tools::Experimental::set_end_parallel_reduce_callback(kernel_ended);
+    Kokkos::Tools::Experimental::set_begin_parallel_scan_callback(kernel_begun);
+    Kokkos::Tools::Experimental::set_end_parallel_scan_callback(kernel_ended);
+    Kokkos::Tools::Experimental::set_begin_deep_copy_callback(copy_begun);
+    Kokkos::Tools::Experimental::set_end_deep_copy_callback(kernel_ended);
   }
   codec_clock codec_time;
   set_rank_clock(&codec_time);
@@ -468,6 +569,16 @@ int main(int argc, char** argv) {
     const gpu_codec_model gpu = o.gpu_codec.empty() ? gpu_codec_model{} : gpu_codec_model::read(o.gpu_codec);
     base.cost = measured_cost_model(values, o, rank, o.gpu_codec.empty() ? nullptr : &gpu, codec_time.core_rate);
     if (!o.gpu_codec.empty()) codec_time.gpu = &gpu;
+    double copy_rate = 0.0;
+    if (o.gpu_kernel_gbs > 0.0) {
+      int callbacks_ours = timing_codec;
+      MPI_Bcast(&callbacks_ours, 1, MPI_INT, 0, MPI_COMM_WORLD);
+      if (!callbacks_ours)
+        throw std::runtime_error("--gpu-kernel-gbs needs the Kokkos Tools callbacks: no tool loaded");
+      if (rank == 0) copy_rate = core_copy_rate();
+      MPI_Bcast(&copy_rate, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+      codec_time.kernel_time_factor = copy_rate / (o.gpu_kernel_gbs * 1e9);
+    }
 
     std::vector<result> results;
     kompress::comm_workspace workspace(MPI_COMM_WORLD);
@@ -521,10 +632,15 @@ int main(int argc, char** argv) {
       double plain = std::numeric_limits<double>::quiet_NaN();
       for (const auto& r : results)
         if (r.variant == "plain") plain = r.seconds;
-      std::printf("%s p=%d %s per rank, REL %g, %s, link %g Gb/s, compute x%g, codec %.2f / %.2f GB/s\n",
+      std::printf("%s p=%d %s per rank, REL %g, %s, link %g Gb/s, compute x%g, codec %.2f / %.2f GB/s "
+                  "+ %.1f / %.1f us per call\n",
                   o.op.c_str(), p, kompress_bench::human_bytes(o.bytes).c_str(), o.bound, o.data.c_str(),
                   o.link_gbps, o.compute_speedup, base.cost.compress_bytes_per_second / 1e9,
-                  base.cost.decompress_bytes_per_second / 1e9);
+                  base.cost.decompress_bytes_per_second / 1e9, base.cost.compress_call_seconds * 1e6,
+                  base.cost.decompress_call_seconds * 1e6);
+      if (o.gpu_kernel_gbs > 0.0)
+        std::printf("other kernels at %g GB/s: this core's copy kernel %.2f GB/s, its kernels' time x%.4g\n",
+                    o.gpu_kernel_gbs, copy_rate / 1e9, codec_time.kernel_time_factor);
       std::FILE* csv = nullptr;
       if (!o.csv.empty()) {
         const bool fresh = !std::ifstream(o.csv).good();
