@@ -165,8 +165,8 @@ cost_model measure_cost_model(const Exec& exec, MPI_Comm comm, std::size_t probe
 /// As above, with the codec probed on `sample`, this rank's share of the data the collectives
 /// will carry (a View `exec` reaches, any length, at least one value), at `codec` (the
 /// bound and block size they will use; a REL bound resolves against the sample): the model's
-/// rates and per-call costs are the codec's on that data (a sample under 64 KiB of floats is
-/// timed whole: no per-call cost) and its expected_ratio the lowest ratio any rank's sample
+/// rates and per-call costs are the codec's on that data (a sample of fewer than 16,384 values
+/// is timed whole: no per-call cost) and its expected_ratio the lowest ratio any rank's sample
 /// reached. The probe_bytes and the bound must match on every rank.
 template <execution_space Exec, float_view View>
 cost_model measure_cost_model(const Exec& exec, MPI_Comm comm, const View& sample, const compress_options& codec,
