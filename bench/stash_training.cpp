@@ -13,6 +13,7 @@
 //                           [--model mlp|cnn|transformer] [--check-gradients]
 //                           [--codec fast|ratio|auto] [--rounding nearest|stochastic] [--segment-bytes 65536]
 //                           [--adaptive-bounds CEILING] [--tolerance 0.05] [--check-every 50] [--baselines]
+//                           [--tensor-bounds REL,REL,...]
 //
 // --model cnn trains a small CNN instead of the MLP, with everything else the same (recipe,
 // batch, data, both runs, the report): conv 3x3 pad 1 1->8, ReLU, maxpool 2x2 (28->14); conv
@@ -64,7 +65,10 @@
 // --adaptive-bounds CEILING (MLP) chooses each saved tensor's bound with kompress::layer_bounds,
 // from --bound up to CEILING: on check steps the run keeps exact copies of the saved tensors,
 // computes each weight gradient from both, and reports their distance; the bounds' changes are
-// printed at the end. --segment-bytes sizes the stash's segments (and its workspace).
+// printed at the end. --tensor-bounds gives the saved tensors their own bounds instead, fixed, in
+// the order they are saved (the MLP's and the CNN's three, the transformer's nine as listed
+// below); tensors past the list take --bound. --segment-bytes sizes the stash's segments (and
+// its workspace).
 //
 // --baselines trains the model twice more from the same weights in the same order, its saved
 // tensors kept as ActNN-style 2-bit codes (groups of 256, stochastic rounding; a ReLU's mask as
@@ -91,6 +95,7 @@
 // parallel loops; the initialisation is PyTorch's default.
 
 #include "activation_baselines.hpp"
+#include "support.hpp"
 
 #include <kompress/stash.hpp>
 
@@ -369,6 +374,11 @@ struct settings {
   kompress::rounding_mode rounding = kompress::rounding_mode::nearest;
   std::size_t segment_bytes = 64 * 1024;
   double adaptive_ceiling = 0;  // > 0: kompress::layer_bounds from `bound` up to this
+  std::vector<double> tensor_bounds;  // --tensor-bounds: REL per saved tensor, in save order
+  /// The relative bound saved tensor `which` is stored at (without --adaptive-bounds).
+  kompress::error_bound bound_of(std::size_t which) const {
+    return kompress::relative(which < tensor_bounds.size() ? tensor_bounds[which] : bound);
+  }
   double tolerance = 0.05;
   std::uint64_t check_every = 50;
   bool baselines = false;  // --baselines: also train through ActNN-style 2-bit codes and fp16
@@ -728,7 +738,7 @@ run_result train(const settings& s, const dataset& data, storage how) {
         return;
       }
       if (checking) Kokkos::deep_copy(exec, exact[which], *kept[which]);  // only a stash run has bounds
-      const auto bound = bounds ? bounds->bound(std::uint32_t(which)) : kompress::relative(s.bound);
+      const auto bound = bounds ? bounds->bound(std::uint32_t(which)) : s.bound_of(std::size_t(which));
       save_timed(stash.get(), exec, s, saved[which], *kept[which], bound, result, which,
                  std::size_t(rows) * (784 + 2048) * sizeof(float), stash_signs);
     };
@@ -986,7 +996,6 @@ run_result train_cnn(const settings& s, const dataset& data, storage how) {
     copies.emplace(how, std::vector<std::size_t>{std::size_t(batch) * 784, std::size_t(batch) * p1_size,
                                                  std::size_t(batch) * p2_size},
                    std::vector<bool>{false, how == storage::actnn2, how == storage::actnn2});
-  const auto bound = kompress::relative(s.bound);
   run_result result;
   const schedule learning_rate(s);
   parameter* parameters[6] = {&conv1.weight, &conv1.bias, &conv2.weight, &conv2.bias, &fc.weight, &fc.bias};
@@ -1092,7 +1101,7 @@ run_result train_cnn(const settings& s, const dataset& data, storage how) {
         copies->save(exec, which, kept[which].data(), kept[which].size(), adam_step,
                      std::size_t(rows) * side_bytes, result);
       else if (training)
-        save_timed(stash.get(), exec, s, saved[which], kept[which], bound, result, which,
+        save_timed(stash.get(), exec, s, saved[which], kept[which], s.bound_of(std::size_t(which)), result, which,
                    std::size_t(rows) * saved_floats * sizeof(float), true);
     };
     const auto [loss, correct] = forward(r, training, training, save);
@@ -1186,6 +1195,9 @@ int main(int argc, char* argv[]) {
     else if (arg == "--tolerance") s.tolerance = std::stod(next());
     else if (arg == "--check-every") s.check_every = std::stoull(next());
     else if (arg == "--baselines") s.baselines = true;
+    else if (arg == "--tensor-bounds") {
+      for (const std::string& value : kompress_bench::split(next(), ',')) s.tensor_bounds.push_back(std::stod(value));
+    }
     else if (arg == "--quick") s.epochs = 1, s.train = 1024, s.eval = 512, s.verify = true;
     else {
       std::fprintf(stderr, "stash_training: unknown argument '%s' (see the top of bench/stash_training.cpp)\n",
@@ -1197,6 +1209,12 @@ int main(int argc, char* argv[]) {
       !(s.warmup >= 0 && s.warmup < 1) || !(s.lr > 0)) {
     std::fprintf(stderr, "stash_training: need 1 <= train, 1 <= eval, train + eval <= 10000, batch >= 1, "
                          "0 <= warmup < 1, lr > 0\n");
+    return 2;
+  }
+  const std::size_t saved_tensors = s.transformer ? 9 : 3;
+  if (s.tensor_bounds.size() > saved_tensors || (!s.tensor_bounds.empty() && s.adaptive_ceiling > 0)) {
+    std::fprintf(stderr, "stash_training: --tensor-bounds takes at most %zu bounds for this model, and no "
+                         "--adaptive-bounds beside it\n", saved_tensors);
     return 2;
   }
   if (s.cnn && s.mask != settings::mask_source::stash) {
@@ -1232,6 +1250,11 @@ int main(int argc, char* argv[]) {
   std::printf("stash: activations saved through kompress::stash at REL %g (%s, %s rounding)\n", s.bound,
               s.async_save ? "save_async" : "save",
               s.rounding == kompress::rounding_mode::stochastic ? "stochastic" : "nearest");
+  if (!s.tensor_bounds.empty()) {
+    std::printf("  per saved tensor, in save order: REL");
+    for (const double b : s.tensor_bounds) std::printf(" %g", b);
+    std::printf(" (the rest: %g)\n", s.bound);
+  }
   const run_result stashed = train_model(storage::stash);
 
   const double last_plain = plain.epochs.back().train_loss, last_stash = stashed.epochs.back().train_loss;

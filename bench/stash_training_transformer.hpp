@@ -344,7 +344,6 @@ run_result train_transformer(const settings& s, const dataset& data, storage how
                                                  t * heads * tokens, t * width, t * width, t * hidden, t * width,
                                                  std::size_t(batch) * width});
   }
-  const auto bound = kompress::relative(s.bound);
   run_result result;
   const schedule learning_rate(s);
 
@@ -476,7 +475,8 @@ run_result train_transformer(const settings& s, const dataset& data, storage how
         copies->save(exec, which, saved_views[which].data(), saved_views[which].size(), adam_step,
                      std::size_t(rows) * side_bytes, result);
       else if (training)
-        save_timed(stash.get(), exec, s, saved[which], saved_views[which], bound, result, which,
+        save_timed(stash.get(), exec, s, saved[which], saved_views[which], s.bound_of(std::size_t(which)), result,
+                   which,
                    std::size_t(rows) * saved_floats * sizeof(float));
     };
     const auto [loss, correct] = forward(rows, training, save);
