@@ -229,55 +229,28 @@ struct gpu_codec_model {
 
 /// The codec's throughput (bytes/s, compress and decompress), fixed cost per call and ratio on
 /// the data at the run's bound, timed in real time on rank 0 (under SMPI, the core that runs
-/// the simulation), the fastest of 5 calls of 4 MiB and of 16 KiB, fitted as
-/// kompress::measure_cost_model does; broadcast so that every rank's cost model agrees. With
+/// the simulation) by kompress::measure_cost_model's probe (the fastest of 3 calls of 4 MiB and
+/// of 16 KiB, fitted); broadcast so that every rank's cost model agrees. With
 /// `gpu`, the model holds the GPU's throughput and per-call cost fitted to its table instead,
 /// and `core_rates` this core's throughput at 4 MiB.
 kompress::cost_model measured_cost_model(const std::vector<float>& values, const options& o, int rank,
                                          const gpu_codec_model* gpu, double* core_rates) {
   double rates[5] = {0.0, 0.0, 0.0, 0.0, 0.0};  // compress, decompress, ratio, their calls' seconds
   if (rank == 0) {
-    const std::size_t count = (4u << 20) / sizeof(float), small = kompress::detail::call_probe_values;
-    buffer tile(count, false), back(count, false);
+    const std::size_t count = (4u << 20) / sizeof(float);
+    buffer tile(count, false);
     kompress_bench::fill_tiled(values, tile.data(), count, 0, 1);
     const kompress::compress_options copts{.bound = kompress::relative(o.bound), .block_size = 32};
-    Kokkos::View<std::byte*, Kokkos::HostSpace> stream("bench::probe_stream",
-                                                       kompress::max_compressed_size(tile.view(), copts));
-    const host_exec exec;
-    const auto fastest = [](auto&& f) {
-      double best = std::numeric_limits<double>::infinity();
-      for (int i = 0; i < 6; ++i) {
-        const auto start = std::chrono::steady_clock::now();
-        f();
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (i > 0) best = std::min(best, seconds);
-      }
-      return best;
-    };
-    // {compress, decompress} seconds of the first n values; `length` their stream's.
-    const auto time_calls = [&](std::size_t n, std::size_t& length) {
-      const auto in = Kokkos::subview(tile.view(), std::pair<std::size_t, std::size_t>(0, n));
-      const auto out = Kokkos::subview(back.view(), std::pair<std::size_t, std::size_t>(0, n));
-      const double c = fastest([&] { length = kompress::compress(exec, in, stream, copts); });
-      const auto packed = Kokkos::subview(stream, std::pair<std::size_t, std::size_t>(0, length));
-      const double d = fastest([&] { kompress::decompress(exec, packed, out); });
-      return std::pair{c, d};
-    };
-    std::size_t length = 0, small_length = 0;
-    const auto [c_small, d_small] = time_calls(small, small_length);
-    const auto [c, d] = time_calls(count, length);
-    const double bytes = double(count * sizeof(float)), small_bytes = double(small * sizeof(float));
-    const auto [compress_rate, compress_call] = kompress::detail::affine_codec_cost(small_bytes, c_small, bytes, c);
-    const auto [decompress_rate, decompress_call] =
-        kompress::detail::affine_codec_cost(small_bytes, d_small, bytes, d);
-    rates[0] = compress_rate * o.compute_speedup;
-    rates[1] = decompress_rate * o.compute_speedup;
-    rates[2] = bytes / double(length);
-    rates[3] = compress_call;
-    rates[4] = decompress_call;
+    const auto probe = kompress::detail::probe_codec(host_exec{}, tile.view(), copts, "bench::probe");
+    rates[0] = probe.compress * o.compute_speedup;
+    rates[1] = probe.decompress * o.compute_speedup;
+    rates[2] = probe.ratio;
+    rates[3] = probe.compress_call;
+    rates[4] = probe.decompress_call;
     if (gpu) {  // the size estimates read a call's size from its time at the core's rate
-      core_rates[0] = bytes / c;
-      core_rates[1] = bytes / d;
+      const double bytes = double(count * sizeof(float));
+      core_rates[0] = bytes / (probe.compress_call + bytes / probe.compress);
+      core_rates[1] = bytes / (probe.decompress_call + bytes / probe.decompress);
     }
   }
   MPI_Bcast(rates, 5, MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -318,7 +291,6 @@ struct codec_clock {
   double kernel_time_factor = 0.0;
   int kernel_depth = 0;      ///< open kernels and deep copies outside codec regions
   double kernel_start = 0.0;
-  double kernel_seconds = 0.0;  ///< what those were charged
 };
 
 double now_seconds() {
@@ -397,8 +369,7 @@ void kernel_ended() {
   if (!mine || mine->kernel_time_factor == 0.0 || mine->depth > 0 || mine->kernel_depth == 0 ||
       --mine->kernel_depth > 0)
     return;
-  const double seconds = (end - mine->kernel_start) * mine->kernel_time_factor;
-  mine->kernel_seconds += seconds;
+  [[maybe_unused]] const double seconds = (end - mine->kernel_start) * mine->kernel_time_factor;
 #ifdef SMPI_SHARED_MALLOC
   smpi_execute(seconds);
   smpi_bench_begin();
