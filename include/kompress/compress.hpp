@@ -362,6 +362,16 @@ stream_info inspect_header(const ExecutionSpace& exec, const InView& stream) {
 
 namespace detail {
 
+/// What the decoder needs of a stream's codec, from its header.
+template <class T>
+value_codec<T> decoding_codec(const stream_header& header) {
+  value_codec<T> codec;
+  codec.step = header.quant_step;
+  codec.has_fill = (header.flags & flag_fill_value) != 0;
+  codec.fill_bits = static_cast<bits_t<T>>(header.fill_bits);
+  return codec;
+}
+
 /// decompress once the stream's `header` was read (read_header: parsed and checked once, by
 /// the caller): the output's type and count checked, then the chunks decoded.
 template <class ExecutionSpace, class InView, class OutView>
@@ -374,10 +384,7 @@ void decompress_parsed(const ExecutionSpace& exec, const InView& in, const strea
   if (header.count != out.size())
     throw invalid_argument(std::string(who) + ": the stream holds " + std::to_string(header.count) +
                            " values but the output View has " + std::to_string(out.size()));
-  value_codec<T> codec;
-  codec.step = header.quant_step;
-  codec.has_fill = (header.flags & flag_fill_value) != 0;
-  codec.fill_bits = static_cast<bits_t<T>>(header.fill_bits);
+  const value_codec<T> codec = decoding_codec<T>(header);
   if (header.ratio()) {
     decompress_ratio_chunks<T>(exec, in.data(), header, codec, out.data(), who, backend<ExecutionSpace>::tuning());
     return;

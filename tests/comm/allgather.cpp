@@ -127,6 +127,35 @@ TEST_CASE_TEMPLATE("both schedules, ring and recursive doubling, match MPI_Allga
       [](std::size_t n, const auto& options) { check_allgather_init<T>(n, options); });
 }
 
+TEST_CASE_TEMPLATE("both schedules: where a decompression costs more than its bytes, each step's blocks are decoded "
+                   "together, the same values",
+                   T, float, double) {
+  const int p = size_of(), me = rank_of();
+  const std::size_t n = 30011;
+  kompress::collective_options options{.codec = {.bound = kompress::relative(1e-3)},
+                                       .schedule = kompress::collective_schedule::halving_doubling};
+  options.cost.fixed_chunk_bytes = 16384;
+  kompress::collective_options together = options;
+  together.cost.decompress_call_seconds = 1.0;
+  for (const auto transport : transports) {
+    CAPTURE(int(transport));
+    options.transport = together.transport = transport;
+    const auto send = to_device(make_data<T>(n, me + 5));
+    device_view<T> one_by_one("one_by_one", n * std::size_t(p)), batched("batched", n * std::size_t(p));
+    decompression_counter decompressions;
+    kompress::allgather(exec_space{}, send, one_by_one, MPI_COMM_WORLD, options);
+    const int alone = decompressions.take();
+    kompress::allgather(exec_space{}, send, batched, MPI_COMM_WORLD, together);
+    const int batches = decompressions.take();
+    const auto a = to_host(one_by_one), b = to_host(batched);
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+    if (p > 1) CHECK(batches < alone);
+  }
+  together.transport = kompress::transport_mode::automatic;
+  check_allgather_against_mpi<T>(n, together, false);
+  check_allgather_against_mpi<T>(33, together, true);  // nonblocking
+}
+
 TEST_CASE_TEMPLATE("allgather carries NaN, infinities and -0.0 exactly", T, float, double) {
   const int p = size_of(), me = rank_of();
   const std::size_t n = 1000;

@@ -223,6 +223,39 @@ TEST_CASE_TEMPLATE("both schedules, ring and halving-doubling, match MPI_Allredu
   }
 }
 
+TEST_CASE_TEMPLATE("both schedules: where a decompression costs more than its bytes, final streams are decoded "
+                   "together per step, the same values",
+                   T, float, double) {
+  const int p = size_of(), me = rank_of();
+  const std::size_t n = 98765;
+  const auto values = make_data<T>(n, me + 3);
+  kompress::collective_options options{.codec = {.bound = kompress::relative(1e-3)},
+                                       .schedule = kompress::collective_schedule::halving_doubling};
+  options.cost.fixed_chunk_bytes = 16384;  // many pieces per final block, the same cut in both runs
+  kompress::collective_options together = options;
+  together.cost.decompress_call_seconds = 1.0;
+  REQUIRE(together.cost.batches_decodes(16384.0));
+  REQUIRE_FALSE(options.cost.batches_decodes(16384.0));
+  for (const auto transport : transports) {
+    CAPTURE(int(transport));
+    options.transport = together.transport = transport;
+    const auto send = to_device(values);
+    device_view<T> one_by_one("one_by_one", n), batched("batched", n);
+    decompression_counter decompressions;
+    kompress::allreduce(exec_space{}, send, one_by_one, MPI_COMM_WORLD, options);
+    const int alone = decompressions.take();
+    kompress::allreduce(exec_space{}, send, batched, MPI_COMM_WORLD, together);
+    const int batches = decompressions.take();
+    const auto a = to_host(one_by_one), b = to_host(batched);
+    CHECK(std::memcmp(a.data(), b.data(), n * sizeof(T)) == 0);
+    // A core rank decodes its final pieces once per doubling step instead of once each.
+    if (p > 1) CHECK(batches < alone);
+  }
+  together.transport = kompress::transport_mode::automatic;
+  check_allreduce_against_mpi<T>(n, together, false);
+  check_allreduce_against_mpi<T>(1001, together, true);
+}
+
 TEST_CASE("automatic schedule: the one the cost model predicts faster runs, one message per step") {
   const int p = size_of(), me = rank_of();
   const std::size_t n = 20000;

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kompress::test {
@@ -99,6 +101,33 @@ inline std::uint64_t one_phase_messages(bool butterfly) {
 inline constexpr kompress::collective_schedule all_schedules[] = {kompress::collective_schedule::ring,
                                                                   kompress::collective_schedule::halving_doubling,
                                                                   kompress::collective_schedule::automatic};
+
+/// Counts this rank's decompressions (Kokkos Tools regions "kompress::decompress", outermost
+/// only) while it lives: one per stream decoded alone, one per batch decoded together.
+class decompression_counter {
+ public:
+  decompression_counter() {
+    calls_ = depth_ = 0;
+    Kokkos::Tools::Experimental::set_push_region_callback([](const char* name) {
+      if (std::string_view(name) == "kompress::decompress" && depth_++ == 0) ++calls_;
+      else if (depth_ > 0) ++depth_;
+    });
+    Kokkos::Tools::Experimental::set_pop_region_callback([] {
+      if (depth_ > 0) --depth_;
+    });
+  }
+  ~decompression_counter() {
+    Kokkos::Tools::Experimental::set_push_region_callback(nullptr);
+    Kokkos::Tools::Experimental::set_pop_region_callback(nullptr);
+  }
+  decompression_counter(const decompression_counter&) = delete;
+  decompression_counter& operator=(const decompression_counter&) = delete;
+  /// The decompressions since the last call.
+  int take() { return std::exchange(calls_, 0); }
+
+ private:
+  static inline int calls_ = 0, depth_ = 0;
+};
 
 // --- options ------------------------------------------------------------------------------------
 

@@ -76,6 +76,15 @@ struct cost_model {
     return decompress_call_seconds + bytes / decompress_bytes_per_second;
   }
 
+  /// Whether streams of `bytes` raw bytes that arrive together are decoded together (one
+  /// batched decompression, docs/collectives.md "Decoding what arrives together"): where a
+  /// decompression's fixed cost exceeds what its bytes take, as on a GPU. Otherwise each is
+  /// decoded as it lands, overlapping the transfer of the next. A local choice: the bytes on
+  /// the wire and the values decoded are the same either way.
+  bool batches_decodes(double bytes) const {
+    return decompress_call_seconds > 0.0 && decompress_call_seconds > bytes / decompress_bytes_per_second;
+  }
+
   /// Predicted seconds of a compressed message of `bytes` at `ratio` cut into `k` chunks: the
   /// first chunk fills the pipeline (its three stages in turn), then every further chunk costs
   /// the slowest stage's time for a chunk and chunk_seconds. Without per-call costs that is

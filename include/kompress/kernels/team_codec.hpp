@@ -273,66 +273,76 @@ void enqueue_team_compression(const Exec& exec, const value_range_segments<T>& s
                        kernel);
 }
 
-/// decode_chunks with a team per chunk: the blocks' payload lengths (from their descriptors)
-/// and their base differences turned into offsets and bases by two team scans, then every
-/// block decoded by its own thread. The first malformed chunk, or `chunks`; a chunk is
-/// malformed exactly where decode_chunk says so.
+/// The team scratch team_decode_chunk takes, in bytes: per block its payload offset, then its
+/// base; one more offset for the payload's end.
+inline std::size_t team_decode_scratch_bytes(int blocks_per_chunk) {
+  return sizeof(std::uint64_t) * (2 * std::size_t(blocks_per_chunk) + 1);
+}
+
+/// Chunk `chunk` of `decoder`'s stream decoded by the whole team: the blocks' payload lengths
+/// (from their descriptors) and their base differences turned into offsets and bases by two
+/// team scans, then every block decoded by its own thread. `scratch` holds
+/// team_decode_scratch_bytes words. False (on every thread of the team) where the chunk is
+/// malformed, exactly where decode_chunk says so.
+template <class T, int BlockSize, class Member>
+KOKKOS_INLINE_FUNCTION bool team_decode_chunk(const Member& team, const chunk_decoder<T, BlockSize>& decoder,
+                                              std::uint64_t chunk, std::uint64_t* scratch) {
+  std::uint64_t* const offsets = scratch;
+  std::uint64_t* const bases = offsets + decoder.layout.blocks_per_chunk + 1;
+  const std::uint64_t begin = chunk ? load<std::uint64_t>(decoder.ends + 8 * (chunk - 1)) : 0;
+  const std::uint64_t bytes = load<std::uint64_t>(decoder.ends + 8 * chunk) - begin;
+  const std::uint64_t count = decoder.layout.values_in_chunk(chunk);
+  const int blocks = int((count + BlockSize - 1) / BlockSize);
+  const std::byte* const in = decoder.data + begin;
+  if (bytes < std::uint64_t(blocks)) return false;
+  const auto values_in = [&](int b) {
+    const std::uint64_t first = std::uint64_t(b) * BlockSize;
+    return int(count - first < BlockSize ? count - first : BlockSize);
+  };
+  // A descriptor no encoder writes counts as longer than the chunk.
+  Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, blocks), [&](int b, std::uint64_t& offset, bool final) {
+    const int size = block_payload_bytes<T, BlockSize>(std::uint8_t(in[b]), values_in(b), decoder.codec);
+    if (final) offsets[b] = offset;
+    offset += size < 0 ? bytes + 1 : std::uint64_t(size);
+    if (final && b == blocks - 1) offsets[blocks] = offset;
+  });
+  team.team_barrier();
+  if (std::uint64_t(blocks) + offsets[blocks] != bytes) return false;
+  const std::byte* const payload = in + blocks;
+  Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, blocks), [&](int b, std::uint64_t& base, bool final) {
+    if (final) bases[b] = base;
+    base += std::uint64_t(block_base_difference<T>(payload + offsets[b], std::uint8_t(in[b])));
+  });
+  team.team_barrier();
+  int failed = 0;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, blocks),
+      [&](int b, int& failures) {
+        std::int64_t base = std::int64_t(bases[b]);
+        if (decode_block<T, BlockSize>(payload + offsets[b], bytes - blocks - offsets[b], std::uint8_t(in[b]),
+                                       values_in(b), decoder.codec, base,
+                                       decoder.out + chunk * decoder.values_per_chunk + std::uint64_t(b) * BlockSize) <
+            0)
+          ++failures;
+      },
+      failed);
+  // Every thread reads the scratch before another chunk of the same team overwrites it.
+  team.team_barrier();
+  return failed == 0;
+}
+
+/// decode_chunks with a team per chunk (team_decode_chunk). The first malformed chunk, or
+/// `chunks`.
 template <class T, int BlockSize, class Exec>
 std::uint64_t team_decode_chunks(const Exec& exec, std::uint64_t chunks,
                                  const chunk_decoder<T, BlockSize>& decoder, int team_size) {
   using member = team_member_of<Exec>;
-  const int blocks_per_chunk = decoder.layout.blocks_per_chunk;
-  // Per block: its payload offset, then its base; one more offset for the payload's end.
-  const std::size_t scratch = sizeof(std::uint64_t) * (2 * std::size_t(blocks_per_chunk) + 1);
+  const std::size_t scratch = team_decode_scratch_bytes(decoder.layout.blocks_per_chunk);
   const int level = team_scratch_level<Exec>(scratch);
   const auto kernel = KOKKOS_LAMBDA(const member& team, std::uint64_t& bad) {
     const std::uint64_t chunk = team.league_rank();
-    auto* const offsets = static_cast<std::uint64_t*>(
-        team.team_scratch(level).get_shmem_aligned(scratch, 16));
-    std::uint64_t* const bases = offsets + blocks_per_chunk + 1;
-    const std::uint64_t begin = chunk ? load<std::uint64_t>(decoder.ends + 8 * (chunk - 1)) : 0;
-    const std::uint64_t bytes = load<std::uint64_t>(decoder.ends + 8 * chunk) - begin;
-    const std::uint64_t count = decoder.layout.values_in_chunk(chunk);
-    const int blocks = int((count + BlockSize - 1) / BlockSize);
-    const std::byte* const in = decoder.data + begin;
-    if (bytes < std::uint64_t(blocks)) {
-      bad = chunk < bad ? chunk : bad;
-      return;
-    }
-    const auto values_in = [&](int b) {
-      const std::uint64_t first = std::uint64_t(b) * BlockSize;
-      return int(count - first < BlockSize ? count - first : BlockSize);
-    };
-    // A descriptor no encoder writes counts as longer than the chunk.
-    Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, blocks),
-                          [&](int b, std::uint64_t& offset, bool final) {
-                            const int size = block_payload_bytes<T, BlockSize>(
-                                std::uint8_t(in[b]), values_in(b), decoder.codec);
-                            if (final) offsets[b] = offset;
-                            offset += size < 0 ? bytes + 1 : std::uint64_t(size);
-                            if (final && b == blocks - 1) offsets[blocks] = offset;
-                          });
-    team.team_barrier();
-    if (std::uint64_t(blocks) + offsets[blocks] != bytes) {
-      bad = chunk < bad ? chunk : bad;
-      return;
-    }
-    const std::byte* const payload = in + blocks;
-    Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, blocks),
-                          [&](int b, std::uint64_t& base, bool final) {
-                            if (final) bases[b] = base;
-                            base += std::uint64_t(block_base_difference<T>(
-                                payload + offsets[b], std::uint8_t(in[b])));
-                          });
-    team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, blocks), [&](int b) {
-      std::int64_t base = std::int64_t(bases[b]);
-      if (decode_block<T, BlockSize>(payload + offsets[b], bytes - blocks - offsets[b],
-                                     std::uint8_t(in[b]), values_in(b), decoder.codec, base,
-                                     decoder.out + chunk * decoder.values_per_chunk +
-                                         std::uint64_t(b) * BlockSize) < 0)
-        bad = chunk < bad ? chunk : bad;
-    });
+    auto* const words = static_cast<std::uint64_t*>(team.team_scratch(level).get_shmem_aligned(scratch, 16));
+    if (!team_decode_chunk(team, decoder, chunk, words)) bad = chunk < bad ? chunk : bad;
   };
   const auto policy =
       team_policy(exec, chunks, team_size, scratch, level, kernel, Kokkos::ParallelReduceTag{});

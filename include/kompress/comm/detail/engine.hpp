@@ -32,6 +32,7 @@
 #include <kompress/comm/request.hpp>
 #include <kompress/comm/workspace.hpp>
 #include <kompress/compress.hpp>
+#include <kompress/detail/decompress_batch.hpp>
 #include <kompress/detail/mpi.hpp>
 #include <kompress/kernels/range_pass.hpp>
 
@@ -118,6 +119,19 @@ double decode_message(const Exec& exec, const std::byte* in, std::size_t length,
                        " values in a message of " + std::to_string(length) + " bytes");
   decompress_parsed(exec, stream, header, values_in<T, Memory>(out, count), who);
   return info.absolute_bound;
+}
+
+/// decode_message over messages that are all at hand: raw ones copied, the streams decoded as
+/// one batch (detail/decompress_batch.hpp), the same values and checks. Returns the largest
+/// absolute bound (0 where all were raw).
+template <class Memory = Kokkos::HostSpace, class T, class Exec>
+double decode_messages(const Exec& exec, std::span<const stream_to_decode<T>> messages, const char* who) {
+  std::vector<stream_to_decode<T>> streams;
+  for (const stream_to_decode<T>& m : messages) {
+    if (m.length == m.count * sizeof(T)) copy_values<Memory>(exec, reinterpret_cast<std::byte*>(m.out), m.stream, m.length);
+    else streams.push_back(m);
+  }
+  return decompress_batch<Memory>(exec, std::span<const stream_to_decode<T>>(streams), who);
 }
 
 /// The largest |values[i] - decoded[i]| over the finite values, both in `Memory`, on `exec`.

@@ -207,6 +207,11 @@ class halving_doubling_operation final : public operation {
         output_(output), scratch_(leased, comm, nonblocking, who) {
     if (geometry_.count > 0) steps_ = butterfly_steps(geometry_);  // no values: no messages
     encoded_block_ = encoded_block();
+    // Where a decompression costs more than a final piece's bytes (a GPU), the final streams a
+    // step brings in are decoded together when it ends (docs/collectives.md, "Decoding what
+    // arrives together").
+    batch_finals_ = geometry_.gathers() && geometry_.count > 0 &&
+                    rule_.cost.batches_decodes(double(plan(block_size(0)).chunk * sizeof(T)));
     report_.absolute_bound = result_bound;
     if (measure_error) max_error_ = 0.0;
     reserve();
@@ -219,6 +224,7 @@ class halving_doubling_operation final : public operation {
   bool progress(bool block) override {
     while (step_ < steps_.size()) {
       if (!posted_->progress(block, who_, [&](int key, std::size_t bytes) { arrived(key, bytes); })) return false;
+      decode_held_finals();
       ++step_;
       if (step_ < steps_.size()) start_step();
       else finish();
@@ -390,8 +396,7 @@ class halving_doubling_operation final : public operation {
       length = encode_message<memory>(exec_, rule_, codec_, compressible(block_size(m.block)), final_source(m.begin),
                                       m.values, out, decoded_, max_error_);
       copy_values<memory>(exec_, slot, static_cast<const std::byte*>(out), length);
-      if (geometry_.collective != butterfly_collective::reduce_scatter)
-        decode_message<memory>(exec_, slot, length, m.values, output_at(m.begin), who_);
+      if (geometry_.collective != butterfly_collective::reduce_scatter) decode_final(slot, length, m);
     }
     return {slot, length};
   }
@@ -413,12 +418,30 @@ class halving_doubling_operation final : public operation {
     if (how_.staged) stage_in(exec_, landed, staged_twin(landed), bytes);
     if (!step.reduces) {
       final_length_[std::size_t(m.block)][m.piece] = bytes;
-      decode_message<memory>(exec_, landed, bytes, m.values, output_at(m.begin), who_);
+      decode_final(landed, bytes, m);
       return;
     }
     T* const decoded = decoded_ + (m.begin - step.receive_begin);
     decode_message<memory>(exec_, landed, bytes, m.values, decoded, who_);
     add_partial_sums(exec_, sums_ + m.begin, source(step) + m.begin, decoded, m.values);
+  }
+
+  /// A final piece's stream (or raw values) into the output: now, or held for the step's batch.
+  void decode_final(const std::byte* stream, std::size_t length, const message& m) {
+    if (batch_finals_) held_finals_.push_back({stream, length, output_at(m.begin), m.values});
+    else decode_message<memory>(exec_, stream, length, m.values, output_at(m.begin), who_);
+  }
+  /// The step's held final pieces decoded as one batch; a failure is this rank's, as one on
+  /// arrival is (the next steps send abort markers).
+  void decode_held_finals() {
+    if (held_finals_.empty()) return;
+    try {
+      if (!failure_.aborting())
+        decode_messages<memory>(exec_, std::span<const stream_to_decode<T>>(held_finals_), who_);
+    } catch (...) {
+      failure_.record_local();
+    }
+    held_finals_.clear();
   }
 
   /// One rank: the result is the input. reduce_scatter's core rank: the sums of its block.
@@ -454,6 +477,8 @@ class halving_doubling_operation final : public operation {
   static constexpr std::size_t unknown_length = std::numeric_limits<std::size_t>::max();
   std::vector<std::vector<std::size_t>> final_length_;  ///< per block, per piece; unknown: not yet held
   int encoded_block_ = -1;
+  bool batch_finals_ = false;                       ///< final pieces decoded per step, together
+  std::vector<stream_to_decode<T>> held_finals_;  ///< this step's, until it ends
   double max_error_ = NAN;  ///< measured when not NaN
   collective_report report_;
   call_failure failure_;                   ///< shared by every step's requests

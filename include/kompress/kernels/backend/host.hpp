@@ -54,6 +54,13 @@ struct chunk_decoder_avx2 : chunk_decoder<T, BlockSize> {
   }
 };
 
+template <class Batch>
+struct batch_decoder_avx2 : Batch {
+  __attribute__((target("avx2,fma"), flatten)) void operator()(std::uint64_t chunk, std::uint64_t& bad) const {
+    if (!this->decode(chunk)) bad = chunk < bad ? chunk : bad;
+  }
+};
+
 template <class T>
 struct value_range_segments_avx2 : value_range_segments<T> {
   __attribute__((target("avx2,fma"), flatten)) void operator()(std::uint64_t s,
@@ -500,6 +507,25 @@ struct backend<Exec> {
 #endif
     (void)kind;
     Kokkos::parallel_reduce("kompress::decompress::decode_chunks", policy, decoder,
+                            Kokkos::Min<std::uint64_t>(first_bad));
+    return first_bad;
+  }
+
+  /// decode_chunks over every chunk of a stream_batch (kernels/decode_batch.hpp).
+  template <class Batch>
+  static std::uint64_t decode_batch_chunks(const Exec& exec, const Batch& batch, encoder_kind kind) {
+    const Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Dynamic>> policy(exec, 0, batch.chunks,
+                                                                              Kokkos::ChunkSize(1));
+    std::uint64_t first_bad = batch.chunks;
+#ifdef KOMPRESS_HOST_AVX2_DISPATCH
+    if (Batch::block_size == 32 && kind == encoder_kind::avx2_fma && host_has_avx2_fma()) {
+      Kokkos::parallel_reduce("kompress::decompress::decode_batch", policy, batch_decoder_avx2<Batch>{batch},
+                              Kokkos::Min<std::uint64_t>(first_bad));
+      return first_bad;
+    }
+#endif
+    (void)kind;
+    Kokkos::parallel_reduce("kompress::decompress::decode_batch", policy, batch,
                             Kokkos::Min<std::uint64_t>(first_bad));
     return first_bad;
   }

@@ -22,6 +22,9 @@
 //   template <class T, int B> static std::uint64_t decode_chunks(  runs `decoder` over chunks
 //       const Exec&, std::uint64_t n, const chunk_decoder<T, B>& decoder, encoder_kind);
 //                                                         [0, n): the first bad chunk, or n
+//   template <class Batch> static std::uint64_t           the same over every chunk of a
+//       decode_batch_chunks(const Exec&, const Batch&,    stream_batch (decode_batch.hpp)
+//       encoder_kind);
 // A new one is one file beside this one that specializes it, deriving from portable_backend
 // where it changes only some members (cuda.hpp changes only the tuning), plus its #include in
 // backend/backend.hpp.
@@ -96,6 +99,15 @@ struct portable_backend {
     Kokkos::parallel_reduce("kompress::decompress::decode_chunks",
                             Kokkos::RangePolicy<Exec>(exec, 0, chunks), decoder,
                             Kokkos::Min<std::uint64_t>(first_bad));
+    return first_bad;
+  }
+
+  /// Every chunk of a stream_batch (kernels/decode_batch.hpp): the first bad one, or all.
+  template <class Batch>
+  static std::uint64_t decode_batch_chunks(const Exec& exec, const Batch& batch, encoder_kind) {
+    std::uint64_t first_bad = batch.chunks;
+    Kokkos::parallel_reduce("kompress::decompress::decode_batch", Kokkos::RangePolicy<Exec>(exec, 0, batch.chunks),
+                            batch, Kokkos::Min<std::uint64_t>(first_bad));
     return first_bad;
   }
 };
