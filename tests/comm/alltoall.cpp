@@ -400,6 +400,56 @@ TEST_CASE_TEMPLATE("alltoall on the execution space's memory, direct and staged,
   }
 }
 
+TEST_CASE_TEMPLATE("where a decompression costs more than its bytes, every arrival is decoded in one batch, the same "
+                   "values",
+                   T, float, double) {
+  const int p = size_of(), me = rank_of();
+  kompress::collective_options options{.codec = {.bound = kompress::relative(1e-2)}};
+  options.cost.fixed_chunk_bytes = 16384;  // several chunks per peer, the same cut in both runs
+  kompress::collective_options together = options;
+  together.cost.decompress_call_seconds = 1.0;
+  const std::size_t per_peer = 20011;
+  const auto values = make_data<T>(per_peer * std::size_t(p), me + 1);
+  host_view<T> expected("expected", values.size());
+  const int bytes = int(per_peer * sizeof(T));
+  MPI_Alltoall(values.data(), bytes, MPI_BYTE, expected.data(), bytes, MPI_BYTE, MPI_COMM_WORLD);
+  const auto bounds = bounds_over_blocks_to_others(values, per_peer, options.codec.bound);
+  const uneven_layout layout;  // alltoallv: some counts are zero
+  const auto uneven = make_data<T>(layout.send_total(), me + 7);
+  for (const auto transport : transports) {
+    CAPTURE(int(transport));
+    options.transport = together.transport = transport;
+    const auto send = to_device(values);
+    device_view<T> one_by_one("one_by_one", values.size()), batched("batched", values.size());
+    decompression_counter decompressions;
+    kompress::alltoall(exec_space{}, send, one_by_one, MPI_COMM_WORLD, options);
+    const int alone = decompressions.take();
+    const auto report = kompress::alltoall(exec_space{}, send, batched, MPI_COMM_WORLD, together);
+    const int batches = decompressions.take();
+    const auto a = to_host(one_by_one), b = to_host(batched);
+    CHECK(same_bytes(a, b));
+    std::size_t violations = 0;
+    for (std::size_t k = 0; k < values.size(); ++k) {
+      const std::size_t source = k / per_peer;
+      violations += !(std::fabs(double(b(k)) - double(expected(k))) <= (int(source) == me ? 0.0 : bounds[source]));
+    }
+    CHECK(violations == 0);
+    if (p > 1) {
+      CHECK(report.absolute_bound > 0.0);
+      CHECK(alone == (p - 1) * int((per_peer * sizeof(T) + 16383) / 16384));  // a decompression per chunk
+      CHECK(batches == 1);
+    }
+    // alltoallv, uneven counts: the same values either way.
+    const auto uneven_send = to_device(uneven);
+    device_view<T> v_alone("v_alone", layout.recv_total() + 3), v_batched("v_batched", layout.recv_total() + 3);
+    kompress::alltoallv(exec_space{}, uneven_send, layout.send_counts, layout.send_displs, v_alone, layout.recv_counts,
+                        layout.recv_displs, MPI_COMM_WORLD, options);
+    kompress::alltoallv(exec_space{}, uneven_send, layout.send_counts, layout.send_displs, v_batched,
+                        layout.recv_counts, layout.recv_displs, MPI_COMM_WORLD, together);
+    CHECK(same_bytes(to_host(v_alone), to_host(v_batched)));
+  }
+}
+
 TEST_CASE_TEMPLATE("alltoallv staged: zero and uneven counts, blocking and nonblocking", T, float, double) {
   const uneven_layout layout;
   const auto& [send_counts, send_displs, recv_counts, recv_displs] = layout;

@@ -174,20 +174,26 @@ struct team_compression {
   int scratch_level;
 
   KOKKOS_INLINE_FUNCTION void operator()(const team_member_of<Exec>& team) const {
+    void* const scratch = team.team_scratch(scratch_level).get_shmem_aligned(scratch_bytes, 16);
+    compress_chunk(team, take_ticket(team, reinterpret_cast<std::uint64_t*>(out + team_counters_offset)), scratch);
+  }
+
+  /// Tickets, not league ranks: a team only ever waits for chunks whose teams are running,
+  /// whatever order the teams start in. The next of `counter`'s, on every thread of the team.
+  KOKKOS_INLINE_FUNCTION static std::uint64_t take_ticket(const team_member_of<Exec>& team, std::uint64_t* counter) {
+    std::uint64_t ticket = 0;
+    Kokkos::single(
+        Kokkos::PerTeam(team), [&](std::uint64_t& t) { t = Kokkos::atomic_fetch_add(counter, std::uint64_t(1)); },
+        ticket);
+    return ticket;
+  }
+
+  /// Chunk `chunk` measured, placed by the look-back, written and checksummed by the team; the
+  /// stream's last chunk to finish writes the header.
+  KOKKOS_INLINE_FUNCTION void compress_chunk(const team_member_of<Exec>& team, std::uint64_t chunk,
+                                             void* scratch) const {
     auto* const counters = reinterpret_cast<std::uint64_t*>(out + team_counters_offset);
     auto* const status = reinterpret_cast<std::uint64_t*>(ends);
-    void* const scratch = team.team_scratch(scratch_level).get_shmem_aligned(scratch_bytes, 16);
-
-    // Tickets, not league ranks: a team only ever waits for chunks whose teams are running,
-    // whatever order the teams start in.
-    std::uint64_t chunk = 0;
-    Kokkos::single(
-        Kokkos::PerTeam(team),
-        [&](std::uint64_t& ticket) {
-          ticket = Kokkos::atomic_fetch_add(&counters[0], std::uint64_t(1));
-        },
-        chunk);
-
     const std::uint64_t bytes = chunk_coder.measure(team, chunk, scratch);
 
     std::uint64_t begin = 0;

@@ -363,11 +363,28 @@ class call_scratch {
   workspace_slot* slot_ = nullptr;
 };
 
+/// An arrival whose decoding waits for the rest of the exchange: chunk `chunk` of `peer`'s
+/// message, `length` bytes at `landed` (in the execution space's memory).
+struct held_arrival {
+  int peer = 0;
+  std::size_t chunk = 0;
+  const std::byte* landed = nullptr;
+  std::size_t length = 0;
+};
+
 /// Whether a Messages policy cuts its messages into chunks (see the top of this file).
 template <class Messages>
 concept chunked_messages = requires(const Messages& m) {
   { m.chunks_to(0) } -> std::same_as<chunk_plan>;
   { m.chunks_from(0) } -> std::same_as<chunk_plan>;
+};
+
+/// Whether a Messages policy can decode arrivals held until the exchange completes as one batch
+/// (block_messages; decodes_together says whether it should).
+template <class Messages, class Exec>
+concept batch_decoding_messages = chunked_messages<Messages> && requires(const Messages& m, const Exec& exec) {
+  { m.decodes_together() } -> std::same_as<bool>;
+  { m.finish_together(exec, std::span<const held_arrival>{}) } -> std::same_as<double>;
 };
 
 /// One exchange in flight (see the top of this file).
@@ -385,6 +402,7 @@ class exchange_engine final : public operation {
   bool progress(bool block) override {
     if (!finished_) {
       if (!posted_.progress(block, who_, [&](int key, std::size_t length) { arrived(key, length); })) return false;
+      decode_held();
       exec_.fence("kompress: exchange decoded");
       finished_ = true;
     }
@@ -421,12 +439,17 @@ class exchange_engine final : public operation {
     return how_.staged ? scratch_->staged_receive.data() + staged_receive_offset_[std::size_t(peer)] : target(peer);
   }
 
-  /// Chunk `chunk` of `peer`'s message arrived, `length` bytes.
+  /// Chunk `chunk` of `peer`'s message arrived, `length` bytes: decoded now, or held for the
+  /// batch at the end (decode_held).
   void arrived(int key, std::size_t length) {
     const auto [peer, chunk] = arrivals_[std::size_t(key)];
     const std::size_t offset = plan_from(peer).begin(chunk) * value_bytes();
     std::byte* const landed = target(peer) + offset;
     if (how_.staged) stage_in(exec_, landed, mpi_target(peer) + offset, length);
+    if (decode_together_) {
+      held_.push_back({peer, chunk, landed, length});
+      return;
+    }
     double bound = 0.0;
     if constexpr (chunked) bound = messages_.finish(exec_, peer, chunk, landed, length, room_.decode);
     else bound = messages_.finish(exec_, peer, landed, length, room_.decode);
@@ -442,7 +465,25 @@ class exchange_engine final : public operation {
     return {staged, payload.size()};
   }
 
+  /// Where a decompression costs more than an arrival's bytes (a GPU), every stream that
+  /// arrived is decoded in one batch once all have (docs/collectives.md, "alltoall and
+  /// alltoallv"). A failure there is this rank's: every message has been sent, so its peers
+  /// complete as they are.
+  void decode_held() {
+    if (held_.empty()) return;
+    try {
+      if constexpr (batch_decoding_messages<Messages, Exec>)
+        if (!failure_.aborting())
+          report_.absolute_bound = std::max(report_.absolute_bound,
+                                            messages_.finish_together(exec_, std::span<const held_arrival>(held_)));
+    } catch (...) {
+      failure_.record_local();
+    }
+    held_.clear();
+  }
+
   void start() {
+    if constexpr (batch_decoding_messages<Messages, Exec>) decode_together_ = messages_.decodes_together();
     const int p = shape_.size, rank = shape_.rank;
     receive_offset_.assign(std::size_t(p), 0);
     send_offset_.assign(std::size_t(p), 0);
@@ -527,6 +568,8 @@ class exchange_engine final : public operation {
   scratch_room room_;  ///< the scratch in the execution space's memory
   std::vector<std::size_t> receive_offset_, send_offset_, staged_receive_offset_, staged_send_offset_;
   std::vector<std::pair<int, std::size_t>> arrivals_;  ///< per posted receive: (peer, chunk)
+  bool decode_together_ = false;    ///< arrivals held and decoded as one batch at the end
+  std::vector<held_arrival> held_;  ///< those held so far
   collective_report report_;
   bool finished_ = false;
   call_failure failure_;
@@ -638,6 +681,31 @@ struct block_messages {
       }
     }
     return {reinterpret_cast<const std::byte*>(values), raw};
+  }
+
+  /// Whether this rank decodes its arrivals together at the end: where a decompression costs
+  /// more than the largest chunk it receives takes to decode (cost_model::batches_decodes).
+  bool decodes_together() const {
+    std::size_t largest = 0;
+    for (int peer = 0; peer < int(layout.recv_counts.size()); ++peer)
+      if (peer != rank && !receives_in_place(peer)) largest = std::max(largest, chunks_from(peer).chunk * sizeof(T));
+    return largest > 0 && rule.cost.batches_decodes(double(largest));
+  }
+
+  /// finish over every held arrival: raw chunks checked, streams decoded as one batch.
+  template <class Exec>
+  double finish_together(const Exec& exec, std::span<const held_arrival> arrivals) const {
+    std::vector<stream_to_decode<T>> streams;
+    for (const held_arrival& a : arrivals) {
+      if (receives_in_place(a.peer)) {
+        finish(exec, a.peer, a.chunk, a.landed, a.length, nullptr);
+        continue;
+      }
+      const chunk_plan plan = chunks_from(a.peer);
+      streams.push_back({a.landed, a.length, recv + layout.recv_displs[std::size_t(a.peer)] + plan.begin(a.chunk),
+                         plan.size(a.chunk)});
+    }
+    return decode_messages<Memory>(exec, std::span<const stream_to_decode<T>>(streams), who);
   }
 
   template <class Exec>
