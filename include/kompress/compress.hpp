@@ -164,6 +164,29 @@ U read_stream_field(const Exec& exec, const std::byte* stream, std::size_t offse
   return value;
 }
 
+/// The data-independent header fields of a stream of `count` values compressed with `options`.
+template <class T>
+stream_header header_fields_of(const compress_options& options, std::size_t count) {
+  stream_header header;
+  header.type = element_type_of<T>();
+  header.mode = options.bound.mode;
+  header.count = count;
+  header.user_bound = options.bound.value;
+  header.block_size = options.block_size;
+  header.rounding = options.rounding;
+  header.rounding_seed = options.rounding_seed;
+  if (options.fill_value) {
+    header.flags = flag_fill_value;
+    header.fill_bits = to_bits(static_cast<T>(*options.fill_value));
+  }
+  if (options.codec == codec_mode::ratio) {
+    header.block_size = ratio_block_size;
+    header.blocks_per_chunk = ratio_blocks_per_chunk;
+    header.flags |= flag_ratio_codec;
+  }
+  return header;
+}
+
 /// Checks compress's arguments, fills in the data-independent header fields and enqueues the
 /// kernels (kernels/compress_kernels.hpp). Throws before enqueueing anything. `known_range`
 /// (host memory), when given, is the value range of exactly `in`'s values as
@@ -190,22 +213,8 @@ void enqueue_compression(const ExecutionSpace& exec, const InView& in, const Out
                            std::to_string(out.size()) + " bytes, need " + std::to_string(needed) +
                            "; see kompress::max_compressed_size)");
 
-  stream_header header;
-  header.type = element_type_of<T>();
-  header.mode = options.bound.mode;
-  header.count = in.size();
-  header.user_bound = options.bound.value;
-  header.block_size = options.block_size;
-  header.rounding = options.rounding;
-  header.rounding_seed = options.rounding_seed;
-  if (options.fill_value) {
-    header.flags = flag_fill_value;
-    header.fill_bits = to_bits(static_cast<T>(*options.fill_value));
-  }
+  const stream_header header = header_fields_of<T>(options, in.size());
   if (options.codec == codec_mode::ratio) {
-    header.block_size = ratio_block_size;
-    header.blocks_per_chunk = ratio_blocks_per_chunk;
-    header.flags |= flag_ratio_codec;
     enqueue_compress_kernels<T, ratio_block_size>(exec, in.data(), out.data(), header, length,
                                                   backend<ExecutionSpace>::tuning(),
                                                   ratio_shape_of(in), known_range);

@@ -142,11 +142,11 @@ TEST_CASE_TEMPLATE("both schedules: where a decompression costs more than its by
     options.transport = together.transport = transport;
     const auto send = to_device(make_data<T>(n, me + 5));
     device_view<T> one_by_one("one_by_one", n * std::size_t(p)), batched("batched", n * std::size_t(p));
-    decompression_counter decompressions;
+    codec_call_counter calls;
     kompress::allgather(exec_space{}, send, one_by_one, MPI_COMM_WORLD, options);
-    const int alone = decompressions.take();
+    const int alone = calls.take_decompressions();
     kompress::allgather(exec_space{}, send, batched, MPI_COMM_WORLD, together);
-    const int batches = decompressions.take();
+    const int batches = calls.take_decompressions();
     const auto a = to_host(one_by_one), b = to_host(batched);
     CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
     if (p > 1) CHECK(batches < alone);

@@ -241,11 +241,11 @@ TEST_CASE_TEMPLATE("both schedules: where a decompression costs more than its by
     options.transport = together.transport = transport;
     const auto send = to_device(values);
     device_view<T> one_by_one("one_by_one", n), batched("batched", n);
-    decompression_counter decompressions;
+    codec_call_counter calls;
     kompress::allreduce(exec_space{}, send, one_by_one, MPI_COMM_WORLD, options);
-    const int alone = decompressions.take();
+    const int alone = calls.take_decompressions();
     kompress::allreduce(exec_space{}, send, batched, MPI_COMM_WORLD, together);
-    const int batches = decompressions.take();
+    const int batches = calls.take_decompressions();
     const auto a = to_host(one_by_one), b = to_host(batched);
     CHECK(std::memcmp(a.data(), b.data(), n * sizeof(T)) == 0);
     // A core rank decodes its final pieces once per doubling step instead of once each.

@@ -400,15 +400,14 @@ TEST_CASE_TEMPLATE("alltoall on the execution space's memory, direct and staged,
   }
 }
 
-TEST_CASE_TEMPLATE("where a decompression costs more than its bytes, every arrival is decoded in one batch, the same "
-                   "values",
+TEST_CASE_TEMPLATE("where a codec call costs more than a chunk's bytes, chunks are compressed round by round and "
+                   "decoded in one batch, the same values",
                    T, float, double) {
   const int p = size_of(), me = rank_of();
   kompress::collective_options options{.codec = {.bound = kompress::relative(1e-2)}};
-  options.cost.fixed_chunk_bytes = 16384;  // several chunks per peer, the same cut in both runs
-  kompress::collective_options together = options;
-  together.cost.decompress_call_seconds = 1.0;
+  options.cost.fixed_chunk_bytes = 16384;  // several chunks per peer, the same cut in every run
   const std::size_t per_peer = 20011;
+  const int chunks = int((per_peer * sizeof(T) + 16383) / 16384);
   const auto values = make_data<T>(per_peer * std::size_t(p), me + 1);
   host_view<T> expected("expected", values.size());
   const int bytes = int(per_peer * sizeof(T));
@@ -417,36 +416,55 @@ TEST_CASE_TEMPLATE("where a decompression costs more than its bytes, every arriv
   const uneven_layout layout;  // alltoallv: some counts are zero
   const auto uneven = make_data<T>(layout.send_total(), me + 7);
   for (const auto transport : transports) {
-    CAPTURE(int(transport));
-    options.transport = together.transport = transport;
+    options.transport = transport;
     const auto send = to_device(values);
-    device_view<T> one_by_one("one_by_one", values.size()), batched("batched", values.size());
-    decompression_counter decompressions;
-    kompress::alltoall(exec_space{}, send, one_by_one, MPI_COMM_WORLD, options);
-    const int alone = decompressions.take();
-    const auto report = kompress::alltoall(exec_space{}, send, batched, MPI_COMM_WORLD, together);
-    const int batches = decompressions.take();
-    const auto a = to_host(one_by_one), b = to_host(batched);
-    CHECK(same_bytes(a, b));
-    std::size_t violations = 0;
-    for (std::size_t k = 0; k < values.size(); ++k) {
-      const std::size_t source = k / per_peer;
-      violations += !(std::fabs(double(b(k)) - double(expected(k))) <= (int(source) == me ? 0.0 : bounds[source]));
-    }
-    CHECK(violations == 0);
-    if (p > 1) {
-      CHECK(report.absolute_bound > 0.0);
-      CHECK(alone == (p - 1) * int((per_peer * sizeof(T) + 16383) / 16384));  // a decompression per chunk
-      CHECK(batches == 1);
-    }
-    // alltoallv, uneven counts: the same values either way.
     const auto uneven_send = to_device(uneven);
-    device_view<T> v_alone("v_alone", layout.recv_total() + 3), v_batched("v_batched", layout.recv_total() + 3);
-    kompress::alltoallv(exec_space{}, uneven_send, layout.send_counts, layout.send_displs, v_alone, layout.recv_counts,
-                        layout.recv_displs, MPI_COMM_WORLD, options);
-    kompress::alltoallv(exec_space{}, uneven_send, layout.send_counts, layout.send_displs, v_batched,
-                        layout.recv_counts, layout.recv_displs, MPI_COMM_WORLD, together);
-    CHECK(same_bytes(to_host(v_alone), to_host(v_batched)));
+    codec_call_counter calls;
+    device_view<T> one_by_one("one_by_one", values.size());
+    device_view<T> v_one_by_one("v_one_by_one", layout.recv_total() + 3);
+    kompress::alltoall(exec_space{}, send, one_by_one, MPI_COMM_WORLD, options);
+    CHECK(calls.take_compressions() == (p - 1) * chunks);  // one per chunk of every peer's block
+    CHECK(calls.take_decompressions() == (p - 1) * chunks);
+    kompress::alltoallv(exec_space{}, uneven_send, layout.send_counts, layout.send_displs, v_one_by_one,
+                        layout.recv_counts, layout.recv_displs, MPI_COMM_WORLD, options);
+    const auto a = to_host(one_by_one), v = to_host(v_one_by_one);
+    // Each side batched alone, then both (and the measured error with the batched encode).
+    for (const auto& [encode_seconds, decode_seconds] : {std::pair{0.0, 1.0}, {1.0, 0.0}, {1.0, 1.0}}) {
+      CAPTURE(int(transport));
+      CAPTURE(encode_seconds);
+      CAPTURE(decode_seconds);
+      kompress::collective_options together = options;
+      together.cost.compress_call_seconds = encode_seconds;
+      together.cost.decompress_call_seconds = decode_seconds;
+      together.measure_error = encode_seconds > 0.0 && decode_seconds > 0.0;
+      device_view<T> batched("batched", values.size());
+      calls.take_compressions();
+      calls.take_decompressions();
+      const auto report = kompress::alltoall(exec_space{}, send, batched, MPI_COMM_WORLD, together);
+      const int compressions = calls.take_compressions(), decompressions = calls.take_decompressions();
+      const auto b = to_host(batched);
+      CHECK(same_bytes(a, b));
+      std::size_t violations = 0;
+      for (std::size_t k = 0; k < values.size(); ++k) {
+        const std::size_t source = k / per_peer;
+        violations += !(std::fabs(double(b(k)) - double(expected(k))) <= (int(source) == me ? 0.0 : bounds[source]));
+      }
+      CHECK(violations == 0);
+      if (p > 1) {
+        CHECK(report.absolute_bound > 0.0);
+        CHECK(report.compressed_messages == std::uint64_t(p - 1));
+        // A batch per round of chunks; one decompression for everything that arrived. Measuring
+        // the error decodes every stream sent once more, one by one.
+        const int measured = together.measure_error ? (p - 1) * chunks : 0;
+        CHECK(compressions == (encode_seconds > 0.0 ? chunks : (p - 1) * chunks));
+        CHECK(decompressions == (decode_seconds > 0.0 ? 1 : (p - 1) * chunks) + measured);
+        if (together.measure_error) CHECK(report.max_error <= bounds[std::size_t(me)]);
+      }
+      device_view<T> v_batched("v_batched", layout.recv_total() + 3);
+      kompress::alltoallv(exec_space{}, uneven_send, layout.send_counts, layout.send_displs, v_batched,
+                          layout.recv_counts, layout.recv_displs, MPI_COMM_WORLD, together);
+      CHECK(same_bytes(v, to_host(v_batched)));
+    }
   }
 }
 

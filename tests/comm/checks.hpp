@@ -102,31 +102,39 @@ inline constexpr kompress::collective_schedule all_schedules[] = {kompress::coll
                                                                   kompress::collective_schedule::halving_doubling,
                                                                   kompress::collective_schedule::automatic};
 
-/// Counts this rank's decompressions (Kokkos Tools regions "kompress::decompress", outermost
-/// only) while it lives: one per stream decoded alone, one per batch decoded together.
-class decompression_counter {
+/// Counts this rank's codec calls while it lives (Kokkos Tools regions, outermost only):
+/// "kompress::decompress" once per stream decoded alone or per batch decoded together,
+/// "kompress::compress" (and compress_async) likewise.
+class codec_call_counter {
  public:
-  decompression_counter() {
-    calls_ = depth_ = 0;
+  codec_call_counter() {
+    compressions_ = decompressions_ = depth_ = 0;
     Kokkos::Tools::Experimental::set_push_region_callback([](const char* name) {
-      if (std::string_view(name) == "kompress::decompress" && depth_++ == 0) ++calls_;
-      else if (depth_ > 0) ++depth_;
+      const std::string_view region(name);
+      const bool decompress = region == "kompress::decompress";
+      const bool compress = region == "kompress::compress" || region == "kompress::compress_async";
+      if (depth_ > 0) ++depth_;
+      else if (decompress || compress) {
+        depth_ = 1;
+        ++(decompress ? decompressions_ : compressions_);
+      }
     });
     Kokkos::Tools::Experimental::set_pop_region_callback([] {
       if (depth_ > 0) --depth_;
     });
   }
-  ~decompression_counter() {
+  ~codec_call_counter() {
     Kokkos::Tools::Experimental::set_push_region_callback(nullptr);
     Kokkos::Tools::Experimental::set_pop_region_callback(nullptr);
   }
-  decompression_counter(const decompression_counter&) = delete;
-  decompression_counter& operator=(const decompression_counter&) = delete;
-  /// The decompressions since the last call.
-  int take() { return std::exchange(calls_, 0); }
+  codec_call_counter(const codec_call_counter&) = delete;
+  codec_call_counter& operator=(const codec_call_counter&) = delete;
+  /// The decompressions, or compressions, since the last take of that kind.
+  int take_decompressions() { return std::exchange(decompressions_, 0); }
+  int take_compressions() { return std::exchange(compressions_, 0); }
 
  private:
-  static inline int calls_ = 0, depth_ = 0;
+  static inline int compressions_ = 0, decompressions_ = 0, depth_ = 0;
 };
 
 // --- options ------------------------------------------------------------------------------------

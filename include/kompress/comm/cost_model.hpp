@@ -84,6 +84,11 @@ struct cost_model {
   bool batches_decodes(double bytes) const {
     return decompress_call_seconds > 0.0 && decompress_call_seconds > bytes / decompress_bytes_per_second;
   }
+  /// The same for compressing: whether chunks of `bytes` raw bytes that leave together are
+  /// compressed together (one batched compression per round of chunks).
+  bool batches_encodes(double bytes) const {
+    return compress_call_seconds > 0.0 && compress_call_seconds > bytes / compress_bytes_per_second;
+  }
 
   /// Predicted seconds of a compressed message of `bytes` at `ratio` cut into `k` chunks: the
   /// first chunk fills the pipeline (its three stages in turn), then every further chunk costs

@@ -32,6 +32,7 @@
 #include <kompress/comm/request.hpp>
 #include <kompress/comm/workspace.hpp>
 #include <kompress/compress.hpp>
+#include <kompress/detail/compress_batch.hpp>
 #include <kompress/detail/decompress_batch.hpp>
 #include <kompress/detail/mpi.hpp>
 #include <kompress/kernels/range_pass.hpp>
@@ -387,6 +388,17 @@ concept batch_decoding_messages = chunked_messages<Messages> && requires(const M
   { m.finish_together(exec, std::span<const held_arrival>{}) } -> std::same_as<double>;
 };
 
+/// Whether a Messages policy can compress a round of chunks (chunk i of several peers' blocks)
+/// as one batch (block_messages; encodes_together says whether it should).
+template <class Messages, class Exec>
+concept batch_encoding_messages = chunked_messages<Messages> && requires(const Messages& m, const Exec& exec,
+                                                                          collective_report& report) {
+  { m.encodes_together() } -> std::same_as<bool>;
+  {
+    m.encode_round(exec, std::span<const int>{}, std::size_t(0), std::span<std::byte* const>{}, report)
+  } -> std::same_as<std::vector<std::span<const std::byte>>>;
+};
+
 /// One exchange in flight (see the top of this file).
 template <class Messages, class Exec>
 class exchange_engine final : public operation {
@@ -465,6 +477,64 @@ class exchange_engine final : public operation {
     return {staged, payload.size()};
   }
 
+  /// Where a compression costs more than a chunk's bytes (a GPU): round i compresses chunk i of
+  /// every peer's block (in the rotating order) as one batch, then sends them, and polls for
+  /// arrivals before the next round, so that round i's transfers overlap round i + 1's
+  /// compression. Each peer's chunks still leave in order, as its receives were posted. Once the
+  /// call is aborting, nothing more is encoded and every chunk's message is the abort marker.
+  void send_in_rounds() {
+    if constexpr (batch_encoding_messages<Messages, Exec>) {
+      const int p = shape_.size, rank = shape_.rank;
+      std::vector<int> peers;
+      std::vector<chunk_plan> plans;
+      std::size_t rounds = 0;
+      for (int step = 1; step < p; ++step) {
+        const int peer = (rank + step) % p;
+        if (messages_.raw_bytes_to(peer) == 0) continue;
+        peers.push_back(peer);
+        plans.push_back(plan_to(peer));
+        rounds = std::max(rounds, plans.back().count());
+      }
+      std::vector<bool> compressed(peers.size(), false);
+      for (std::size_t chunk = 0; chunk < rounds; ++chunk) {
+        std::vector<int> round_peers;
+        std::vector<std::size_t> round_index;
+        std::vector<std::byte*> rooms;
+        for (std::size_t k = 0; k < peers.size(); ++k)
+          if (chunk < plans[k].count()) {
+            round_peers.push_back(peers[k]);
+            round_index.push_back(k);
+            rooms.push_back(room_.send + send_offset_[std::size_t(peers[k])]);
+          }
+        std::vector<std::span<const std::byte>> payloads(round_peers.size());  // none: abort markers
+        if (!failure_.aborting()) {
+          try {
+            payloads = messages_.encode_round(exec_, std::span<const int>(round_peers), chunk,
+                                              std::span<std::byte* const>(rooms), report_);
+            for (std::size_t j = 0; j < payloads.size(); ++j) {
+              const std::size_t k = round_index[j];
+              compressed[k] = compressed[k] || payloads[j].size() < plans[k].size(chunk) * value_bytes();
+              report_.wire_bytes += payloads[j].size();
+              ++report_.chunks;
+              payloads[j] = to_mpi(peers[k], plans[k].begin(chunk) * value_bytes(), payloads[j]);
+            }
+          } catch (...) {
+            failure_.record_local();
+            payloads.assign(round_peers.size(), {});
+          }
+        }
+        for (std::size_t j = 0; j < payloads.size(); ++j)
+          posted_.send(payloads[j].data(), payloads[j].size(), round_peers[j], scratch_->comm, who_);
+        posted_.progress(false, who_, [&](int key, std::size_t length) { arrived(key, length); });
+      }
+      for (std::size_t k = 0; k < peers.size(); ++k) {
+        report_.payload_bytes += messages_.raw_bytes_to(peers[k]);
+        ++report_.messages;
+        if (compressed[k]) ++report_.compressed_messages;
+      }
+    }
+  }
+
   /// Where a decompression costs more than an arrival's bytes (a GPU), every stream that
   /// arrived is decoded in one batch once all have (docs/collectives.md, "alltoall and
   /// alltoallv"). A failure there is this rank's: every message has been sent, so its peers
@@ -523,10 +593,13 @@ class exchange_engine final : public operation {
                               return int(arrivals_.size() - 1);
                             });
 
+    bool in_rounds = false;
+    if constexpr (batch_encoding_messages<Messages, Exec>) in_rounds = messages_.encodes_together();
+    if (in_rounds) send_in_rounds();
     // Rotating order, so no rank is everyone's first target; each chunk leaves as soon as it
     // is encoded, and arrivals are decoded between two chunks: the transfer of one chunk
     // overlaps the compression of the next and the decoding of what came in.
-    for (int step = 1; step < p; ++step) {
+    for (int step = 1; step < p && !in_rounds; ++step) {
       const int peer = (rank + step) % p;
       const std::size_t raw = messages_.raw_bytes_to(peer);
       if (raw == 0) continue;
@@ -657,6 +730,48 @@ struct block_messages {
   void copy_self(const Exec& exec) const {
     const std::size_t r = std::size_t(rank);
     copy_values<Memory>(exec, recv + layout.recv_displs[r], send + layout.send_displs[r], layout.send_counts[r]);
+  }
+
+  /// Whether this rank compresses its chunks round by round, each round one batch: where a
+  /// compression costs more than the largest chunk it sends takes (cost_model::batches_encodes).
+  bool encodes_together() const {
+    std::size_t largest = 0;
+    for (int peer = 0; peer < int(layout.send_counts.size()); ++peer)
+      if (peer != rank && rule.may_compress(raw_bytes_to(peer)))
+        largest = std::max(largest, chunks_to(peer).chunk * sizeof(T));
+    return largest > 0 && rule.cost.batches_encodes(double(largest));
+  }
+
+  /// Chunk `chunk` of the block for each of `peers` (rooms[k]: that peer's staging), those that
+  /// may be compressed compressed as one batch (detail/compress_batch.hpp): for each, the
+  /// stream or the raw values, as encode gives them.
+  template <class Exec>
+  std::vector<std::span<const std::byte>> encode_round(const Exec& exec, std::span<const int> peers, std::size_t chunk,
+                                                       std::span<std::byte* const> rooms,
+                                                       collective_report& report) const {
+    std::vector<std::span<const std::byte>> payloads(peers.size());
+    std::vector<stream_to_compress<T>> streams;
+    std::vector<std::size_t> which;
+    for (std::size_t k = 0; k < peers.size(); ++k) {
+      const int peer = peers[k];
+      const chunk_plan plan = chunks_to(peer);
+      const T* const values = send + layout.send_displs[std::size_t(peer)] + plan.begin(chunk);
+      payloads[k] = {reinterpret_cast<const std::byte*>(values), plan.size(chunk) * sizeof(T)};
+      if (!rule.may_compress(raw_bytes_to(peer))) continue;
+      streams.push_back({values, plan.size(chunk), rooms[k] + chunk * chunk_room(plan),
+                         chunk_ranges.empty() ? nullptr : &chunk_ranges[std::size_t(peer)][chunk]});
+      which.push_back(k);
+    }
+    const std::vector<std::size_t> lengths =
+        compress_batch(exec, std::span<const stream_to_compress<T>>(streams), codec, who);
+    for (std::size_t j = 0; j < which.size(); ++j) {
+      const stream_to_compress<T>& s = streams[j];
+      if (!rule.send_compressed(s.count * sizeof(T), lengths[j])) continue;
+      if (measure_error)
+        report.max_error = std::fmax(report.max_error, decode_error(exec, s.in, s.count, s.out, lengths[j]));
+      payloads[which[j]] = {s.out, lengths[j]};
+    }
+    return payloads;
   }
 
   /// Chunk `chunk` of the block for `peer`; `room` is the peer's staging (send_room bytes).
