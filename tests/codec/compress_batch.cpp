@@ -37,7 +37,8 @@ kompress::detail::kernel_tuning with_team_size(int team_size) {
 /// offset of its buffer except where `shift` moves one by 3 bytes; checks every length and
 /// every byte.
 template <class T>
-void check_batch(const device<T>& values, const std::vector<std::size_t>& sizes, const kompress::compress_options& options,
+void check_batch(const device<T>& values, const std::vector<std::size_t>& sizes,
+                 const kompress::compress_options& options,
                  int team_size, bool known_ranges, std::size_t shift = ~std::size_t(0)) {
   std::vector<std::size_t> offsets, begins;
   std::size_t room = 0, at = 0;
@@ -97,7 +98,8 @@ void check_file(const kompress::test::data_file_info& file) {
 
 }  // namespace
 
-TEST_CASE("compress_batch: every real array cut into pieces compresses as each piece alone") {
+TEST_CASE("compress_batch: every real array cut into pieces compresses as each piece alone" *
+          doctest::test_suite("slow")) {
   int checked = 0;
   for (const auto& file : kompress::test::float_data_files()) {
     if (file.elements() < 20000) continue;

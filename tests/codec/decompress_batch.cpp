@@ -65,7 +65,8 @@ struct compressed_pieces {
     device<T> out("one_by_one", values);
     for (std::size_t i = 0; i < offsets.size(); ++i)
       kompress::decompress(default_exec{},
-                           Kokkos::subview(streams, std::pair<std::size_t, std::size_t>(offsets[i], offsets[i] + lengths[i])),
+                           Kokkos::subview(streams,
+                                           std::pair<std::size_t, std::size_t>(offsets[i], offsets[i] + lengths[i])),
                            Kokkos::subview(out, std::pair<std::size_t, std::size_t>(begins[i], begins[i] + counts[i])));
     return out;
   }
@@ -134,7 +135,8 @@ void check_file(const kompress::test::data_file_info& file) {
 
 }  // namespace
 
-TEST_CASE("decompress_batch: every real array cut into pieces decodes as each piece alone") {
+TEST_CASE("decompress_batch: every real array cut into pieces decodes as each piece alone" *
+          doctest::test_suite("slow")) {
   const auto files = kompress::test::float_data_files();
   REQUIRE(!files.empty());
   int checked = 0;

@@ -185,11 +185,15 @@ double decompress_batch(const Exec& exec, std::span<const stream_to_decode<T>> s
   if (batched) {
     // One decompression, whatever the number of streams (Kokkos Tools time the codec by it).
     Kokkos::Profiling::ScopedRegion region("kompress::decompress");
-    dispatch_block_size(block_size, [&](auto b) { decode_fast_batch<Memory, decltype(b)::value>(exec, streams, headers, who, tuning); });
+    dispatch_block_size(block_size, [&](auto b) {
+      decode_fast_batch<Memory, decltype(b)::value>(exec, streams, headers, who, tuning);
+    });
     return bound;
   }
   for (std::size_t i = 0; i < streams.size(); ++i)
-    decompress_parsed(exec, Kokkos::View<const std::byte*, Memory, Kokkos::MemoryUnmanaged>(streams[i].stream, streams[i].length),
+    decompress_parsed(exec,
+                      Kokkos::View<const std::byte*, Memory, Kokkos::MemoryUnmanaged>(streams[i].stream,
+                                                                                     streams[i].length),
                       headers[i], Kokkos::View<T*, Memory, Kokkos::MemoryUnmanaged>(streams[i].out, streams[i].count),
                       who);
   return bound;

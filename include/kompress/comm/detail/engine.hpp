@@ -129,8 +129,10 @@ template <class Memory = Kokkos::HostSpace, class T, class Exec>
 double decode_messages(const Exec& exec, std::span<const stream_to_decode<T>> messages, const char* who) {
   std::vector<stream_to_decode<T>> streams;
   for (const stream_to_decode<T>& m : messages) {
-    if (m.length == m.count * sizeof(T)) copy_values<Memory>(exec, reinterpret_cast<std::byte*>(m.out), m.stream, m.length);
-    else streams.push_back(m);
+    if (m.length == m.count * sizeof(T))
+      copy_values<Memory>(exec, reinterpret_cast<std::byte*>(m.out), m.stream, m.length);
+    else
+      streams.push_back(m);
   }
   return decompress_batch<Memory>(exec, std::span<const stream_to_decode<T>>(streams), who);
 }
