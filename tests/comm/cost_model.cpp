@@ -14,8 +14,10 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 using namespace kompress::test;  // support/mpi_checks.hpp, support/device_views.hpp, comm/checks.hpp
@@ -236,6 +238,130 @@ TEST_CASE("automatic allgather compresses every block where its stream reaches e
     CHECK(violations == 0);
     CHECK(identical_on_every_rank(got));
   }
+}
+
+namespace {
+
+/// A GPU's codec as the H200 measured it (docs/performance.md: about 90 us per call, then 31 GB/s
+/// compressing and 133 GB/s decoding), activations' ratio at REL 1e-2, a 100 Gb/s link.
+kompress::cost_model gpu_at_100_gbps() {
+  kompress::cost_model model;
+  model.link_bytes_per_second = 12.5e9;
+  model.compress_bytes_per_second = 30.94e9;
+  model.decompress_bytes_per_second = 133.16e9;
+  model.compress_call_seconds = 90.5e-6;
+  model.decompress_call_seconds = 89.9e-6;
+  model.expected_ratio = 6.19;
+  return model;
+}
+
+}  // namespace
+
+TEST_CASE("streams that share a batched call pay a share of its fixed cost: an alltoall's blocks, the butterfly's "
+          "final blocks") {
+  const kompress::cost_model gpu = gpu_at_100_gbps();
+  const kompress::cost_model shared = gpu.sharing_calls(0.5, 0.25);
+  CHECK(shared.compress_call_seconds == doctest::Approx(gpu.compress_call_seconds * 0.5));
+  CHECK(shared.decompress_call_seconds == doctest::Approx(gpu.decompress_call_seconds * 0.25));
+  CHECK(shared.compress_bytes_per_second == gpu.compress_bytes_per_second);
+
+  // alltoall at 64 ranks, 16 MiB per rank: a 256 KiB block does not pay a whole call each way,
+  // but 1/63 of a batch's does, against MPI's pairwise steps (a latency each).
+  const std::uint64_t block = 256 * 1024;
+  CHECK_FALSE(gpu.worth_compressing(block));
+  CHECK(gpu.worth_compressing_exchanged(block, 63));
+  const kompress::cost_model exchange = gpu.exchange_model(block, 63);
+  CHECK(exchange.compress_call_seconds == doctest::Approx(gpu.compress_call_seconds / 63));
+  CHECK(exchange.decompress_call_seconds == doctest::Approx(gpu.decompress_call_seconds / 63));
+  CHECK(gpu.worth_compressing_exchanged(block, 1) == gpu.worth_compressing(block));
+  // At 200 Gb/s the codec (31 GB/s) takes most of what the link would: not by min_gain.
+  kompress::cost_model fast_link = gpu;
+  fast_link.link_bytes_per_second = 25e9;
+  CHECK_FALSE(fast_link.worth_compressing_exchanged(block, 63));
+  // A CPU core's calls cost less than a chunk's bytes: no batch, so no share.
+  kompress::cost_model cpu = forwarding_pays();
+  cpu.compress_call_seconds = cpu.decompress_call_seconds = 2e-6;
+  const kompress::cost_model cpu_exchange = cpu.exchange_model(block, 63);
+  CHECK(cpu_exchange.compress_call_seconds == cpu.compress_call_seconds);
+  CHECK(cpu_exchange.decompress_call_seconds == cpu.decompress_call_seconds);
+
+  // allreduce at 64 ranks, 64 MiB: 1 MiB final blocks (ratio 33), each crossing 63 links and
+  // decoded in 6 batches (one per doubling step) rather than one call each.
+  kompress::cost_model gradients = gpu;
+  gradients.expected_ratio = 33.0;
+  const std::uint64_t final_block = 1 << 20;
+  CHECK_FALSE(gradients.worth_compressing(final_block));
+  CHECK_FALSE(gradients.worth_compressing_forwarded(final_block, 63));
+  CHECK(gradients.worth_compressing_forwarded(final_block, 63, 6.0 / 63.0));
+  const kompress::detail::wire_rule automatic{kompress::transfer_mode::automatic, gradients};
+  CHECK(kompress::detail::final_block_rule(automatic, final_block, 64).mode == kompress::transfer_mode::compressed);
+  CHECK(kompress::detail::final_block_rule(automatic, final_block, 2).mode == kompress::transfer_mode::automatic);
+  const kompress::detail::wire_rule raw{kompress::transfer_mode::raw, gradients};
+  CHECK(kompress::detail::final_block_rule(raw, final_block, 64).mode == kompress::transfer_mode::raw);
+  kompress::detail::wire_rule fast = automatic;
+  fast.cost.link_bytes_per_second = 1e12;
+  CHECK(kompress::detail::final_block_rule(fast, final_block, 64).mode == kompress::transfer_mode::automatic);
+}
+
+TEST_CASE("automatic alltoall prices each block's share of a batched call: it compresses where one call per block "
+          "would not pay") {
+  const int p = size_of(), me = rank_of();
+  kompress::collective_options options{.codec = {.bound = kompress::absolute(1e-3)},
+                                       .mode = kompress::transfer_mode::automatic};
+  // 1 MiB blocks over a 1 GB/s link; a fast codec whose calls cost 0.5 ms each: a call per block
+  // each way is about the raw transfer, a third or half of one (3 or 2 peers) is not.
+  options.cost.link_bytes_per_second = 1e9;
+  options.cost.compress_bytes_per_second = options.cost.decompress_bytes_per_second = 100e9;
+  options.cost.compress_call_seconds = options.cost.decompress_call_seconds = 500e-6;
+  options.cost.expected_ratio = 10.0;
+  const std::size_t per_peer = (1 << 20) / sizeof(float);
+  const auto values = make_data<float>(per_peer * std::size_t(p), me + 5);
+  host_view<float> expected("expected", values.size());
+  MPI_Alltoall(values.data(), int(per_peer), MPI_FLOAT, expected.data(), int(per_peer), MPI_FLOAT, MPI_COMM_WORLD);
+  device_view<float> got("got", values.size());
+  const auto report = kompress::alltoall(exec_space{}, to_device(values), got, MPI_COMM_WORLD, options);
+  CHECK(report.compressed_messages == (p >= 3 ? std::uint64_t(p - 1) : 0u));
+  const auto h = to_host(got);
+  std::size_t violations = 0;
+  for (std::size_t k = 0; k < h.size(); ++k)
+    violations += !(std::fabs(double(h(k)) - double(expected(k))) <= (int(k / per_peer) == me ? 0.0 : 1e-3));
+  CHECK(violations == 0);
+}
+
+TEST_CASE("automatic allreduce on the butterfly compresses final blocks that cross enough links, where no halving "
+          "message pays") {
+  const int p = size_of(), me = rank_of();
+  // forwarding_pays: a 256 KiB block does not pay over one link, but does over two or more; the
+  // halving's messages (n/2, or the fold's n) do not pay either.
+  kompress::collective_options options{.codec = {.bound = kompress::absolute(1e-3)},
+                                       .mode = kompress::transfer_mode::automatic,
+                                       .schedule = kompress::collective_schedule::halving_doubling,
+                                       .cost = forwarding_pays()};
+  const int core = int(std::bit_floor(unsigned(p)));
+  const std::size_t n = std::size_t(core) * (256 * 1024 / sizeof(float));
+  const auto values = make_data<float>(n, me + 3);
+  host_view<float> expected("expected", n);
+  MPI_Allreduce(values.data(), expected.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  device_view<float> got("got", n);
+  const auto report = kompress::allreduce(exec_space{}, to_device(values), got, MPI_COMM_WORLD, options);
+  CAPTURE(report.messages);
+  // Over all ranks (a rank folded out, where p is no power of two, sends only its raw fold).
+  std::uint64_t compressed = report.compressed_messages;
+  MPI_Allreduce(MPI_IN_PLACE, &compressed, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  if (p >= 3) {
+    CHECK(compressed > 0);
+    CHECK(report.compressed_messages < report.messages);  // the halving's messages raw
+  } else {
+    CHECK(compressed == 0);  // one link per block: MPI_Allreduce itself
+  }
+  const auto h = to_host(got);
+  std::size_t violations = 0;
+  // Within the bound, beyond float rounding of the sums (|values| <= 10 on each of p ranks).
+  const double rounding = 2.0 * p * std::numeric_limits<float>::epsilon() * 10.0 * p;
+  for (std::size_t k = 0; k < n; ++k)
+    violations += !(std::fabs(double(h(k)) - double(expected(k))) <= report.absolute_bound + rounding);
+  CHECK(violations == 0);
+  CHECK(identical_on_every_rank(h));
 }
 
 TEST_CASE("measure_cost_model on a sample of the data: its ratio, the lowest over the ranks, agreed by every rank") {

@@ -137,6 +137,7 @@ agreed_exchange agree_exchange(const Exec& exec, const SendView& send, const Rec
   const transport how =
       transport_for<Exec, typename SendView::memory_space, typename RecvView::memory_space>(options.transport);
   agreed_exchange agreed{shape, wire_rule::for_call(options, how), {}, nullptr, false, how};
+  agreed.rule.exchange_peers = std::uint64_t(std::max(shape.size - 1, 0));
   exchange_layout& layout = agreed.layout;
   agreement a;
   a.must_match = uniform ? "the element type, transfer mode, cost model, element count and whether the Views "

@@ -138,18 +138,56 @@ struct cost_model {
     return compressed_seconds(bytes, expected_ratio) * min_gain < double(bytes) / link_bytes_per_second;
   }
 
+  /// The model of streams that share codec calls: each pays `compress_share` of a compression's
+  /// fixed cost and `decompress_share` of a decompression's (a batch of n streams compressed, or
+  /// decoded, by one call: 1/n each; detail/compress_batch.hpp, detail/decompress_batch.hpp).
+  cost_model sharing_calls(double compress_share, double decompress_share) const {
+    cost_model model = *this;
+    model.compress_call_seconds *= compress_share;
+    model.decompress_call_seconds *= decompress_share;
+    return model;
+  }
+
   /// True when compressing a message of `bytes` once pays where its stream then crosses a link
   /// `sends` times, decoded at each end (an allgather's block: compressed by its owner alone,
   /// received and decoded by the p - 1 others): the first crossing as compressed_seconds, each
   /// further one its stream on the link and its decoding, against `sends` raw crossings, by
-  /// min_gain. With one send it is worth_compressing.
-  bool worth_compressing_forwarded(std::uint64_t bytes, std::uint64_t sends) const {
-    if (sends <= 1) return sends == 1 && worth_compressing(bytes);
+  /// min_gain. With one send it is worth_compressing. `decode_share`: the part of a
+  /// decompression's fixed cost each decoding pays (1, or less where receivers decode the
+  /// streams that arrive together in one batched call).
+  bool worth_compressing_forwarded(std::uint64_t bytes, std::uint64_t sends, double decode_share = 1.0) const {
+    const cost_model model = sharing_calls(1.0, decode_share);
+    if (sends <= 1) return sends == 1 && model.worth_compressing(bytes);
     if (bytes < min_message_bytes) return false;
     const double b = double(bytes), forwards = double(sends - 1);
-    const double forward = wire_seconds(b, expected_ratio) + decompress_seconds(b);
-    const double compressed = compressed_seconds(bytes, expected_ratio) + forwards * forward;
+    const double forward = wire_seconds(b, expected_ratio) + model.decompress_seconds(b);
+    const double compressed = model.compressed_seconds(bytes, expected_ratio) + forwards * forward;
     return compressed * min_gain < double(sends) * b / link_bytes_per_second;
+  }
+
+  /// The model an alltoall(v) prices and cuts a block of `bytes` to one of `peers` peers with:
+  /// where a codec call costs more than a chunk's bytes take (batches_encodes, batches_decodes,
+  /// as on a GPU), chunk i of every peer's block is compressed by one call and the arrivals are
+  /// decoded by one, so each block pays 1/peers of those calls (docs/collectives.md,
+  /// "alltoall and alltoallv").
+  cost_model exchange_model(std::uint64_t bytes, std::uint64_t peers) const {
+    if (peers <= 1) return *this;
+    const double share = 1.0 / double(peers);
+    const double chunk = double(sharing_calls(share, share).chunk_bytes(bytes));
+    return sharing_calls(batches_encodes(chunk) ? share : 1.0, batches_decodes(chunk) ? share : 1.0);
+  }
+
+  /// True when an alltoall(v)'s block of `bytes` to one of `peers` peers is worth compressing:
+  /// raw, MPI's own exchange sends large blocks one pairwise step after another (MPICH's and
+  /// Open MPI's long-message algorithm), each step a latency and the block; compressed, every
+  /// block is posted at once (one latency for all) and its codec calls are shared as
+  /// exchange_model says. By min_gain, as worth_compressing, which it is for one peer.
+  bool worth_compressing_exchanged(std::uint64_t bytes, std::uint64_t peers) const {
+    if (peers <= 1) return worth_compressing(bytes);
+    if (bytes < min_message_bytes) return false;
+    const double compressed = exchange_model(bytes, peers).compressed_seconds(bytes, expected_ratio);
+    return (compressed + latency_seconds / double(peers)) * min_gain <
+           latency_seconds + double(bytes) / link_bytes_per_second;
   }
 
   /// Predicted seconds of one step of a schedule that moves a message of `bytes` (and takes one

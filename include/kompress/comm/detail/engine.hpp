@@ -67,11 +67,16 @@ void copy_values(const Exec& exec, T* to, const T* from, std::size_t count) {
 struct wire_rule {
   transfer_mode mode = transfer_mode::compressed;
   cost_model cost{};
+  /// An alltoall(v)'s peers (p - 1), whose blocks share codec calls and whose raw exchange is
+  /// MPI's (cost_model::exchange_model); 0 for every other collective's messages.
+  std::uint64_t exchange_peers = 0;
 
   bool may_compress(std::uint64_t raw_bytes) const {
     switch (mode) {
       case transfer_mode::raw: return false;
-      case transfer_mode::automatic: return cost.worth_compressing(raw_bytes);
+      case transfer_mode::automatic:
+        return exchange_peers > 0 ? cost.worth_compressing_exchanged(raw_bytes, exchange_peers)
+                                  : cost.worth_compressing(raw_bytes);
       default: return raw_bytes > 0;
     }
   }
@@ -96,7 +101,8 @@ struct wire_rule {
   }
   /// How a message of `values` elements is cut (one chunk unless it may be compressed).
   chunk_plan plan(std::size_t values, std::size_t value_bytes, std::uint64_t nominal_bytes) const {
-    return plan_chunks(cost, may_compress(nominal_bytes), values, value_bytes, nominal_bytes);
+    const cost_model& model = exchange_peers > 0 ? cost.exchange_model(nominal_bytes, exchange_peers) : cost;
+    return plan_chunks(model, may_compress(nominal_bytes), values, value_bytes, nominal_bytes);
   }
 };
 

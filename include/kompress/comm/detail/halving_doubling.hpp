@@ -182,6 +182,24 @@ inline bool takes_halving_doubling(collective_schedule schedule, const wire_rule
   return butterfly < ring;
 }
 
+/// The wire rule of the butterfly's final blocks of `block_bytes` on `p` ranks. A final block is
+/// compressed once, by its owner, and its stream then crosses p - 1 links, each copy decoded, so
+/// automatic mode weighs that (cost_model::worth_compressing_forwarded) and, where it pays,
+/// compresses every such block as compressed mode does. Where a decompression costs more than
+/// the block's bytes take (batches_decodes, as on a GPU) a rank decodes its p - 1 blocks in one
+/// batch per gathering step (log2 p', and an unfold where p is no power of two), so each
+/// decoding pays that share of a call. Both sides of a message derive it alike.
+inline wire_rule final_block_rule(const wire_rule& rule, std::uint64_t block_bytes, int p) {
+  wire_rule finals = rule;
+  if (rule.mode != transfer_mode::automatic || p <= 1) return finals;
+  const auto receivers = std::uint64_t(p - 1);
+  const int core = int(std::bit_floor(unsigned(p)));
+  const double steps = double(std::countr_zero(unsigned(core)) + (core < p ? 1 : 0));
+  const double share = rule.cost.batches_decodes(double(block_bytes)) ? std::min(1.0, steps / double(receivers)) : 1.0;
+  if (rule.cost.worth_compressing_forwarded(block_bytes, receivers, share)) finals.mode = transfer_mode::compressed;
+  return finals;
+}
+
 /// sums[i] = own[i] + incoming[i] for i < n, on `exec` (sums may be own), and waits.
 template <class Exec, class T>
 void add_partial_sums(const Exec& exec, T* sums, const T* own, const T* incoming, std::size_t n) {
@@ -211,7 +229,7 @@ class halving_doubling_operation final : public operation {
     // step brings in are decoded together when it ends (docs/collectives.md, "Decoding what
     // arrives together").
     batch_finals_ = geometry_.gathers() && geometry_.count > 0 &&
-                    rule_.cost.batches_decodes(double(plan(block_size(0)).chunk * sizeof(T)));
+                    rule_.cost.batches_decodes(double(final_plan(block_size(0)).chunk * sizeof(T)));
     report_.absolute_bound = result_bound;
     if (measure_error) max_error_ = 0.0;
     reserve();
@@ -248,6 +266,11 @@ class halving_doubling_operation final : public operation {
   /// How a message of `values` values is cut, the same on both sides (from its own size).
   chunk_plan plan(std::size_t values) const { return rule_.plan(values, sizeof(T), values * sizeof(T)); }
   bool compressible(std::size_t values) const { return rule_.may_compress(values * sizeof(T)); }
+  /// A final block of `values`: its rule (final_block_rule) and how it is cut into pieces.
+  wire_rule final_rule(std::size_t values) const {
+    return final_block_rule(rule_, values * sizeof(T), geometry_.shape.size);
+  }
+  chunk_plan final_plan(std::size_t values) const { return final_rule(values).plan(values, sizeof(T), values * sizeof(T)); }
 
   /// The messages one side of a step moves, in the order they travel.
   std::vector<message> messages(const butterfly_step& step, bool sending) const {
@@ -262,7 +285,7 @@ class halving_doubling_operation final : public operation {
     }
     for (int block = int(begin); block < int(end); ++block) {
       if (block == step.skip) continue;
-      const chunk_plan pieces = plan(block_size(block));
+      const chunk_plan pieces = final_plan(block_size(block));
       for (std::size_t i = 0; i < pieces.count(); ++i)
         out.push_back({geometry_.block_begin(block) + pieces.begin(i), pieces.size(i), block, i});
     }
@@ -285,7 +308,7 @@ class halving_doubling_operation final : public operation {
       }
       sent = std::max(sent, out.size());
     }
-    if (encoded_block_ >= 0) encoded = std::max(encoded, plan(block_size(encoded_block_)).count());
+    if (encoded_block_ >= 0) encoded = std::max(encoded, final_plan(block_size(encoded_block_)).count());
     piece_room_ = (max_compressed_size<T>(std::max<std::size_t>(widest, 1), codec_) + 7) / 8 * 8;
     arrival_bytes_ = (arrival * sizeof(T) + 7) / 8 * 8;
     const std::size_t count = geometry_.count, sums = geometry_.reduces() ? count : 0;
@@ -301,7 +324,7 @@ class halving_doubling_operation final : public operation {
       scratch_->reserve_staging(std::max<std::size_t>(1, sent) * piece_room_, arrival_bytes_ + count * sizeof(T));
     final_length_.resize(std::size_t(geometry_.block_count()));
     for (int block = 0; block < geometry_.block_count(); ++block)
-      final_length_[std::size_t(block)].assign(plan(block_size(block)).count(), unknown_length);
+      final_length_[std::size_t(block)].assign(final_plan(block_size(block)).count(), unknown_length);
   }
 
   /// The block whose final stream this rank compresses (-1: none): allreduce's core rank the
@@ -393,8 +416,9 @@ class halving_doubling_operation final : public operation {
     std::size_t& length = final_length_[std::size_t(m.block)][m.piece];
     if (length == unknown_length && m.block == encoded_block_) {
       std::byte* const out = send_ + m.piece * piece_room_;
-      length = encode_message<memory>(exec_, rule_, codec_, compressible(block_size(m.block)), final_source(m.begin),
-                                      m.values, out, decoded_, max_error_);
+      const wire_rule rule = final_rule(block_size(m.block));
+      length = encode_message<memory>(exec_, rule, codec_, rule.may_compress(block_size(m.block) * sizeof(T)),
+                                      final_source(m.begin), m.values, out, decoded_, max_error_);
       copy_values<memory>(exec_, slot, static_cast<const std::byte*>(out), length);
       if (geometry_.collective != butterfly_collective::reduce_scatter) decode_final(slot, length, m);
     }

@@ -78,12 +78,17 @@ struct ring_call {
                                   collective);
   }
   /// raw_for a sum's schedule, judged by its largest message: the ring's `ring_message_bytes`;
-  /// recursive halving's n/2, or where p is no power of two the fold's n.
+  /// recursive halving's n/2, or where p is no power of two the fold's n; and for allreduce's
+  /// butterfly by its final blocks too, which may pay where no halving message does (each
+  /// crosses p - 1 links: final_block_rule).
   bool sum_sends_raw(const agreed_ring& agreed, std::size_t ring_message_bytes, butterfly_collective collective) const {
     const int p = agreed.shape.size;
     if (p <= 1 || !sums_by_halving(agreed, collective)) return raw_for(agreed, ring_message_bytes);
     const std::size_t bytes = send.size() * sizeof(value_type);
-    return raw_for(agreed, std::has_single_bit(unsigned(p)) ? bytes / 2 : bytes);
+    if (!raw_for(agreed, std::has_single_bit(unsigned(p)) ? bytes / 2 : bytes)) return false;
+    if (collective != butterfly_collective::allreduce) return true;
+    const std::size_t block = bytes / std::bit_floor(std::size_t(p));
+    return raw_for(agreed, block, final_block_rule(agreed.rule, block, p));
   }
 };
 
