@@ -59,6 +59,15 @@ KOMPRESS_FUNCTION std::uint64_t checksum_of(const std::byte* data, std::size_t l
   return c.value();
 }
 
+/// Whether chunk `chunk` of a stream's data matches its checksum: its bytes run from the previous
+/// chunk's end to its own (`ends`, the chunk end table), its checksum is the `checksums` table's.
+KOMPRESS_FUNCTION bool chunk_matches(const std::byte* data, const std::byte* ends, const std::byte* checksums,
+                                     std::uint64_t chunk) {
+  const std::uint64_t begin = chunk ? load<std::uint64_t>(ends + 8 * (chunk - 1)) : 0;
+  const std::uint64_t end = load<std::uint64_t>(ends + 8 * chunk);
+  return checksum_of(data + begin, end - begin) == load<std::uint64_t>(checksums + 8 * chunk);
+}
+
 /// checksum_of of N spans at once, the same N values. One hash is a chain of dependent
 /// multiplications (about 1.6 bytes per cycle); N chains side by side keep the multiplier
 /// busy, so verifying or sealing N chunks costs little more than one.

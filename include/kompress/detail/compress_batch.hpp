@@ -55,16 +55,15 @@ void enqueue_fast_batch(const Exec& exec, std::span<const stream_to_compress<T>>
     const chunk coder{chunk_encoder<T, BlockSize>{s.in, range_slot<T, Exec>(out), data, ends, checksums, base,
                                                   layout, values_per_chunk,
                                                   layout.max_chunk_bytes(values_per_chunk)}};
-    value_range_segments<T> segments = make_value_range_segments(
+    const value_range_segments<T> segments = make_value_range_segments(
         s.in, s.count, (base.flags & flag_fill_value) != 0, static_cast<bits_t<T>>(base.fill_bits),
         tuning.range_segment);
-    if (s.known_range) segments.count = 0;  // no segments: the range is given
     entries(k) = entry{team_compression<T, Exec, chunk>{coder, out, data, ends, checksums, base, layout,
                                                         lengths + which[k], layout.chunk_count(), 0, 0},
                        segments, s.known_range ? *s.known_range : packed_range<T>{}, s.known_range != nullptr,
                        batch.chunks, batch.segments};
     batch.chunks += layout.chunk_count();
-    batch.segments += segments.segments();
+    if (!s.known_range) batch.segments += segments.segments();  // a given range takes no segment
     batch.scratch_bytes = std::max(batch.scratch_bytes, coder.scratch_bytes());
   }
   batch.scratch_level = team_scratch_level<Exec>(batch.scratch_bytes);

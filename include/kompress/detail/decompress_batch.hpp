@@ -90,6 +90,15 @@ std::vector<const std::byte*> host_prefixes(const Exec& exec, std::span<const st
   return prefixes;
 }
 
+/// A stream must hold what its message was posted for: `count` values in exactly `length` bytes.
+inline void require_expected_stream(const stream_header& header, std::size_t count, std::size_t length,
+                                    const char* who) {
+  if (header.count != count || header.stream_bytes != length)
+    throw format_error(std::string(who) + ": a received stream holds " + std::to_string(header.count) + " values in " +
+                       std::to_string(header.stream_bytes) + " bytes; expected " + std::to_string(count) +
+                       " values in a message of " + std::to_string(length) + " bytes");
+}
+
 /// Every stream's header and chunk tables read and checked (two gathers from device memory),
 /// and each held to its expected element type, count and length.
 template <class Memory, class T, class Exec>
@@ -110,11 +119,7 @@ std::vector<stream_header> read_batch_headers(const Exec& exec, std::span<const 
   for (std::size_t i = 0; i < m; ++i) {
     headers[i] = parse_header(prefixes[i], bytes[i], streams[i].length, who);
     require_element_type<T>(headers[i], who);
-    if (headers[i].count != streams[i].count || headers[i].stream_bytes != streams[i].length)
-      throw format_error(std::string(who) + ": a received stream holds " + std::to_string(headers[i].count) +
-                         " values in " + std::to_string(headers[i].stream_bytes) + " bytes; expected " +
-                         std::to_string(streams[i].count) + " values in a message of " +
-                         std::to_string(streams[i].length) + " bytes");
+    require_expected_stream(headers[i], streams[i].count, streams[i].length, who);
   }
   return headers;
 }

@@ -55,11 +55,7 @@ struct stream_batch {
   /// Whether chunk `chunk` of the batch matches its checksum.
   KOKKOS_INLINE_FUNCTION bool verify(std::uint64_t chunk) const {
     const batched_stream<T, BlockSize>& s = streams(stream_of(chunk));
-    const std::uint64_t local = chunk - s.first_chunk;
-    const std::byte* const ends = s.decoder.ends;
-    const std::uint64_t begin = local ? load<std::uint64_t>(ends + 8 * (local - 1)) : 0;
-    const std::uint64_t end = load<std::uint64_t>(ends + 8 * local);
-    return checksum_of(s.decoder.data + begin, end - begin) == load<std::uint64_t>(s.checksums + 8 * local);
+    return chunk_matches(s.decoder.data, s.decoder.ends, s.checksums, chunk - s.first_chunk);
   }
   /// The parallel_reduce functor of the thread-per-chunk decoder: the first bad chunk.
   KOKKOS_INLINE_FUNCTION void operator()(std::uint64_t chunk, std::uint64_t& bad) const {

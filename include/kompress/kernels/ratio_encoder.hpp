@@ -130,10 +130,7 @@ void decompress_ratio_chunks(const Exec& exec, const std::byte* in, const stream
   Kokkos::parallel_reduce(
       "kompress::decompress::verify", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
       KOKKOS_LAMBDA(std::uint64_t chunk, std::uint64_t& bad) {
-        const std::uint64_t begin = chunk_begin(chunk);
-        const std::uint64_t end = load<std::uint64_t>(ends + 8 * chunk);
-        if (checksum_of(data + begin, end - begin) != load<std::uint64_t>(checksums + 8 * chunk))
-          bad = chunk < bad ? chunk : bad;
+        if (!chunk_matches(data, ends, checksums, chunk)) bad = chunk < bad ? chunk : bad;
       },
       Kokkos::Min<std::uint64_t>(first_bad));
   if (first_bad < chunks)

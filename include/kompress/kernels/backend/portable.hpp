@@ -83,10 +83,7 @@ struct portable_backend {
     Kokkos::parallel_reduce(
         "kompress::decompress::verify", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
         KOKKOS_LAMBDA(std::uint64_t chunk, std::uint64_t& bad) {
-          const std::uint64_t begin = chunk ? load<std::uint64_t>(ends + 8 * (chunk - 1)) : 0;
-          const std::uint64_t end = load<std::uint64_t>(ends + 8 * chunk);
-          if (checksum_of(data + begin, end - begin) != load<std::uint64_t>(checksums + 8 * chunk))
-            bad = chunk < bad ? chunk : bad;
+          if (!chunk_matches(data, ends, checksums, chunk)) bad = chunk < bad ? chunk : bad;
         },
         Kokkos::Min<std::uint64_t>(first_bad));
     return first_bad;
