@@ -81,7 +81,10 @@ struct wire_rule {
     }
   }
   bool send_compressed(std::uint64_t raw_bytes, std::uint64_t length) const {
-    return length < raw_bytes && (mode != transfer_mode::automatic || cost.compressed_wins(raw_bytes, length));
+    if (length >= raw_bytes) return false;
+    if (mode != transfer_mode::automatic) return true;
+    return exchange_peers > 0 ? cost.exchange_model(raw_bytes, exchange_peers).compressed_wins(raw_bytes, length)
+                              : cost.compressed_wins(raw_bytes, length);
   }
   /// The mode and, unless raw, the cost model: automatic mode decides with it, and both modes
   /// that compress cut messages into chunks by it, on each side alone.
@@ -119,13 +122,9 @@ double decode_message(const Exec& exec, const std::byte* in, std::size_t length,
   const values_in<const std::byte, Memory> stream(in, length);
   // The header and chunk tables read (from device memory: copied) and checked once.
   const stream_header header = read_header(exec, stream, who);  // format_error on a damaged stream
-  const stream_info info = to_info(header);
-  if (info.count != count || info.compressed_bytes != length)
-    throw format_error(std::string(who) + ": a received stream holds " + std::to_string(info.count) + " values in " +
-                       std::to_string(info.compressed_bytes) + " bytes; expected " + std::to_string(count) +
-                       " values in a message of " + std::to_string(length) + " bytes");
+  require_expected_stream(header, count, length, who);
   decompress_parsed(exec, stream, header, values_in<T, Memory>(out, count), who);
-  return info.absolute_bound;
+  return header.abs_bound;
 }
 
 /// decode_message over messages that are all at hand: raw ones copied, the streams decoded as
@@ -485,6 +484,19 @@ class exchange_engine final : public operation {
     return {staged, payload.size()};
   }
 
+  /// The report's share of one chunk sent: its bytes on the wire. Whether it left compressed.
+  bool account_chunk(std::size_t wire_bytes, std::size_t raw_bytes) {
+    report_.wire_bytes += wire_bytes;
+    ++report_.chunks;
+    return wire_bytes < raw_bytes;
+  }
+  /// The report's share of one peer's message, once all its chunks are sent.
+  void account_message(std::size_t raw_bytes, bool compressed) {
+    report_.payload_bytes += raw_bytes;
+    ++report_.messages;
+    if (compressed) ++report_.compressed_messages;
+  }
+
   /// Where a compression costs more than a chunk's bytes (a GPU): round i compresses chunk i of
   /// every peer's block (in the rotating order) as one batch, then sends them, and polls for
   /// arrivals before the next round, so that round i's transfers overlap round i + 1's
@@ -521,9 +533,7 @@ class exchange_engine final : public operation {
                                               std::span<std::byte* const>(rooms), report_);
             for (std::size_t j = 0; j < payloads.size(); ++j) {
               const std::size_t k = round_index[j];
-              compressed[k] = compressed[k] || payloads[j].size() < plans[k].size(chunk) * value_bytes();
-              report_.wire_bytes += payloads[j].size();
-              ++report_.chunks;
+              if (account_chunk(payloads[j].size(), plans[k].size(chunk) * value_bytes())) compressed[k] = true;
               payloads[j] = to_mpi(peers[k], plans[k].begin(chunk) * value_bytes(), payloads[j]);
             }
           } catch (...) {
@@ -535,11 +545,7 @@ class exchange_engine final : public operation {
           posted_.send(payloads[j].data(), payloads[j].size(), round_peers[j], scratch_->comm, who_);
         posted_.progress(false, who_, [&](int key, std::size_t length) { arrived(key, length); });
       }
-      for (std::size_t k = 0; k < peers.size(); ++k) {
-        report_.payload_bytes += messages_.raw_bytes_to(peers[k]);
-        ++report_.messages;
-        if (compressed[k]) ++report_.compressed_messages;
-      }
+      for (std::size_t k = 0; k < peers.size(); ++k) account_message(messages_.raw_bytes_to(peers[k]), compressed[k]);
     }
   }
 
@@ -620,15 +626,11 @@ class exchange_engine final : public operation {
             std::span<const std::byte> payload;
             if constexpr (chunked) payload = messages_.encode(exec_, peer, chunk, room, report_);
             else payload = messages_.encode(exec_, peer, room, report_);
-            compressed = compressed || payload.size() < plan.size(chunk) * value_bytes();
-            report_.wire_bytes += payload.size();
-            ++report_.chunks;
+            if (account_chunk(payload.size(), plan.size(chunk) * value_bytes())) compressed = true;
             return to_mpi(peer, plan.begin(chunk) * value_bytes(), payload);
           },
           [&] { posted_.progress(false, who_, [&](int key, std::size_t length) { arrived(key, length); }); });
-      report_.payload_bytes += raw;
-      ++report_.messages;
-      if (compressed) ++report_.compressed_messages;
+      account_message(raw, compressed);
     }
     // The block to itself last: the copy overlaps the last chunks on the wire.
     if (!failure_.aborting()) {

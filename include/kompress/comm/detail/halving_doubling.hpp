@@ -445,9 +445,14 @@ class halving_doubling_operation final : public operation {
       decode_final(landed, bytes, m);
       return;
     }
-    T* const decoded = decoded_ + (m.begin - step.receive_begin);
-    decode_message<memory>(exec_, landed, bytes, m.values, decoded, who_);
-    add_partial_sums(exec_, sums_ + m.begin, source(step) + m.begin, decoded, m.values);
+    // Raw values are added where they landed; a stream is decoded first.
+    const T* incoming = reinterpret_cast<const T*>(landed);
+    if (bytes != m.values * sizeof(T)) {
+      T* const decoded = decoded_ + (m.begin - step.receive_begin);
+      decode_message<memory>(exec_, landed, bytes, m.values, decoded, who_);
+      incoming = decoded;
+    }
+    add_partial_sums(exec_, sums_ + m.begin, source(step) + m.begin, incoming, m.values);
   }
 
   /// A final piece's stream (or raw values) into the output: now, or held for the step's batch.
