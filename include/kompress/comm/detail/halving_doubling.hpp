@@ -400,9 +400,12 @@ class halving_doubling_operation final : public operation {
 
   /// A piece of partial sums (or of this rank's own values), compressed once, in send scratch.
   std::span<const std::byte> encode_partial(const butterfly_step& step, const message& m, std::size_t i) {
+    const bool whole_compressible = compressible(step.send_end - step.send_begin);
+    // Raw: MPI reads the values where they are. The half a step sends is never written again
+    // (arrivals add into the half it keeps; the gathering writes the output).
+    if (!whole_compressible) return {reinterpret_cast<const std::byte*>(source(step) + m.begin), m.values * sizeof(T)};
     std::byte* const out = send_ + i * piece_room_;
     // measuring: the stream is decoded into decoded_, free while sending
-    const bool whole_compressible = compressible(step.send_end - step.send_begin);
     const std::size_t length = encode_message<memory>(exec_, rule_, codec_, whole_compressible, source(step) + m.begin,
                                                       m.values, out, decoded_, max_error_);
     return {out, length};
