@@ -188,12 +188,10 @@ namespace {
 /// A link, a codec and data where one 256 KiB message compressed for one link does not pay by
 /// min_gain, but one compressed for two or more links (decoded at each end) does.
 kompress::cost_model forwarding_pays() {
-  kompress::cost_model model;
-  model.link_bytes_per_second = 1e9;
-  model.compress_bytes_per_second = 2e9;
-  model.decompress_bytes_per_second = 10e9;
-  model.expected_ratio = 10.0;
-  return model;
+  return {.link_bytes_per_second = 1e9,
+          .compress_bytes_per_second = 2e9,
+          .decompress_bytes_per_second = 10e9,
+          .expected_ratio = 10.0};
 }
 
 }  // namespace
@@ -245,14 +243,12 @@ namespace {
 /// A GPU's codec as the H200 measured it (docs/performance.md: about 90 us per call, then 31 GB/s
 /// compressing and 133 GB/s decoding), activations' ratio at REL 1e-2, a 100 Gb/s link.
 kompress::cost_model gpu_at_100_gbps() {
-  kompress::cost_model model;
-  model.link_bytes_per_second = 12.5e9;
-  model.compress_bytes_per_second = 30.94e9;
-  model.decompress_bytes_per_second = 133.16e9;
-  model.compress_call_seconds = 90.5e-6;
-  model.decompress_call_seconds = 89.9e-6;
-  model.expected_ratio = 6.19;
-  return model;
+  return {.link_bytes_per_second = 12.5e9,
+          .compress_bytes_per_second = 30.94e9,
+          .decompress_bytes_per_second = 133.16e9,
+          .expected_ratio = 6.19,
+          .compress_call_seconds = 90.5e-6,
+          .decompress_call_seconds = 89.9e-6};
 }
 
 }  // namespace
