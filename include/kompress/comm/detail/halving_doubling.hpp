@@ -270,7 +270,9 @@ class halving_doubling_operation final : public operation {
   wire_rule final_rule(std::size_t values) const {
     return final_block_rule(rule_, values * sizeof(T), geometry_.shape.size);
   }
-  chunk_plan final_plan(std::size_t values) const { return final_rule(values).plan(values, sizeof(T), values * sizeof(T)); }
+  chunk_plan final_plan(std::size_t values) const {
+    return final_rule(values).plan(values, sizeof(T), values * sizeof(T));
+  }
 
   /// The messages one side of a step moves, in the order they travel.
   std::vector<message> messages(const butterfly_step& step, bool sending) const {
