@@ -1239,7 +1239,8 @@ NB_MODULE(_kompress, m) {
       .def_rw("compress_call_seconds", &kompress::cost_model::compress_call_seconds)
       .def_rw("decompress_call_seconds", &kompress::cost_model::decompress_call_seconds)
       .def("worth_compressing", &kompress::cost_model::worth_compressing, "bytes"_a)
-      .def("worth_compressing_forwarded", &kompress::cost_model::worth_compressing_forwarded, "bytes"_a, "sends"_a);
+      .def("worth_compressing_forwarded", &kompress::cost_model::worth_compressing_forwarded, "bytes"_a, "sends"_a,
+           "decode_share"_a = 1.0);
 
   nb::class_<collective_settings>(m, "_CollectiveSettings")
       .def(nb::init<>())

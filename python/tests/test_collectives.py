@@ -309,3 +309,7 @@ def test_cost_model_ratio_decides_auto_mode():
     assert model.worth_compressing(1 << 20)
     model.compress_call_seconds = model.decompress_call_seconds = 50e-3
     assert not model.worth_compressing(1 << 20)
+    # Receivers that decode what arrives together in one call each pay a share of it.
+    model.compress_call_seconds = 0.0
+    assert not model.worth_compressing_forwarded(1 << 20, 63)
+    assert model.worth_compressing_forwarded(1 << 20, 63, decode_share=1e-3)
