@@ -605,3 +605,36 @@ TEST_CASE("stash codec: options out of range are rejected when the stash is made
   o.codec_remeasure_saves = 0;
   CHECK_THROWS_WITH_AS(stash_type(exec, o), doctest::Contains("codec_remeasure_saves"), kompress::invalid_argument);
 }
+
+TEST_CASE("stash: a forward pass fits in a pool of the peak it reported, and stores the same there") {
+  // peak_pool_bytes is the budget a run needs: the worst-case ranges a save borrows while it
+  // compresses in place are ones the workspace could have served, and the others (a packed
+  // segment with more positive values than fit beside their stream's worst case in the
+  // workspace: the 30% zeros below) count while they are held.
+  const exec_space exec;
+  const std::size_t segment = std::size_t(16) << 10;
+  std::vector<std::vector<float>> layers{straddling_zero<float>(50000, 5, false)};
+  for (const double zeros : {0.75, 0.5, 0.3}) layers.push_back(relu_output<float>(100000, zeros, unsigned(10 * zeros)));
+  for (const bool keep_sign : {true, false}) {
+    for (const auto rounding : {kompress::rounding_mode::nearest, kompress::rounding_mode::stochastic}) {
+      CAPTURE(keep_sign);
+      CAPTURE(int(rounding));
+      const kompress::stash_save_options how{.keep_sign = keep_sign, .rounding = rounding};
+      const auto forward = [&](std::size_t budget) {
+        stash_type stash(exec, options(budget, segment));
+        std::vector<std::size_t> zeros_in_signs;
+        for (const auto& values : layers)
+          zeros_in_signs.push_back(
+              stash.info(stash.save(exec, to_view(values), kompress::relative(5e-2), how)).zeros_in_signs);
+        return std::pair{stash.stats(), zeros_in_signs};
+      };
+      const auto [roomy, roomy_zeros] = forward(std::size_t(16) << 20);
+      const auto [tight, tight_zeros] = forward(roomy.peak_pool_bytes);
+      CHECK(tight.spilled_segments == 0);
+      CHECK(tight_zeros == roomy_zeros);
+      CHECK(tight.stored_bytes == roomy.stored_bytes);
+      CHECK(tight.peak_pool_bytes == roomy.peak_pool_bytes);
+      if (keep_sign) CHECK(roomy_zeros[3] > 0);  // the 70% positive layer was packed
+    }
+  }
+}

@@ -88,6 +88,13 @@ constexpr const char* type_name() {
   return std::is_same_v<T, float> ? "float" : "double";
 }
 
+/// splitmix64's finalizer: seeds that differ in a bit differ in about half of theirs.
+constexpr std::uint64_t mixed_seed(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 /// Values per segment for elements of `element_size` bytes: segment_bytes worth, rounded down
 /// to whole chunks (a partial chunk only costs a shorter table, but whole ones keep segment
 /// boundaries on chunk boundaries).
@@ -391,11 +398,9 @@ struct stash<ExecutionSpace>::state {
                                 std::size_t stream) const {
     compress_options codec = codec_with(bound, mode);
     codec.rounding = entry.rounding;
-    std::uint64_t z = options.codec.rounding_seed + 0x9E3779B97F4A7C15ull * (2 * entry.save_number + 1) +
-                      0xBF58476D1CE4E5B9ull * std::uint64_t(stream);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    codec.rounding_seed = z ^ (z >> 31);
+    codec.rounding_seed = detail::mixed_seed(options.codec.rounding_seed +
+                                             0x9E3779B97F4A7C15ull * (2 * entry.save_number + 1) +
+                                             0xBF58476D1CE4E5B9ull * std::uint64_t(stream));
     return codec;
   }
 
@@ -686,39 +691,14 @@ struct stash<ExecutionSpace>::state {
       // its positive values alone; once one holds a negative value or no zero, the save stops
       // trying (the scan that finds out is a pass over the segment), and a View whose range
       // has a negative value does not start.
-      bool positives_only =
-          how.keep_sign && !has_negative && tuning.compress_in_place && per_segment < (std::size_t(1) << 32);
+      bool positives_only = how.keep_sign && !has_negative && per_segment < (std::size_t(1) << 32);
       for (std::size_t s = 0; s < segments && placed_all; ++s) {
         detail::stash_segment segment;
         segment.first_value = s * per_segment;
         segment.count = std::min(per_segment, count - segment.first_value);
         const compress_options codec = stream_codec(segment_bound, *mode, entry, s);
-        double segment_abs_bound = 0.0;
-        if (positives_only) {
-          detail::stash_segment signs;
-          const positives_placement placed = place_positives<T>(exec_, data + segment.first_value, codec,
-                                                                segment_bound.value, segment, signs,
-                                                                segment_abs_bound);
-          if (placed == positives_placement::placed) {
-            entry.segments.push_back(segment);
-            entry.segments.push_back(signs);
-            entry.absolute_bound = std::max(entry.absolute_bound, segment_abs_bound);
-            continue;
-          }
-          positives_only = placed == positives_placement::no_room;
-        }
-        failed_bytes = place_segment<T>(exec_, values_view(data + segment.first_value, segment.count), codec,
-                                        segment, segment_abs_bound, who);
-        if (failed_bytes == 0) {
-          entry.segments.push_back(segment);
-          entry.absolute_bound = std::max(entry.absolute_bound, segment_abs_bound);
-          if (how.keep_sign) {
-            detail::stash_segment signs{.first_value = segment.first_value, .count = segment.count};
-            failed_bytes = place_signs(exec_, data + segment.first_value, segment_abs_bound, signs, who);
-            if (failed_bytes == 0) entry.segments.push_back(signs);
-            else segment = signs;
-          }
-        }
+        failed_bytes = place_piece<T, typename View::memory_space>(exec_, data, codec, segment_bound.value,
+                                                                   how.keep_sign, positives_only, segment, entry, who);
         if (failed_bytes != 0) {
           failed = segment;
           placed_all = false;
@@ -794,57 +774,118 @@ struct stash<ExecutionSpace>::state {
     return store_from_workspace(exec_, segment, who);
   }
 
+  /// Places values [piece.first_value, + piece.count) of a save at `data` into `entry`: with
+  /// `keep_sign`, as their positive values and sign bits while `positives_only` (cleared once a
+  /// piece holds a negative value or no zero), else as a stream and its sign bits; without, as
+  /// a stream. Returns 0, or the aligned size of what no tier took (`piece` then names it).
+  template <class T, class Memory>
+  std::size_t place_piece(const ExecutionSpace& exec_, const T* data, const compress_options& codec, double bound,
+                          bool keep_sign, bool& positives_only, detail::stash_segment& piece,
+                          detail::stash_entry& entry, const char* who) {
+    double abs_bound = 0.0;
+    if (positives_only) {
+      detail::stash_segment signs;
+      switch (place_positives<T>(exec_, data + piece.first_value, codec, bound, piece, signs, abs_bound, who)) {
+        case positives_placement::placed:
+          entry.segments.push_back(piece);
+          entry.segments.push_back(signs);
+          entry.absolute_bound = std::max(entry.absolute_bound, abs_bound);
+          return 0;
+        case positives_placement::no_room: break;  // stored whole; the next segment tries again
+        default: positives_only = false;
+      }
+    }
+    using values_view = Kokkos::View<const T*, Memory, Kokkos::MemoryUnmanaged>;
+    std::size_t failed_bytes =
+        place_segment<T>(exec_, values_view(data + piece.first_value, piece.count), codec, piece, abs_bound, who);
+    if (failed_bytes != 0) return failed_bytes;
+    entry.segments.push_back(piece);
+    entry.absolute_bound = std::max(entry.absolute_bound, abs_bound);
+    if (!keep_sign) return 0;
+    detail::stash_segment signs{.first_value = piece.first_value, .count = piece.count};
+    failed_bytes = place_signs(exec_, data + piece.first_value, abs_bound, signs, who);
+    if (failed_bytes == 0) entry.segments.push_back(signs);
+    else piece = signs;
+    return failed_bytes;
+  }
+
   enum class positives_placement { placed, not_all_positive_or_zero, no_zeros, no_room };
 
   /// A keep_sign segment whose values are all positive or +0 (a ReLU's output) is stored as
   /// its positive values alone, compressed within `codec`, and its sign bits, which say where
-  /// they go: the zeros cost one bit each, not a code. The positive values are packed into the
-  /// workspace and compressed from there in place into the pool, the sign bits (packed with
-  /// `bound`, the absolute bound) beside them. Places nothing unless it returns `placed`: a
-  /// segment with a value that is neither, without zeros, or without room in place in the
-  /// pool is stored whole (place_segment, place_signs).
+  /// they go: the zeros cost one bit each, not a code. The sign bits (packed with `bound`, the
+  /// absolute bound) go first; the positive values are packed into the workspace and
+  /// compressed from there. Where the packed values and their stream's worst case fit in the
+  /// workspace side by side (values at the top), the stream goes in place into the pool when a
+  /// worst-case range is free there, else into the bottom of the workspace and is copied into a
+  /// range of its exact length: the pool a run needs is then the workspace and what it keeps,
+  /// as for a stream stored whole. Where they do not (more than about half the values
+  /// positive), it goes into a worst-case range of the pool held as a reservation (counted in
+  /// pool_bytes, as a save_async's) until the stream is in, so stats().peak_pool_bytes stays
+  /// the budget the run needed. Places nothing unless it returns `placed`: a segment with a
+  /// value that is neither, without zeros, or without room in the pool is stored whole
+  /// (place_segment, place_signs).
   template <class T>
   positives_placement place_positives(const ExecutionSpace& exec_, const T* values, const compress_options& codec,
                                       double bound, detail::stash_segment& stream, detail::stash_segment& signs,
-                                      double& abs_bound) {
+                                      double& abs_bound, const char* who) {
     const std::size_t count = stream.count;
     const std::size_t sign_bytes = detail::sign_bytes(count);
+    // The bits are kept (counted as held) from the start: the stream's range is found beside them.
     const std::optional<std::size_t> sign_offset = pool->borrow(sign_bytes);
     if (!sign_offset) return positives_placement::no_room;
+    pool->keep(*sign_offset, sign_bytes, sign_bytes);
     std::byte* const sign_range = pool->data() + *sign_offset;
     std::lock_guard workspace_lock(workspace_mutex);
-    T* const packed_values = reinterpret_cast<T*>(pool->workspace());
-    std::optional<std::size_t> offset;
-    std::size_t worst = 0, length = 0;
+    std::optional<std::size_t> offset;  // the stream's range once kept
+    std::size_t length = 0;
     abs_bound = bound;  // without positives, what a stream would have recorded
     try {
-      const detail::packed_positives packed = detail::pack_positives(exec_, values, count, packed_values, sign_range);
+      const detail::packed_positives packed = detail::classify_signs(exec_, values, count, sign_range);
       if (!packed.others_zero || packed.count == count) {
-        pool->give_back(*sign_offset, sign_bytes);
+        pool->release(*sign_offset, sign_bytes);
         return packed.others_zero ? positives_placement::no_zeros : positives_placement::not_all_positive_or_zero;
       }
+      const std::size_t packed_bytes = packed.count * sizeof(T);
+      const std::size_t worst = packed.count > 0 ? max_compressed_size<T>(packed.count, codec) : 0;
+      const bool beside = worst + packed_bytes <= workspace_bytes;
+      T* const packed_values = reinterpret_cast<T*>(pool->workspace() + (beside ? workspace_bytes - packed_bytes : 0));
       if (packed.count > 0) {
-        worst = max_compressed_size<T>(packed.count, codec);
-        offset = pool->borrow(worst);
-        if (!offset) {
-          pool->give_back(*sign_offset, sign_bytes);
+        detail::pack_positives(exec_, values, count, sign_range, packed_values);
+        const Kokkos::View<const T*, memory_space, Kokkos::MemoryUnmanaged> positives(packed_values, packed.count);
+        std::optional<std::size_t> borrowed;  // in place: borrowed beside, reserved otherwise
+        if (!beside) borrowed = pool->reserve(worst);
+        else if (tuning.compress_in_place) borrowed = pool->borrow(worst);
+        if (!beside && !borrowed) {
+          pool->release(*sign_offset, sign_bytes);
           return positives_placement::no_room;
         }
-        const unmanaged_bytes range(pool->data() + *offset, worst);
-        const Kokkos::View<const T*, memory_space, Kokkos::MemoryUnmanaged> positives(packed_values, packed.count);
-        length = kompress::compress(exec_, positives, range, codec);
-        abs_bound = kompress::inspect_header(exec_, range).absolute_bound;
+        const unmanaged_bytes range(borrowed ? pool->data() + *borrowed : pool->workspace(), worst);
+        try {
+          length = kompress::compress(exec_, positives, range, codec);
+          abs_bound = kompress::inspect_header(exec_, range).absolute_bound;
+        } catch (...) {
+          if (borrowed && beside) pool->give_back(*borrowed, worst);
+          if (borrowed && !beside) pool->unreserve(*borrowed, worst);
+          throw;
+        }
+        if (borrowed) {
+          if (beside) pool->keep(*borrowed, worst, length);
+          else pool->keep_reserved(*borrowed, worst, length);
+          offset = borrowed;
+        } else if (!(offset = pool->store(exec_, pool->workspace(), length, who))) {
+          pool->release(*sign_offset, sign_bytes);
+          return positives_placement::no_room;
+        }
       }
       detail::reduce_small_positives(exec_, packed_values, packed.count, sign_range, count, bound);
       exec_.fence("kompress::stash::save: sign bits packed");
       stream.stored_values = packed.count;
     } catch (...) {
-      if (offset) pool->give_back(*offset, worst);
-      pool->give_back(*sign_offset, sign_bytes);
+      if (offset) pool->release(*offset, length);
+      pool->release(*sign_offset, sign_bytes);
       throw;
     }
-    if (offset) pool->keep(*offset, worst, length);
-    pool->keep(*sign_offset, sign_bytes, sign_bytes);
     stream.tier = 0;
     stream.positives_only = true;
     stream.offset = offset.value_or(0);

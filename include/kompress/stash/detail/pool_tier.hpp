@@ -87,6 +87,15 @@ class pool_tier final : public storage_tier<ExecutionSpace> {
     held_bytes_ -= first_fit_allocator::round_up(reserved);
     reserved_bytes_ -= first_fit_allocator::round_up(reserved);
   }
+  /// The reservation at `offset` now holds a stream of `length` bytes, kept where it is; the
+  /// tail goes back.
+  void keep_reserved(std::size_t offset, std::size_t reserved, std::size_t length) {
+    std::lock_guard lock(mutex_);
+    allocator_.shrink(offset, reserved, length);
+    held_bytes_ -= first_fit_allocator::round_up(reserved);
+    reserved_bytes_ -= first_fit_allocator::round_up(reserved);
+    add_stream(length);
+  }
   /// The reservation at `offset` now holds a stream of `length` bytes (written through `exec`,
   /// which has finished): the stream moves to the lowest free range of its length when that
   /// lies below the reservation (a device copy on `exec`, waited for), else stays and the tail

@@ -10,7 +10,8 @@
 //
 // Where every value that is not positive is +0 (a ReLU's output), the bits also say where the
 // zeros are: the stash then compresses only the positive values, packed in order
-// (pack_positives), and restore puts them back between exact zeros (unpack_positives).
+// (classify_signs, pack_positives), and restore puts them back between exact zeros
+// (unpack_positives).
 
 #include <kompress/detail/host_simd.hpp>
 
@@ -228,27 +229,22 @@ void apply_signs(const ExecutionSpace& exec, const std::byte* in, T* values, std
   Kokkos::parallel_for("kompress::stash::apply_signs", policy, apply);
 }
 
-/// What pack_positives found: how many values it packed, and whether every other value was +0
-/// (only then do the sign bits alone restore them).
+/// What classify_signs found: how many values are positive, and whether every other value is
+/// +0 (only then do the sign bits alone restore them).
 struct packed_positives {
   std::size_t count = 0;
   bool others_zero = false;
 };
 
 /// Writes the sign bits' words of values[0, count) (pack_signs's layout, without the sum and
-/// count after them: reduce_small_positives), counts the positive values and, when every other
-/// value is +0 and there is one, copies the positive values to out[0, P) in order (out must
-/// have room for `count`). `count` must be below 2^32: the reduction carries the count of
+/// count after them: reduce_small_positives), counts the positive values and finds whether
+/// every other value is +0. `count` must be below 2^32: the reduction carries the count of
 /// positives in the low 32 bits and the number of words holding a value that is neither
 /// positive nor +0 (negative, -0.0, NaN) in the high ones. Waits for `exec`.
 template <class T, class ExecutionSpace>
-packed_positives pack_positives(const ExecutionSpace& exec, const T* values, std::size_t count, T* out,
-                                std::byte* signs) {
+packed_positives classify_signs(const ExecutionSpace& exec, const T* values, std::size_t count, std::byte* signs) {
   using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
   auto* const words = reinterpret_cast<std::uint32_t*>(signs);
-  // First the bits, the count of positive values and whether any other value is not +0; the
-  // values are packed only when the segment is a ReLU's output with a zero (the stash stores
-  // anything else whole), by a scan that reads the bits back.
   std::uint64_t total = 0;
   Kokkos::parallel_reduce(
       "kompress::stash::classify_signs",
@@ -272,8 +268,14 @@ packed_positives pack_positives(const ExecutionSpace& exec, const T* values, std
         sum += std::uint64_t(Kokkos::Experimental::popcount_builtin(positive)) + (std::uint64_t(other != 0) << 32);
       },
       total);
-  const packed_positives found{std::size_t(total & 0xFFFFFFFFu), (total >> 32) == 0};
-  if (!found.others_zero || found.count == count) return found;
+  return {std::size_t(total & 0xFFFFFFFFu), (total >> 32) == 0};
+}
+
+/// Copies the positive values of values[0, count), in order, to out[0, P), where the sign bits
+/// classify_signs wrote at `signs` say they are (out must have room for P). Waits for `exec`.
+template <class T, class ExecutionSpace>
+void pack_positives(const ExecutionSpace& exec, const T* values, std::size_t count, const std::byte* signs, T* out) {
+  const auto* const words = reinterpret_cast<const std::uint32_t*>(signs);
   Kokkos::parallel_scan(
       "kompress::stash::pack_positives",
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, sign_words(count)),
@@ -300,7 +302,6 @@ packed_positives pack_positives(const ExecutionSpace& exec, const T* values, std
         prefix += std::size_t(Kokkos::Experimental::popcount_builtin(positive));
       });
   exec.fence("kompress::stash::pack_positives: packed");
-  return found;
 }
 
 /// pack_signs's sum and count of the values in (0, bound], from the positive values alone
