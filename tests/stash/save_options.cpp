@@ -303,8 +303,8 @@ TEST_CASE("stash keep_sign of values >= 0: a segment with a negative value, and 
   const exec_space exec;
   stash_type stash(exec, options(std::size_t(16) << 20, std::size_t(16) << 10));  // 4096 floats a segment
   const std::size_t count = 5 * 4096;
-  auto values = relu_output<float>(count, 0.5, 11);
-  values[2 * 4096 + 17] = -1.0f;  // segment 2
+  auto values = relu_output<float>(count, 0.6, 11);  // too few positive values to cut a segment short
+  values[2 * 4096 + 17] = -1.0f;                      // segment 2
   values[3 * 4096 + 5] = std::numeric_limits<float>::quiet_NaN();
   values[4 * 4096 + 8] = std::numeric_limits<float>::infinity();
   // An absolute bound packs segments 0 and 1 and finds the negative value in segment 2; a
@@ -612,23 +612,32 @@ TEST_CASE("stash: a forward pass fits in a pool of the peak it reported, and sto
   // segment with more positive values than fit beside their stream's worst case in the
   // workspace: the 30% zeros below) count while they are held.
   const exec_space exec;
-  const std::size_t segment = std::size_t(16) << 10;
   std::vector<std::vector<float>> layers{straddling_zero<float>(50000, 5, false)};
   for (const double zeros : {0.75, 0.5, 0.3}) layers.push_back(relu_output<float>(100000, zeros, unsigned(10 * zeros)));
+  // 16 KiB segments: a packed segment more than about half positive is cut where its positive
+  // values fill the workspace; 512 bytes: one that cannot be cut (its first 128 values hold
+  // too many) is written into a reservation.
+  for (const std::size_t segment : {std::size_t(16) << 10, std::size_t(512)}) {
   for (const bool keep_sign : {true, false}) {
     for (const auto rounding : {kompress::rounding_mode::nearest, kompress::rounding_mode::stochastic}) {
+      CAPTURE(segment);
       CAPTURE(keep_sign);
       CAPTURE(int(rounding));
       const kompress::stash_save_options how{.keep_sign = keep_sign, .rounding = rounding};
+      std::size_t last_segments = 0;
       const auto forward = [&](std::size_t budget) {
         stash_type stash(exec, options(budget, segment));
         std::vector<std::size_t> zeros_in_signs;
-        for (const auto& values : layers)
-          zeros_in_signs.push_back(
-              stash.info(stash.save(exec, to_view(values), kompress::relative(5e-2), how)).zeros_in_signs);
+        for (const auto& values : layers) {
+          const auto info = stash.info(stash.save(exec, to_view(values), kompress::relative(5e-2), how));
+          zeros_in_signs.push_back(info.zeros_in_signs);
+          last_segments = info.segments;
+        }
         return std::pair{stash.stats(), zeros_in_signs};
       };
       const auto [roomy, roomy_zeros] = forward(std::size_t(16) << 20);
+      // 25 segments of 4096 values; cut short, more.
+      if (keep_sign && segment > 512) CHECK(last_segments > 25);
       const auto [tight, tight_zeros] = forward(roomy.peak_pool_bytes);
       CHECK(tight.spilled_segments == 0);
       CHECK(tight_zeros == roomy_zeros);
@@ -636,5 +645,6 @@ TEST_CASE("stash: a forward pass fits in a pool of the peak it reported, and sto
       CHECK(tight.peak_pool_bytes == roomy.peak_pool_bytes);
       if (keep_sign) CHECK(roomy_zeros[3] > 0);  // the 70% positive layer was packed
     }
+  }
   }
 }

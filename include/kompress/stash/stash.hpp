@@ -692,10 +692,12 @@ struct stash<ExecutionSpace>::state {
       // trying (the scan that finds out is a pass over the segment), and a View whose range
       // has a negative value does not start.
       bool positives_only = how.keep_sign && !has_negative && per_segment < (std::size_t(1) << 32);
-      for (std::size_t s = 0; s < segments && placed_all; ++s) {
+      // Segments of per_segment values; a packed one may end sooner (place_positives), and the
+      // next starts where it ended.
+      for (std::size_t next = 0, s = 0; next < count && placed_all; ++s) {
         detail::stash_segment segment;
-        segment.first_value = s * per_segment;
-        segment.count = std::min(per_segment, count - segment.first_value);
+        segment.first_value = next;
+        segment.count = std::min(per_segment, count - next);
         const compress_options codec = stream_codec(segment_bound, *mode, entry, s);
         failed_bytes = place_piece<T, typename View::memory_space>(exec_, data, codec, segment_bound.value,
                                                                    how.keep_sign, positives_only, segment, entry, who);
@@ -703,6 +705,7 @@ struct stash<ExecutionSpace>::state {
           failed = segment;
           placed_all = false;
         }
+        next = segment.first_value + segment.count;
       }
       if (placed_all) return;
 
@@ -829,8 +832,8 @@ struct stash<ExecutionSpace>::state {
   positives_placement place_positives(const ExecutionSpace& exec_, const T* values, const compress_options& codec,
                                       double bound, detail::stash_segment& stream, detail::stash_segment& signs,
                                       double& abs_bound, const char* who) {
-    const std::size_t count = stream.count;
-    const std::size_t sign_bytes = detail::sign_bytes(count);
+    std::size_t count = stream.count;
+    std::size_t sign_bytes = detail::sign_bytes(count);
     // The bits are kept (counted as held) from the start: the stream's range is found beside them.
     const std::optional<std::size_t> sign_offset = pool->borrow(sign_bytes);
     if (!sign_offset) return positives_placement::no_room;
@@ -841,14 +844,37 @@ struct stash<ExecutionSpace>::state {
     std::size_t length = 0;
     abs_bound = bound;  // without positives, what a stream would have recorded
     try {
-      const detail::packed_positives packed = detail::classify_signs(exec_, values, count, sign_range);
+      detail::packed_positives packed = detail::classify_signs(exec_, values, count, sign_range);
       if (!packed.others_zero || packed.count == count) {
         pool->release(*sign_offset, sign_bytes);
         return packed.others_zero ? positives_placement::no_zeros : positives_placement::not_all_positive_or_zero;
       }
+      const auto fits_beside = [&](std::size_t positives) {
+        return (positives > 0 ? max_compressed_size<T>(positives, codec) : 0) + positives * sizeof(T) <=
+               workspace_bytes;
+      };
+      if (!fits_beside(packed.count)) {
+        // Cut the segment where its positive values fill the workspace beside their stream's
+        // worst case (the caller goes on from there): without a reservation, and with the
+        // streams of about as many values as a segment holds when half of them are positive.
+        std::size_t low = 0, high = packed.count;  // the most positive values that fit
+        while (low < high) {
+          const std::size_t mid = high - (high - low) / 2;
+          if (fits_beside(mid)) low = mid;
+          else high = mid - 1;
+        }
+        const detail::positives_cut cut = detail::cut_positives(exec_, sign_range, count, low);
+        if (cut.values > 0) {
+          count = stream.count = cut.values;
+          packed.count = cut.positives;
+          const std::size_t shorter = detail::sign_bytes(count);
+          pool->shorten(*sign_offset, sign_bytes, shorter);
+          sign_bytes = shorter;
+        }
+      }
       const std::size_t packed_bytes = packed.count * sizeof(T);
       const std::size_t worst = packed.count > 0 ? max_compressed_size<T>(packed.count, codec) : 0;
-      const bool beside = worst + packed_bytes <= workspace_bytes;
+      const bool beside = fits_beside(packed.count);
       T* const packed_values = reinterpret_cast<T*>(pool->workspace() + (beside ? workspace_bytes - packed_bytes : 0));
       if (packed.count > 0) {
         detail::pack_positives(exec_, values, count, sign_range, packed_values);

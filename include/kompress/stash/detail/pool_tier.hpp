@@ -65,6 +65,13 @@ class pool_tier final : public storage_tier<ExecutionSpace> {
     allocator_.shrink(offset, borrowed, length);
     add_stream(length);
   }
+  /// A kept range of `length` bytes now holds `shorter`; its tail goes back.
+  void shorten(std::size_t offset, std::size_t length, std::size_t shorter) {
+    std::lock_guard lock(mutex_);
+    allocator_.shrink(offset, length, shorter);
+    stored_bytes_ -= length - shorter;
+    held_bytes_ -= first_fit_allocator::round_up(length) - first_fit_allocator::round_up(shorter);
+  }
   void give_back(std::size_t offset, std::size_t borrowed) {
     std::lock_guard lock(mutex_);
     allocator_.free(offset, borrowed);

@@ -304,6 +304,48 @@ void pack_positives(const ExecutionSpace& exec, const T* values, std::size_t cou
   exec.fence("kompress::stash::pack_positives: packed");
 }
 
+/// Where a packed piece of the values classify_signs found ends so that it holds at most `cap`
+/// positive values: the largest multiple of 128 values (four words of bits: the piece's bits
+/// are the first words of the segment's, in sign_words's layout) whose prefix holds at most
+/// `cap`, and that prefix's count; `count` and all of its positive values when they are at most
+/// `cap`. Waits for `exec`.
+struct positives_cut {
+  std::size_t values = 0;
+  std::size_t positives = 0;
+};
+template <class ExecutionSpace>
+positives_cut cut_positives(const ExecutionSpace& exec, std::byte* signs, std::size_t count, std::size_t cap) {
+  using memory_space = typename ExecutionSpace::memory_space;
+  using found_view = Kokkos::View<std::uint64_t[2], memory_space, Kokkos::MemoryUnmanaged>;
+  const auto* const words = reinterpret_cast<const std::uint32_t*>(signs);
+  const std::size_t groups = sign_words(count) / 4;
+  // [0]: the first group whose end holds more than `cap` (`groups` if none), [1]: the positive
+  // values before it; one group crosses the cap, so one writer. Written where the bits' sum
+  // and count go later (reduce_small_positives): the stash allocates nothing per save.
+  const found_view found(reinterpret_cast<std::uint64_t*>(signs + sign_words(count) * sizeof(std::uint32_t)));
+  Kokkos::deep_copy(exec, found, std::uint64_t(groups));
+  std::size_t total = 0;
+  Kokkos::parallel_scan(
+      "kompress::stash::cut_positives",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, groups),
+      KOKKOS_LAMBDA(const std::size_t g, std::size_t& prefix, const bool final) {
+        std::size_t here = 0;
+        for (std::size_t w = 4 * g; w < 4 * g + 4; ++w)
+          here += std::size_t(Kokkos::Experimental::popcount_builtin(words[w]));
+        if (final && prefix <= cap && prefix + here > cap) {
+          found(0) = g;
+          found(1) = prefix;
+        }
+        prefix += here;
+      },
+      total);
+  std::uint64_t at[2];
+  Kokkos::deep_copy(exec, Kokkos::View<std::uint64_t[2], Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(at), found);
+  exec.fence("kompress::stash::cut_positives: the cut read");
+  if (at[0] == groups) return {count, total};
+  return {std::size_t(128 * at[0]), std::size_t(at[1])};
+}
+
 /// pack_signs's sum and count of the values in (0, bound], from the positive values alone
 /// (packed[0, positives), pack_positives's output), into the sign bits of `count` values at
 /// `signs`. Enqueued on `exec`.
