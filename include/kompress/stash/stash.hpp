@@ -822,12 +822,14 @@ struct stash<ExecutionSpace>::state {
   /// workspace side by side (values at the top), the stream goes in place into the pool when a
   /// worst-case range is free there, else into the bottom of the workspace and is copied into a
   /// range of its exact length: the pool a run needs is then the workspace and what it keeps,
-  /// as for a stream stored whole. Where they do not (more than about half the values
-  /// positive), it goes into a worst-case range of the pool held as a reservation (counted in
-  /// pool_bytes, as a save_async's) until the stream is in, so stats().peak_pool_bytes stays
-  /// the budget the run needed. Places nothing unless it returns `placed`: a segment with a
-  /// value that is neither, without zeros, or without room in the pool is stored whole
-  /// (place_segment, place_signs).
+  /// as for a stream stored whole. A segment with more positive values (more than about half)
+  /// is cut short where they fill the workspace so (stream.count shrinks; the caller goes on
+  /// from there); only where its first 128 values hold too many (tiny segments) does the
+  /// stream go into a worst-case range of the pool held as a reservation (counted in
+  /// pool_bytes, as a save_async's) until it is in. So stats().peak_pool_bytes stays the
+  /// budget the run needed. Places nothing unless it returns `placed`: a segment with a value
+  /// that is neither, without zeros, or without room in the pool is stored whole (place_segment,
+  /// place_signs).
   template <class T>
   positives_placement place_positives(const ExecutionSpace& exec_, const T* values, const compress_options& codec,
                                       double bound, detail::stash_segment& stream, detail::stash_segment& signs,
@@ -854,9 +856,9 @@ struct stash<ExecutionSpace>::state {
                workspace_bytes;
       };
       if (!fits_beside(packed.count)) {
-        // Cut the segment where its positive values fill the workspace beside their stream's
-        // worst case (the caller goes on from there): without a reservation, and with the
-        // streams of about as many values as a segment holds when half of them are positive.
+        // Cut the segment short where its positive values fill the workspace beside their
+        // stream's worst case: a stream more per segment at worst, where a reservation would
+        // hold a segment's worst case more at the peak.
         std::size_t low = 0, high = packed.count;  // the most positive values that fit
         while (low < high) {
           const std::size_t mid = high - (high - low) / 2;
