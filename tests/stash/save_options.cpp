@@ -616,7 +616,8 @@ TEST_CASE("stash: a forward pass fits in a pool of the peak it reported, and sto
   for (const std::size_t segment : {std::size_t(16) << 10, std::size_t(512)}) {
     const std::size_t count = segment / sizeof(float) * 25 - (segment > 512 ? 1000 : 0);  // about 25 segments
     std::vector<std::vector<float>> layers{straddling_zero<float>(count / 2, 5, false)};
-    for (const double zeros : {0.75, 0.5, 0.3}) layers.push_back(relu_output<float>(count, zeros, unsigned(10 * zeros)));
+    for (const double zeros : {0.75, 0.5, 0.3})
+      layers.push_back(relu_output<float>(count, zeros, unsigned(10 * zeros)));
     for (const bool keep_sign : {true, false}) {
       for (const auto rounding : {kompress::rounding_mode::nearest, kompress::rounding_mode::stochastic}) {
         CAPTURE(segment);
