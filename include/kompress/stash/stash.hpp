@@ -88,13 +88,6 @@ constexpr const char* type_name() {
   return std::is_same_v<T, float> ? "float" : "double";
 }
 
-/// splitmix64's finalizer: seeds that differ in a bit differ in about half of theirs.
-constexpr std::uint64_t mixed_seed(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 /// Values per segment for elements of `element_size` bytes: segment_bytes worth, rounded down
 /// to whole chunks (a partial chunk only costs a shorter table, but whole ones keep segment
 /// boundaries on chunk boundaries).
@@ -398,9 +391,11 @@ struct stash<ExecutionSpace>::state {
                                 std::size_t stream) const {
     compress_options codec = codec_with(bound, mode);
     codec.rounding = entry.rounding;
-    codec.rounding_seed = detail::mixed_seed(options.codec.rounding_seed +
-                                             0x9E3779B97F4A7C15ull * (2 * entry.save_number + 1) +
-                                             0xBF58476D1CE4E5B9ull * std::uint64_t(stream));
+    std::uint64_t z = options.codec.rounding_seed + 0x9E3779B97F4A7C15ull * (2 * entry.save_number + 1) +
+                      0xBF58476D1CE4E5B9ull * std::uint64_t(stream);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    codec.rounding_seed = z ^ (z >> 31);
     return codec;
   }
 

@@ -99,9 +99,7 @@ class pool_tier final : public storage_tier<ExecutionSpace> {
   void keep_reserved(std::size_t offset, std::size_t reserved, std::size_t length) {
     std::lock_guard lock(mutex_);
     allocator_.shrink(offset, reserved, length);
-    held_bytes_ -= first_fit_allocator::round_up(reserved);
-    reserved_bytes_ -= first_fit_allocator::round_up(reserved);
-    add_stream(length);
+    reservation_to_stream(reserved, length);
   }
   /// The reservation at `offset` now holds a stream of `length` bytes (written through `exec`,
   /// which has finished): the stream moves to the lowest free range of its length when that
@@ -125,9 +123,7 @@ class pool_tier final : public storage_tier<ExecutionSpace> {
     } else {
       allocator_.shrink(offset, reserved, length);
     }
-    held_bytes_ -= first_fit_allocator::round_up(reserved);
-    reserved_bytes_ -= first_fit_allocator::round_up(reserved);
-    add_stream(length);
+    reservation_to_stream(reserved, length);
     return lower.value_or(offset);
   }
 
@@ -183,6 +179,13 @@ class pool_tier final : public storage_tier<ExecutionSpace> {
   void count(stash_placement& placement) const override { ++placement.pool_segments; }
 
  private:
+  /// A reservation of `reserved` bytes is now a stream of `length` (its range already shrunk
+  /// or moved).
+  void reservation_to_stream(std::size_t reserved, std::size_t length) {  // mutex held
+    held_bytes_ -= first_fit_allocator::round_up(reserved);
+    reserved_bytes_ -= first_fit_allocator::round_up(reserved);
+    add_stream(length);
+  }
   void add_stream(std::size_t length) {  // mutex held
     stored_bytes_ += length;
     held_bytes_ += first_fit_allocator::round_up(length);
