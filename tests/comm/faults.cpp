@@ -337,6 +337,23 @@ collective_case allreduce_case(std::size_t per_hop, kompress::reduction_method r
           [=] { return violations(got, expected, tolerance); }};
 }
 
+/// The hierarchical allreduce over nodes of two ranks: only its allreduce across nodes sends
+/// kompress messages, so the fault lands there; the ranks of the faulty rank's node that did not
+/// take part learn of it between the phases.
+collective_case hierarchical_allreduce_case(std::size_t per_hop) {
+  const int p = size_of();
+  const std::size_t n = per_hop * std::size_t(p);
+  auto send = make_data(n, rank_of() + 2);
+  view got("got", n), expected("expected", n);
+  MPI_Allreduce(send.data(), expected.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  const auto groups = std::make_shared<kompress::node_groups>(MPI_COMM_WORLD, 2);
+  const auto options = options_for(1e-3);
+  const double tolerance = sum_tolerance(groups->nodes() * 1e-3);
+  return {"allreduce (hierarchical, nodes of 2) of " + std::to_string(per_hop) + " per hop",
+          [=] { kompress::allreduce(host{}, send, got, *groups, options); },
+          [=] { return violations(got, expected, tolerance); }};
+}
+
 collective_case allgather_case(std::size_t per_rank) {
   const int p = size_of();
   auto send = make_data(per_rank, rank_of());
@@ -485,6 +502,12 @@ TEST_CASE("the agreement: a send MPI rejects on one rank hangs no rank; it throw
   // peer gets the marker (docs/collectives.md, "What is not covered", for a call whose data
   // would follow the agreement).
   if (p > 2) run_faulty(raw_alltoall_case(100), fail, faulty, p - 2, false, agreement);
+}
+
+TEST_CASE("hierarchical allreduce: a failure across nodes stops every rank of every node, none hangs") {
+  // Two nodes or more, so that messages cross between them.
+  if (size_of() % 2 != 0 || size_of() < 4) return;
+  for (const std::size_t n : {large, small}) exercise(hierarchical_allreduce_case(n));
 }
 
 TEST_CASE("allgather and reduce_scatter: a failure mid-flight hangs no rank") {

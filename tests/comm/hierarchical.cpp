@@ -1,0 +1,244 @@
+// The hierarchical allreduce (kompress::allreduce over kompress::node_groups) against plain
+// MPI_Allreduce, element by element, within the bound of the allreduce across nodes (q times the
+// bound for q nodes, not p times) plus the summation error, bit-identical on every rank; on the
+// execution space's memory, in place or not, with a tail of n mod k values; node groups by
+// shared memory and by runs of ranks, uniform or not; bad calls rejected on every rank. Run
+// under mpiexec -n 1, 2, 3, 4 and 6 (two and three nodes of two, two of three ranks).
+
+#include <kompress/comm.hpp>
+
+#include "support/device_views.hpp"
+#include "support/mpi_checks.hpp"
+
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace {
+
+using namespace kompress::test;  // support/mpi_checks.hpp, support/device_views.hpp
+
+/// Whether every rank's check passed.
+bool on_every_rank(bool passed) {
+  int all = passed ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  return all == 1;
+}
+
+/// The absolute bound of every compression: ABS as given, REL over all ranks' inputs.
+template <class T>
+double bound_of(const host_view<T>& send, const kompress::error_bound& bound) {
+  if (bound.mode == kompress::bound_mode::absolute) return bound.value;
+  double lo = INFINITY, hi = -INFINITY;
+  for (std::size_t i = 0; i < send.size(); ++i) {
+    lo = std::min(lo, double(send(i)));
+    hi = std::max(hi, double(send(i)));
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return hi >= lo ? bound.value * (hi - lo) : 0.0;
+}
+
+/// How many compressions an element's sum goes through: those of the allreduce across q nodes
+/// where the groups are uniform with more than one rank per node, else the flat allreduce's p.
+int compressions(const kompress::node_groups& groups) {
+  return groups.uniform() && groups.ranks_per_node() > 1 ? groups.nodes() : size_of();
+}
+
+/// One hierarchical allreduce on the execution space's memory against MPI_Allreduce.
+template <class T>
+void check_against_mpi(const kompress::node_groups& groups, std::size_t n, const kompress::collective_options& options,
+                       bool in_place) {
+  const int p = size_of(), me = rank_of();
+  auto send = make_data<T>(n, me + 5);
+  host_view<T> expected("expected", n), magnitude("magnitude", n), abs_send("abs", n);
+  MPI_Allreduce(send.data(), expected.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
+  for (std::size_t i = 0; i < n; ++i) abs_send(i) = std::fabs(send(i));
+  MPI_Allreduce(abs_send.data(), magnitude.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
+  const double e = bound_of(send, options.codec.bound);
+  const bool compresses = options.mode != kompress::transfer_mode::raw;
+  const double result_bound = !compresses ? 0.0
+                              : options.reduction_bound == kompress::allreduce_bound::total ? e
+                                                                                             : compressions(groups) * e;
+
+  auto data = to_device(send);
+  kompress::collective_report report;
+  host_view<T> got;
+  if (in_place) {
+    report = kompress::allreduce(exec_space{}, data, groups, options);
+    got = to_host(data);
+  } else {
+    device_view<T> result("result", n);
+    report = kompress::allreduce(exec_space{}, data, result, groups, options);
+    got = to_host(result);
+  }
+  CHECK(report.absolute_bound <= result_bound * (1 + 1e-12));
+  std::size_t beyond = 0;
+  constexpr double eps = std::numeric_limits<T>::epsilon();
+  for (std::size_t i = 0; i < n; ++i) {
+    const double tolerance = result_bound + 2.0 * p * eps * double(magnitude(i));
+    beyond += !(std::fabs(double(got(i)) - double(expected(i))) <= tolerance);
+  }
+  CHECK(beyond == 0);
+  CHECK(identical_on_every_rank(got));
+}
+
+/// Node groups of every kind this many ranks can form.
+template <class Check>
+void for_each_grouping(Check&& check) {
+  {
+    const kompress::node_groups by_memory(MPI_COMM_WORLD);
+    check(by_memory);
+  }
+  for (int k : {1, 2, 3}) {
+    const kompress::node_groups runs(MPI_COMM_WORLD, k);
+    check(runs);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("node groups: by shared memory and by runs of ranks, their communicators and sizes") {
+  const int p = size_of(), me = rank_of();
+  {
+    // Whatever the MPI calls a node (every rank of this machine, or each rank alone where it
+    // offers no shared memory): the nodes partition the ranks, and across() has one rank of each.
+    const kompress::node_groups groups(MPI_COMM_WORLD);
+    int node_sizes = rank_of(groups.node()) == 0 ? size_of(groups.node()) : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &node_sizes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(node_sizes == p);
+    CHECK(groups.ranks_per_node() >= size_of(groups.node()));
+    if (groups.uniform()) {
+      CHECK(groups.nodes() * groups.ranks_per_node() == p);
+      CHECK(size_of(groups.across()) == groups.nodes());
+    }
+  }
+  for (int k = 1; k <= 4; ++k) {
+    CAPTURE(k);
+    const kompress::node_groups groups(MPI_COMM_WORLD, k);
+    CHECK(groups.comm() == MPI_COMM_WORLD);
+    CHECK(groups.nodes() == (p + k - 1) / k);
+    CHECK(groups.ranks_per_node() == std::min(k, p));
+    CHECK(groups.uniform() == (p % k == 0 || p < k));
+    CHECK(rank_of(groups.node()) == me % k);
+    CHECK(size_of(groups.node()) == std::min(k, p - me / k * k));
+    CHECK(rank_of(groups.across()) == me / k);
+  }
+  // Moved: the communicators go with it.
+  kompress::node_groups first(MPI_COMM_WORLD, 2);
+  const MPI_Comm node = first.node();
+  kompress::node_groups second = std::move(first);
+  CHECK(second.node() == node);
+  CHECK(first.node() == MPI_COMM_NULL);
+}
+
+TEST_CASE("node groups: ranks_per_node below 1 or different between ranks is rejected on every rank") {
+  CHECK_THROWS_WITH_AS(kompress::node_groups(MPI_COMM_WORLD, 0), doctest::Contains("at least 1"),
+                       kompress::invalid_argument);
+  if (size_of() > 1)
+    CHECK_THROWS_WITH_AS(kompress::node_groups(MPI_COMM_WORLD, rank_of() == 0 ? 2 : 1),
+                         doctest::Contains("different ranks_per_node"), kompress::invalid_argument);
+}
+
+TEST_CASE_TEMPLATE("hierarchical allreduce matches MPI_Allreduce within q times the bound, bit-identical", T, float,
+                   double) {
+  for_each_grouping([](const kompress::node_groups& groups) {
+    CAPTURE(groups.ranks_per_node());
+    CAPTURE(groups.nodes());
+    for (std::size_t n : {0, 1, 7, 1000, 20011}) {
+      CAPTURE(n);
+      for (bool in_place : {false, true}) {
+        CAPTURE(in_place);
+        check_against_mpi<T>(groups, n, {.codec = {.bound = kompress::absolute(1e-3)}}, in_place);
+        check_against_mpi<T>(groups, n, {.codec = {.bound = kompress::relative(1e-3)}}, in_place);
+      }
+      check_against_mpi<T>(
+          groups, n, {.codec = {.bound = kompress::relative(1e-2)}, .reduction_bound = kompress::allreduce_bound::total},
+          false);
+      check_against_mpi<T>(groups, n, {.codec = {.bound = kompress::absolute(1e-2)}, .mode = kompress::transfer_mode::raw},
+                           false);
+      check_against_mpi<T>(groups, n,
+                           {.codec = {.bound = kompress::absolute(1e-2)}, .mode = kompress::transfer_mode::automatic},
+                           false);
+      check_against_mpi<T>(groups, n,
+                           {.codec = {.bound = kompress::absolute(1e-3)},
+                            .schedule = kompress::collective_schedule::halving_doubling},
+                           true);
+    }
+  });
+}
+
+TEST_CASE("hierarchical allreduce: only the allreduce across nodes compresses, under q times the bound") {
+  const int p = size_of();
+  if (p % 2 != 0) return;
+  const kompress::node_groups groups(MPI_COMM_WORLD, 2);
+  const std::size_t n = 1 << 16;
+  auto data = to_device(make_data<float>(n, rank_of() + 1));
+  const kompress::collective_options options{.codec = {.bound = kompress::absolute(1e-2)}};
+  const auto report = kompress::allreduce(exec_space{}, data, groups, options);
+  const int q = p / 2;
+  CHECK(report.absolute_bound == doctest::Approx(q > 1 ? q * 1e-2 : 0.0));
+  // Across nodes every rank sends its block of n/2 values in 2 (q - 1) messages of n / 2q; the
+  // phases within the node move raw bytes.
+  CHECK(report.payload_bytes > 0);
+  if (q > 1) CHECK(report.compressed_messages > 0);
+  if (q > 1) CHECK(report.wire_bytes < report.payload_bytes);
+  if (q == 1) CHECK(report.wire_bytes == report.payload_bytes);
+}
+
+TEST_CASE("hierarchical allreduce on host memory with the homomorphic reduction") {
+  for_each_grouping([](const kompress::node_groups& groups) {
+    CAPTURE(groups.ranks_per_node());
+    const int p = size_of();
+    const std::size_t n = 5003;
+    auto send = make_data<double>(n, rank_of() + 9);  // |x| <= 10.1
+    host_view<double> expected("expected", n), got("got", n);
+    MPI_Allreduce(send.data(), expected.data(), int(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    const double summation = 2.0 * p * std::numeric_limits<double>::epsilon() * 10.1 * p;
+    const kompress::collective_options options{.codec = {.bound = kompress::absolute(1e-4)},
+                                               .reduction = kompress::reduction_method::homomorphic};
+    const auto report = kompress::allreduce(host{}, send, got, groups, options);
+    const double bound = compressions(groups) * 1e-4;
+    CHECK(report.absolute_bound <= bound * (1 + 1e-12));
+    std::size_t beyond = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      beyond += !(std::fabs(got(i) - expected(i)) <= bound + summation);
+    CHECK(beyond == 0);
+    CHECK(identical_on_every_rank(got));
+  });
+}
+
+TEST_CASE("hierarchical allreduce: a bad call on one rank is an invalid_argument on every rank") {
+  const int me = rank_of();
+  const kompress::node_groups groups(MPI_COMM_WORLD, 2);
+  // One rank passes a different count.
+  {
+    device_view<float> send("send", me == 0 ? 100 : 101), recv("recv", me == 0 ? 100 : 101);
+    if (size_of() > 1)
+      CHECK_THROWS_WITH_AS(kompress::allreduce(exec_space{}, send, recv, groups), doctest::Contains("disagree"),
+                           kompress::invalid_argument);
+  }
+  // One rank's Views differ in size: its checks fail, every rank throws.
+  {
+    device_view<float> send("send", 64), recv("recv", me == 0 ? 63 : 64);
+    CHECK_THROWS_AS(kompress::allreduce(exec_space{}, send, recv, groups), kompress::invalid_argument);
+  }
+  // One rank asks for another bound.
+  {
+    device_view<float> data("data", 64);
+    const kompress::collective_options options{
+        .codec = {.bound = kompress::absolute(me == 0 ? 1e-3 : 1e-2)}};
+    if (size_of() > 1)
+      CHECK_THROWS_WITH_AS(kompress::allreduce(exec_space{}, data, groups, options), doctest::Contains("disagree"),
+                           kompress::invalid_argument);
+  }
+  // Then a good call still works on every rank.
+  device_view<float> data("data", 64);
+  Kokkos::deep_copy(data, 1.0f);
+  kompress::allreduce(exec_space{}, data, groups, {.codec = {.bound = kompress::absolute(1e-3)}});
+  const auto got = to_host(data);
+  CHECK(on_every_rank(std::fabs(got(0) - float(size_of())) <= 1e-3 * size_of()));
+}
