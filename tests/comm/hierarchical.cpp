@@ -7,6 +7,7 @@
 
 #include <kompress/comm.hpp>
 
+#include "comm/checks.hpp"
 #include "support/device_views.hpp"
 #include "support/mpi_checks.hpp"
 
@@ -19,27 +20,13 @@
 
 namespace {
 
-using namespace kompress::test;  // support/mpi_checks.hpp, support/device_views.hpp
+using namespace kompress::test;  // support/mpi_checks.hpp, support/device_views.hpp, comm/checks.hpp
 
 /// Whether every rank's check passed.
 bool on_every_rank(bool passed) {
   int all = passed ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
   return all == 1;
-}
-
-/// The absolute bound of every compression: ABS as given, REL over all ranks' inputs.
-template <class T>
-double bound_of(const host_view<T>& send, const kompress::error_bound& bound) {
-  if (bound.mode == kompress::bound_mode::absolute) return bound.value;
-  double lo = INFINITY, hi = -INFINITY;
-  for (std::size_t i = 0; i < send.size(); ++i) {
-    lo = std::min(lo, double(send(i)));
-    hi = std::max(hi, double(send(i)));
-  }
-  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return hi >= lo ? bound.value * (hi - lo) : 0.0;
 }
 
 /// How many compressions an element's sum goes through: those of the allreduce across q nodes
@@ -58,7 +45,7 @@ void check_against_mpi(const kompress::node_groups& groups, std::size_t n, const
   MPI_Allreduce(send.data(), expected.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
   for (std::size_t i = 0; i < n; ++i) abs_send(i) = std::fabs(send(i));
   MPI_Allreduce(abs_send.data(), magnitude.data(), int(n), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
-  const double e = bound_of(send, options.codec.bound);
+  const double e = agreed_bound(send, options.codec.bound);
   const bool compresses = options.mode != kompress::transfer_mode::raw;
   const double result_bound = !compresses ? 0.0
                               : options.reduction_bound == kompress::allreduce_bound::total ? e
