@@ -18,6 +18,10 @@
 //                (calls of 4 MiB and 16 KiB of the data at --bound, real time; throughput times
 //                --compute-speedup)
 //   homomorphic  allreduce and reduce_scatter: compressed with reduction_method::homomorphic
+//   hier, hier-auto  allreduce over kompress::node_groups of --ranks-per-node consecutive ranks
+//                (the hierarchical allreduce: raw within a node, compressed / automatic across
+//                nodes; hier-auto's cost model holds a K-th of --link-gbps, the share of one
+//                host's link each of its K ranks gets); with one rank per node the flat allreduce
 // GPU ranks (--gpu-codec CSV, SMPI only): each codec call is charged a GPU's time for its size
 // (the table's throughput by call size, bench/simulated/gpu-codec.csv) instead of its time on
 // this core; the size is read from that time at the core's probed rate. Everything else a rank
@@ -90,6 +94,7 @@ struct options {
   double compute_speedup = 1.0;
   std::string gpu_codec;  ///< a table of the GPU codec's throughput by call size (SMPI only)
   double gpu_kernel_gbs = 0.0;  ///< with gpu_codec: other kernels at this copy rate (0: this core's time)
+  int ranks_per_node = 1;  ///< consecutive ranks that share a node (the hier variants' groups)
   bool check = false;
   bool shared = false;
   std::string csv;
@@ -101,7 +106,7 @@ struct options {
                "bench_collectives_at_scale: %s\n"
                "usage: bench_collectives_at_scale --op allreduce|alltoall|allgather|reduce_scatter --bytes N[KMG]\n"
                "       [--bound REL] [--data FILE] [--variants plain,raw,compressed,ring,halving,auto,homomorphic]\n"
-               "       [--reps N]\n"
+               "       [--reps N] [--ranks-per-node K]\n"
                "       [--link-gbps G] [--compute-speedup K | --gpu-codec CSV [--gpu-kernel-gbs G]] [--check]\n"
                "       [--shared] [--csv PATH]\n"
                "       [--label NAME]\n",
@@ -124,6 +129,7 @@ options parse(int argc, char** argv) {
       else if (arg == "--data") o.data = value;
       else if (arg == "--variants") o.variants = kompress_bench::split(value, ',');
       else if (arg == "--reps") o.reps = std::stoi(value);
+      else if (arg == "--ranks-per-node") o.ranks_per_node = std::stoi(value);
       else if (arg == "--link-gbps") o.link_gbps = std::stod(value);
       else if (arg == "--compute-speedup") o.compute_speedup = std::stod(value);
       else if (arg == "--gpu-codec") o.gpu_codec = value;
@@ -139,9 +145,12 @@ options parse(int argc, char** argv) {
     usage("--op takes allreduce, alltoall, allgather or reduce_scatter");
   for (const auto& v : o.variants)
     if (v != "plain" && v != "raw" && v != "compressed" && v != "ring" && v != "halving" && v != "auto" &&
-        v != "homomorphic")
+        v != "homomorphic" && v != "hier" && v != "hier-auto")
       usage("unknown variant " + v);
-  if (o.reps < 1 || !(o.link_gbps > 0.0) || !(o.compute_speedup > 0.0) || o.bytes < 4) usage("bad numbers");
+    else if (v.starts_with("hier") && o.op != "allreduce")
+      usage("the hier variants are allreduce's");
+  if (o.reps < 1 || o.ranks_per_node < 1 || !(o.link_gbps > 0.0) || !(o.compute_speedup > 0.0) || o.bytes < 4)
+    usage("bad numbers");
   if (o.shared && o.check) usage("--shared buffers hold every rank's data at once: they cannot be checked");
   if (!o.gpu_codec.empty() && o.compute_speedup != 1.0)
     usage("--gpu-codec charges the codec's calls themselves: leave out --compute-speedup");
@@ -433,10 +442,13 @@ void run_plain(const options& o, const buffer& send, const buffer& recv, std::si
 
 /// One kompress call, its scratch from `workspace` (reused by every call, as a training loop
 /// reuses it: without one each call allocates and first-touches its scratch).
+/// The hier variants run over `groups` (no workspace: the hierarchical allreduce takes none).
 kompress::collective_report run_kompress(const options& o, const kompress::collective_options& copts,
-                                         const buffer& send, const buffer& recv, kompress::comm_workspace& workspace) {
+                                         const buffer& send, const buffer& recv, kompress::comm_workspace& workspace,
+                                         const kompress::node_groups* groups = nullptr) {
   const host_exec exec;
   const MPI_Comm comm = MPI_COMM_WORLD;
+  if (groups) return kompress::allreduce(exec, send.view(), recv.view(), *groups, copts);
   if (o.op == "allreduce") return kompress::allreduce(exec, send.view(), recv.view(), comm, copts, &workspace);
   if (o.op == "alltoall") return kompress::alltoall(exec, send.view(), recv.view(), comm, copts, &workspace);
   if (o.op == "allgather") return kompress::allgather(exec, send.view(), recv.view(), comm, copts, &workspace);
@@ -553,21 +565,27 @@ int main(int argc, char** argv) {
 
     std::vector<result> results;
     kompress::comm_workspace workspace(MPI_COMM_WORLD);
+    const kompress::node_groups groups(MPI_COMM_WORLD, o.ranks_per_node);
     for (const std::string& variant : o.variants) {
       const bool sums = o.op == "allreduce" || o.op == "reduce_scatter";
       if (variant == "homomorphic" && !sums) continue;
       result r;
       r.variant = variant;
       kompress::collective_options copts = base;
-      copts.mode = variant == "raw"    ? kompress::transfer_mode::raw
-                   : variant == "auto" ? kompress::transfer_mode::automatic
-                                       : kompress::transfer_mode::compressed;
+      const bool hierarchical = variant.starts_with("hier");
+      copts.mode = variant == "raw"                             ? kompress::transfer_mode::raw
+                   : variant == "auto" || variant == "hier-auto" ? kompress::transfer_mode::automatic
+                                                                 : kompress::transfer_mode::compressed;
+      // The simulated hosts have one network link: the K ranks of a node share it, so each of
+      // the K allreduces across nodes gets a K-th of it (kompress::cost_model: the link a
+      // rank's messages get).
+      if (variant == "hier-auto") copts.cost.link_bytes_per_second /= o.ranks_per_node;
       if (variant == "homomorphic") copts.reduction = kompress::reduction_method::homomorphic;
       if (variant == "ring") copts.schedule = kompress::collective_schedule::ring;
       if (variant == "halving") copts.schedule = kompress::collective_schedule::halving_doubling;
       const auto call = [&] {
         if (variant == "plain") run_plain(o, send, recv, send_count, p);
-        else r.report = run_kompress(o, copts, send, recv, workspace);
+        else r.report = run_kompress(o, copts, send, recv, workspace, hierarchical ? &groups : nullptr);
       };
       call();  // untimed: the warm-up, and the result the check reads
       if (o.check && variant != "plain") check(o, recv.data(), want.data(), abs_sum.data(), recv_count, p, r);

@@ -46,7 +46,7 @@ __all__ = [
     "alltoall", "ialltoall", "alltoallv", "ialltoallv", "allreduce", "iallreduce",
     "allgather", "iallgather", "reduce_scatter", "ireduce_scatter",
     "alltoall_init", "alltoallv_init", "allreduce_init", "allgather_init", "reduce_scatter_init", "PersistentRequest",
-    "measure_cost_model", "Stash", "EmbeddingExchange",
+    "NodeGroups", "measure_cost_model", "Stash", "EmbeddingExchange",
     "Error", "InvalidArgument", "FormatError", "BudgetExceeded", "InvalidHandle", "ResourceError", "MPIError",
     "PeerError",
     "Report", "Request", "StreamInfo", "CostModel", "StashStats", "StashEntryInfo", "StashHandle",
@@ -285,6 +285,9 @@ def _world_handle():
 
 
 def _comm_handle(comm, who):
+    if isinstance(comm, NodeGroups):
+        raise InvalidArgument(f"{who}: NodeGroups are taken by the blocking allreduce only; pass an mpi4py "
+                              "communicator (for example the groups' .comm)")
     if comm is None:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
@@ -430,9 +433,52 @@ def ialltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, c
                               (abs, rel, mode, "per_hop", block_size, measure_error, cost), True)
 
 
+class NodeGroups:
+    """The ranks of ``comm`` (default COMM_WORLD) grouped by node (kompress::node_groups): those
+    that share memory (MPI_COMM_TYPE_SHARED), or runs of ``ranks_per_node`` consecutive ranks.
+    Collective: every rank of ``comm`` builds it, with the same arguments. Passed to ``allreduce``
+    as its communicator, the sum is reduced raw within each node and compressed only across
+    nodes, within ``nodes`` times the bound instead of p times (docs/collectives.md,
+    "Hierarchical allreduce"); groups whose nodes differ in size make it the flat allreduce."""
+
+    def __init__(self, comm=None, ranks_per_node=None):
+        who = "kompress.NodeGroups"
+        if comm is None:
+            from mpi4py import MPI
+            comm = MPI.COMM_WORLD
+        handle = _handle_on_every_rank(comm, who)
+        if ranks_per_node is not None and (isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int)):
+            _ext._announce_failure(handle, who)
+            raise InvalidArgument(f"{who}: ranks_per_node must be an int or None (got {type(ranks_per_node).__name__})")
+        #: The mpi4py communicator the groups were split from (kept alive with them).
+        self.comm = comm
+        self._groups = _ext._NodeGroups(handle, ranks_per_node is None,
+                                        0 if ranks_per_node is None else ranks_per_node)
+
+    @property
+    def nodes(self) -> int:
+        """Number of nodes."""
+        return self._groups.nodes
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Ranks on every node (on the largest where they differ)."""
+        return self._groups.ranks_per_node
+
+    @property
+    def uniform(self) -> bool:
+        """Whether every node holds the same number of ranks."""
+        return self._groups.uniform
+
+    def __repr__(self) -> str:
+        return f"NodeGroups(nodes={self.nodes}, ranks_per_node={self.ranks_per_node}, uniform={self.uniform})"
+
+
 def allreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
               reduction="recompress", schedule="auto", block_size=32, measure_error=False, cost=None) -> Report:
     """Sum of ``send`` over the ranks into ``recv`` (pass one array twice for in place).
+    ``comm`` may be a NodeGroups: the hierarchical allreduce (raw within nodes, compressed
+    across them).
     ``reduction_bound``: 'per_hop' (each compression within the bound, the sum within p times
     it) or 'total' (the sum within the bound). ``reduction``: 'recompress' (decode, add,
     compress again at every hop) or 'homomorphic' (every rank quantizes once on one grid, the
@@ -440,9 +486,14 @@ def allreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", r
     model's pick), 'ring' or 'halving_doubling' (recursive halving, then doubling: 2 log2 p
     steps; same bound, same result on every rank; the homomorphic reduction keeps the ring).
     Report.absolute_bound is the guarantee."""
-    return _buffer_collective(_ext._allreduce, "kompress.allreduce", send, recv, comm,
-                              (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction, schedule),
-                              False)
+    settings = (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction, schedule)
+    if isinstance(comm, NodeGroups):
+        groups = comm._groups
+        return _buffer_collective(
+            lambda s, r, handle, options, _nonblocking, stream:
+                _ext._hierarchical_allreduce(s, r, handle, groups, options, stream),
+            "kompress.allreduce", send, recv, comm.comm, settings, False)
+    return _buffer_collective(_ext._allreduce, "kompress.allreduce", send, recv, comm, settings, False)
 
 
 def iallreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",

@@ -683,6 +683,27 @@ struct reduce_scatter_calls {
   static auto init(const auto&... args) { return kompress::reduce_scatter_init(args...); }
 };
 
+/// The hierarchical allreduce over node groups (blocking only): raw within each node,
+/// compressed across nodes (kompress/comm/hierarchical_allreduce.hpp). `comm` is the groups'
+/// communicator's handle, on which the arguments are checked.
+nb::object hierarchical_allreduce(nb::handle send_obj, nb::handle recv_obj, std::uintptr_t comm,
+                                  const kompress::node_groups& groups, const collective_settings& s,
+                                  std::uintptr_t stream) {
+  const char* who = "kompress.allreduce (hierarchical)";
+  const auto args = agreed_arguments(send_obj, recv_obj, comm, s, who);
+  const auto& [send, recv, code, device, options] = *args;
+  kompress::collective_report report;
+  {
+    nb::gil_scoped_release release;
+    report = dispatch_on(device, stream, code, [&](auto t, auto d, const auto& exec) {
+      using T = decltype(t);
+      using D = decltype(d);
+      return kompress::allreduce(exec, view_of<T, D>(send), view_of<T, D>(recv), groups, options);
+    });
+  }
+  return nb::cast(report);
+}
+
 nb::object alltoallv(nb::handle send_obj, const std::vector<std::int64_t>& send_counts,
                      const std::vector<std::int64_t>& send_displs, nb::handle recv_obj,
                      const std::vector<std::int64_t>& recv_counts, const std::vector<std::int64_t>& recv_displs,
@@ -1299,6 +1320,19 @@ NB_MODULE(_kompress, m) {
   m.def("_allgather", &buffer_collective<allgather_calls>);
   m.def("_reduce_scatter", &buffer_collective<reduce_scatter_calls>);
   m.def("_measure_cost_model", &measure_cost_model);
+  nb::class_<kompress::node_groups>(m, "_NodeGroups")
+      .def("__init__",
+           [](kompress::node_groups* self, std::uintptr_t comm, bool by_memory, int ranks_per_node) {
+             nb::gil_scoped_release release;  // collective: other ranks' Python threads may need this one's
+             if (by_memory)
+               new (self) kompress::node_groups(comm_of(comm));
+             else
+               new (self) kompress::node_groups(comm_of(comm), ranks_per_node);
+           })
+      .def_prop_ro("nodes", &kompress::node_groups::nodes)
+      .def_prop_ro("ranks_per_node", &kompress::node_groups::ranks_per_node)
+      .def_prop_ro("uniform", &kompress::node_groups::uniform);
+  m.def("_hierarchical_allreduce", &hierarchical_allreduce);
   m.def("_announce_failure", &announce_failure, "comm"_a, "who"_a);
 
   nb::class_<py_persistent_request>(m, "_PersistentRequest")

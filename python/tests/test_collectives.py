@@ -219,6 +219,45 @@ def test_allreduce_schedules_match_mpi4py():
         kompress.allreduce(send, recv, comm, schedule="tree")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 1001, 60000])
+@pytest.mark.parametrize("ranks_per_node", [None, 1, 2])
+def test_hierarchical_allreduce_matches_mpi4py(dtype, n, ranks_per_node):
+    # Over NodeGroups (shared memory, or runs of 1 or 2 ranks): raw within a node, compressed
+    # across nodes; within nodes times the bound (p times where the groups make it the flat
+    # allreduce), identical on every rank; numpy arrays and a torch tensor in place.
+    groups = kompress.NodeGroups(comm, ranks_per_node)
+    assert groups.comm is comm and groups.nodes >= 1 and groups.ranks_per_node >= 1
+    compressions = groups.nodes if groups.uniform and groups.ranks_per_node > 1 else p
+    send = field(n, dtype, 5)
+    expected, magnitude = np.empty_like(send), np.empty_like(send)
+    comm.Allreduce(send, expected)
+    comm.Allreduce(np.abs(send), magnitude)
+    eps = np.finfo(dtype).eps
+    recv = np.full_like(send, np.nan)
+    in_place = torch.from_numpy(send.copy())
+    for got, report in ((recv, kompress.allreduce(send, recv, groups, abs=1e-3)),
+                        (in_place.numpy(), kompress.allreduce(in_place, in_place, groups, abs=1e-3))):
+        assert report.absolute_bound <= compressions * 1e-3 * (1 + 1e-12)
+        err = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+        assert np.all(err <= report.absolute_bound + 2.0 * p * eps * magnitude.astype(np.float64))
+        assert_same_on_every_rank(comm, got)
+
+
+def test_node_groups_reject_bad_arguments_on_every_rank():
+    with pytest.raises(kompress.InvalidArgument, match="at least 1"):
+        kompress.NodeGroups(comm, 0)
+    with pytest.raises(kompress.InvalidArgument, match="an int or None"):
+        kompress.NodeGroups(comm, 1.5)
+    groups = kompress.NodeGroups(comm, 2)
+    a = np.ones(10, np.float32)
+    with pytest.raises(kompress.InvalidArgument, match="blocking allreduce only"):
+        kompress.iallreduce(a, a, groups)
+    # The next call works.
+    kompress.allreduce(a, a, groups, abs=1e-3)
+    assert np.all(np.abs(a - p) <= groups.nodes * 1e-3 + 1e-5)
+
+
 def test_allgather_and_reduce_scatter_schedules_match_mpi4py():
     # Both schedules (the ring; recursive doubling for allgather, halving for reduce_scatter)
     # within their bounds: allgather's identical on every rank; persistent rounds too.

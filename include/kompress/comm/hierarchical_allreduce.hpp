@@ -14,9 +14,11 @@
 // every block is summed under the same absolute bound. Every rank ends bit-identical: each block
 // is summed by one group of q ranks, which agree bit for bit, and copied raw to the rest.
 //
-// Groups that are not uniform (nodes of different sizes), one rank per node, and every rank on
-// one node are the flat allreduce on groups.comm() (with one node: every phase is within it and
-// raw, so the sum is exact).
+// Groups that are not uniform (nodes of different sizes) and one rank per node are the flat
+// allreduce on groups.comm(); so is, after the agreement, a call that would compress nothing
+// across nodes (raw mode; automatic mode where the cost model says no message across pays), as
+// MPI_Allreduce. With every rank on one node a compressing call runs the phases and none
+// compresses: the sum is exact.
 //
 // Every rank of groups.comm() must pass the same count, element type, mode, cost model,
 // schedule, reduction method and bound: a mismatch or a bad argument on any rank is an
@@ -131,11 +133,24 @@ collective_report allreduce(const Exec& exec, const SendView& send, const RecvVi
   a.fingerprint = f.value();
   detail::agree_by_allreduce(a, shape, comm, who);
 
+  // Where nothing across nodes would be compressed (raw mode; automatic mode where neither the
+  // largest message of the allreduce across nodes, half a rail's block, nor a final block
+  // forwarded to the q - 1 other nodes pays), MPI's own allreduce over all ranks: one call, not
+  // three phases and their agreements.
+  const int q = groups.nodes();
+  const std::uint64_t rail_bytes = block * sizeof(T);
+  const bool across_may_compress =
+      options.mode == transfer_mode::compressed ||
+      (options.mode == transfer_mode::automatic && q > 1 &&
+       (options.cost.worth_compressing(rail_bytes / 2) ||
+        options.cost.worth_compressing_forwarded(rail_bytes / std::uint64_t(q), std::uint64_t(q - 1))));
+  collective_options raw = options;
+  raw.mode = transfer_mode::raw;
+  if (!across_may_compress) return allreduce(exec, send, recv, comm, raw);
+
   // Every block under one absolute bound: a REL bound against all ranks' inputs.
   collective_options across = options;
   across.codec.bound = absolute(detail::ring_bound(exec, send.data(), n, options, comm, who));
-  collective_options raw = options;
-  raw.mode = transfer_mode::raw;
 
   const auto values = [](const auto& view, std::size_t from, std::size_t to) {
     return Kokkos::subview(view, std::pair<std::size_t, std::size_t>(from, to));
