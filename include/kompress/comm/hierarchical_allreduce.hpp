@@ -15,9 +15,9 @@
 // is summed by one group of q ranks, which agree bit for bit, and copied raw to the rest.
 //
 // Groups that are not uniform (nodes of different sizes) and one rank per node are the flat
-// allreduce on groups.comm(); so is, after the agreement, a call that would compress nothing
-// across nodes (raw mode; automatic mode where the cost model says no message across pays), as
-// MPI_Allreduce. With every rank on one node a compressing call runs the phases and none
+// allreduce on groups.comm(); so is, after the agreement, a call that would not compress across
+// nodes (raw mode; automatic mode where the cost model says the largest message across does not
+// pay), as MPI_Allreduce. With every rank on one node a compressing call runs the phases and none
 // compresses: the sum is exact.
 //
 // Every rank of groups.comm() must pass the same count, element type, mode, cost model,
@@ -133,17 +133,16 @@ collective_report allreduce(const Exec& exec, const SendView& send, const RecvVi
   a.fingerprint = f.value();
   detail::agree_by_allreduce(a, shape, comm, who);
 
-  // Where nothing across nodes would be compressed (raw mode; automatic mode where neither the
-  // largest message of the allreduce across nodes, half a rail's block, nor a final block
-  // forwarded to the q - 1 other nodes pays), MPI's own allreduce over all ranks: one call, not
-  // three phases and their agreements.
+  // Where compressing across nodes would not pay (raw mode; automatic mode where the largest
+  // message of the allreduce across nodes, half a rail's block, does not), MPI's own allreduce
+  // over all ranks: one call, not three phases, their agreements and a REL bound's range pass,
+  // which the cost model does not price (final blocks alone that pay across q - 1 nodes do not
+  // repay them: 0.71x plain MPI, simulated at 64 ranks, 4 per host, 100 Gb/s).
   const int q = groups.nodes();
   const std::uint64_t rail_bytes = block * sizeof(T);
   const bool across_may_compress =
       options.mode == transfer_mode::compressed ||
-      (options.mode == transfer_mode::automatic && q > 1 &&
-       (options.cost.worth_compressing(rail_bytes / 2) ||
-        options.cost.worth_compressing_forwarded(rail_bytes / std::uint64_t(q), std::uint64_t(q - 1))));
+      (options.mode == transfer_mode::automatic && q > 1 && options.cost.worth_compressing(rail_bytes / 2));
   collective_options raw = options;
   raw.mode = transfer_mode::raw;
   if (!across_may_compress) return allreduce(exec, send, recv, comm, raw);
