@@ -354,6 +354,36 @@ collective_case hierarchical_allreduce_case(std::size_t per_hop) {
           [=] { return violations(got, expected, tolerance); }};
 }
 
+/// The hierarchical reduce_scatter and allgather over nodes of two ranks, placed round-robin
+/// (node i holds ranks i and i + p/2): only their phase across nodes sends kompress messages.
+collective_case hierarchical_reduce_scatter_case(std::size_t per_rank) {
+  const int p = size_of();
+  auto send = make_data(per_rank * std::size_t(p), rank_of() + 4);
+  view got("got", per_rank), expected("expected", per_rank);
+  MPI_Reduce_scatter_block(send.data(), expected.data(), int(per_rank), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  const auto groups =
+      std::make_shared<kompress::node_groups>(kompress::node_groups::by_node(MPI_COMM_WORLD, rank_of() % (p / 2)));
+  auto options = options_for(1e-3);
+  options.schedule = kompress::collective_schedule::ring;
+  const double tolerance = sum_tolerance((groups->nodes() - 1) * 1e-3);
+  return {"reduce_scatter (hierarchical, nodes of 2) of " + std::to_string(per_rank) + " per rank",
+          [=] { kompress::reduce_scatter(host{}, send, got, *groups, options); },
+          [=] { return violations(got, expected, tolerance); }};
+}
+
+collective_case hierarchical_allgather_case(std::size_t per_rank) {
+  const int p = size_of();
+  auto send = make_data(per_rank, rank_of() + 6);
+  view got("got", per_rank * std::size_t(p)), expected("expected", got.size());
+  MPI_Allgather(send.data(), int(per_rank), MPI_FLOAT, expected.data(), int(per_rank), MPI_FLOAT, MPI_COMM_WORLD);
+  const auto groups =
+      std::make_shared<kompress::node_groups>(kompress::node_groups::by_node(MPI_COMM_WORLD, rank_of() % (p / 2)));
+  const auto options = options_for(1e-3);
+  return {"allgather (hierarchical, nodes of 2) of " + std::to_string(per_rank) + " per rank",
+          [=] { kompress::allgather(host{}, send, got, *groups, options); },
+          [=] { return violations(got, expected, 1e-3); }};
+}
+
 collective_case allgather_case(std::size_t per_rank) {
   const int p = size_of();
   auto send = make_data(per_rank, rank_of());
@@ -508,6 +538,14 @@ TEST_CASE("hierarchical allreduce: a failure across nodes stops every rank of ev
   // Two nodes or more, so that messages cross between them.
   if (size_of() % 2 != 0 || size_of() < 4) return;
   for (const std::size_t n : {large, small}) exercise(hierarchical_allreduce_case(n));
+}
+
+TEST_CASE("hierarchical reduce_scatter and allgather: a failure across nodes stops the ranks that depend on it") {
+  if (size_of() % 2 != 0 || size_of() < 4) return;
+  for (const std::size_t n : {large, small}) {
+    exercise(hierarchical_reduce_scatter_case(n));
+    exercise(hierarchical_allgather_case(n));
+  }
 }
 
 TEST_CASE("allgather and reduce_scatter: a failure mid-flight hangs no rank") {

@@ -1,9 +1,11 @@
-// The hierarchical allreduce (kompress::allreduce over kompress::node_groups) against plain
-// MPI_Allreduce, element by element, within the bound of the allreduce across nodes (q times the
-// bound for q nodes, not p times) plus the summation error, bit-identical on every rank; on the
-// execution space's memory, in place or not, with a tail of n mod k values; node groups by
-// shared memory and by runs of ranks, uniform or not; bad calls rejected on every rank. Run
-// under mpiexec -n 1, 2, 3, 4 and 6 (two and three nodes of two, two of three ranks).
+// The hierarchical collectives (kompress::allreduce, reduce_scatter and allgather over
+// kompress::node_groups) against plain MPI_Allreduce, MPI_Reduce_scatter_block and
+// MPI_Allgather, element by element, within the bound of the collective across nodes (q nodes'
+// compressions, not p ranks') plus the summation error, bit-identical on every rank where MPI's
+// result is; on the execution space's memory, in place or not, with a tail of n mod k values;
+// node groups by shared memory, by runs of ranks and by named nodes (round-robin: the blocks'
+// order differs from the ranks'), uniform or not; bad calls rejected on every rank. Run under
+// mpiexec -n 1, 2, 3, 4 and 6 (two and three nodes of two, two of three ranks).
 
 #include <kompress/comm.hpp>
 
@@ -14,6 +16,7 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -84,6 +87,71 @@ void for_each_grouping(Check&& check) {
     const kompress::node_groups runs(MPI_COMM_WORLD, k);
     check(runs);
   }
+  // Round-robin over two nodes: node 0 holds the even ranks, node 1 the odd ones.
+  const auto round_robin = kompress::node_groups::by_node(MPI_COMM_WORLD, rank_of() % 2);
+  check(round_robin);
+}
+
+/// How many compressions a reduce_scatter's sum goes through across `ranks` ranks by `schedule`:
+/// the ring's ranks - 1; recursive halving's ranks where ranks is no power of two.
+int reduce_scatter_compressions(int ranks, kompress::collective_schedule schedule) {
+  const bool folds = schedule == kompress::collective_schedule::halving_doubling && !std::has_single_bit(unsigned(ranks));
+  return folds ? ranks : ranks - 1;
+}
+
+/// The ranks of the collective that compresses: q nodes where the groups run their phases.
+int compressing_ranks(const kompress::node_groups& groups) {
+  return groups.uniform() && groups.ranks_per_node() > 1 ? groups.nodes() : size_of();
+}
+
+/// One hierarchical reduce_scatter on the execution space's memory against
+/// MPI_Reduce_scatter_block, with the ring or recursive halving across nodes.
+template <class T>
+void check_reduce_scatter(const kompress::node_groups& groups, std::size_t m,
+                          const kompress::collective_options& options) {
+  const int p = size_of(), me = rank_of();
+  auto send = make_data<T>(m * std::size_t(p), me + 3);
+  host_view<T> expected("expected", m), magnitude("magnitude", m), abs_send("abs", send.size());
+  MPI_Reduce_scatter_block(send.data(), expected.data(), int(m), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
+  for (std::size_t i = 0; i < send.size(); ++i) abs_send(i) = std::fabs(send(i));
+  MPI_Reduce_scatter_block(abs_send.data(), magnitude.data(), int(m), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
+  const double e = agreed_bound(send, options.codec.bound);
+  const double result_bound =
+      options.mode == kompress::transfer_mode::raw                  ? 0.0
+      : options.reduction_bound == kompress::allreduce_bound::total ? e
+                                                                    : reduce_scatter_compressions(
+                                                                          compressing_ranks(groups), options.schedule) *
+                                                                          e;
+  device_view<T> result("result", m);
+  const auto report = kompress::reduce_scatter(exec_space{}, to_device(send), result, groups, options);
+  const auto got = to_host(result);
+  CHECK(report.absolute_bound <= result_bound * (1 + 1e-12));
+  std::size_t beyond = 0;
+  constexpr double eps = std::numeric_limits<T>::epsilon();
+  for (std::size_t i = 0; i < m; ++i) {
+    const double tolerance = result_bound + 2.0 * p * eps * double(magnitude(i));
+    beyond += !(std::fabs(double(got(i)) - double(expected(i))) <= tolerance);
+  }
+  CHECK(beyond == 0);
+}
+
+/// One hierarchical allgather on the execution space's memory against MPI_Allgather: every block
+/// where its owner is, within the bound, bit-identical on every rank.
+template <class T>
+void check_allgather(const kompress::node_groups& groups, std::size_t m, const kompress::collective_options& options) {
+  const int p = size_of(), me = rank_of();
+  auto send = make_data<T>(m, me + 7);
+  host_view<T> expected("expected", m * std::size_t(p));
+  MPI_Allgather(send.data(), int(m), mpi_type<T>(), expected.data(), int(m), mpi_type<T>(), MPI_COMM_WORLD);
+  const double e = options.mode == kompress::transfer_mode::raw ? 0.0 : agreed_bound(send, options.codec.bound);
+  device_view<T> result("result", expected.size());
+  const auto report = kompress::allgather(exec_space{}, to_device(send), result, groups, options);
+  const auto got = to_host(result);
+  CHECK(report.absolute_bound <= e * (1 + 1e-12));
+  std::size_t beyond = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) beyond += !(std::fabs(double(got(i)) - double(expected(i))) <= e);
+  CHECK(beyond == 0);
+  CHECK(identical_on_every_rank(got));
 }
 
 }  // namespace
@@ -120,6 +188,34 @@ TEST_CASE("node groups: by shared memory and by runs of ranks, their communicato
   kompress::node_groups second = std::move(first);
   CHECK(second.node() == node);
   CHECK(first.node() == MPI_COMM_NULL);
+}
+
+TEST_CASE("node groups: which rank sits at each place of each node") {
+  const int p = size_of(), me = rank_of();
+  for (int k = 1; k <= 3; ++k) {
+    CAPTURE(k);
+    const kompress::node_groups runs(MPI_COMM_WORLD, k);
+    if (!runs.uniform()) {
+      CHECK(runs.rank_at(0, 0) == -1);
+      continue;
+    }
+    for (int node = 0; node < runs.nodes(); ++node)
+      for (int place = 0; place < runs.ranks_per_node(); ++place)
+        CHECK(runs.rank_at(node, place) == node * k + place);
+    CHECK(runs.rank_at(runs.nodes(), 0) == -1);
+    CHECK(runs.rank_at(0, runs.ranks_per_node()) == -1);
+  }
+  // Named nodes, round-robin: place j of node i is rank 2 j + i; odd p leaves them non-uniform.
+  const auto round_robin = kompress::node_groups::by_node(MPI_COMM_WORLD, me % 2);
+  CHECK(round_robin.nodes() == std::min(p, 2));
+  CHECK(rank_of(round_robin.node()) == me / 2);
+  CHECK(round_robin.uniform() == (p % 2 == 0 || p == 1));
+  if (round_robin.uniform())
+    for (int node = 0; node < round_robin.nodes(); ++node)
+      for (int place = 0; place < round_robin.ranks_per_node(); ++place)
+        CHECK(round_robin.rank_at(node, place) == 2 * place + node);
+  CHECK_THROWS_WITH_AS(kompress::node_groups::by_node(MPI_COMM_WORLD, me == 0 ? -1 : 0),
+                       doctest::Contains("numbered from 0"), kompress::invalid_argument);
 }
 
 TEST_CASE("node groups: ranks_per_node below 1 or different between ranks is rejected on every rank") {
@@ -196,6 +292,116 @@ TEST_CASE("hierarchical allreduce on host memory with the homomorphic reduction"
     CHECK(beyond == 0);
     CHECK(identical_on_every_rank(got));
   });
+}
+
+TEST_CASE_TEMPLATE("hierarchical reduce_scatter matches MPI_Reduce_scatter_block within the q-rank bound", T, float,
+                   double) {
+  using kompress::collective_schedule;
+  for_each_grouping([](const kompress::node_groups& groups) {
+    CAPTURE(groups.ranks_per_node());
+    CAPTURE(groups.nodes());
+    for (std::size_t m : {0, 1, 7, 1000, 20011}) {
+      CAPTURE(m);
+      for (auto schedule : {collective_schedule::ring, collective_schedule::halving_doubling}) {
+        check_reduce_scatter<T>(groups, m, {.codec = {.bound = kompress::absolute(1e-3)}, .schedule = schedule});
+        check_reduce_scatter<T>(groups, m, {.codec = {.bound = kompress::relative(1e-3)}, .schedule = schedule});
+      }
+      check_reduce_scatter<T>(
+          groups, m,
+          {.codec = {.bound = kompress::relative(1e-2)}, .reduction_bound = kompress::allreduce_bound::total});
+      check_reduce_scatter<T>(groups, m,
+                              {.codec = {.bound = kompress::absolute(1e-2)}, .mode = kompress::transfer_mode::raw});
+      check_reduce_scatter<T>(
+          groups, m, {.codec = {.bound = kompress::absolute(1e-2)}, .mode = kompress::transfer_mode::automatic});
+    }
+  });
+}
+
+TEST_CASE_TEMPLATE("hierarchical allgather matches MPI_Allgather within the bound, bit-identical", T, float, double) {
+  for_each_grouping([](const kompress::node_groups& groups) {
+    CAPTURE(groups.ranks_per_node());
+    CAPTURE(groups.nodes());
+    for (std::size_t m : {0, 1, 7, 1000, 20011}) {
+      CAPTURE(m);
+      check_allgather<T>(groups, m, {.codec = {.bound = kompress::absolute(1e-3)}});
+      check_allgather<T>(groups, m,
+                         {.codec = {.bound = kompress::relative(1e-2)},
+                          .schedule = kompress::collective_schedule::halving_doubling});
+      check_allgather<T>(groups, m, {.codec = {.bound = kompress::absolute(1e-2)}, .mode = kompress::transfer_mode::raw});
+      check_allgather<T>(groups, m,
+                         {.codec = {.bound = kompress::absolute(1e-2)}, .mode = kompress::transfer_mode::automatic});
+    }
+  });
+}
+
+TEST_CASE("hierarchical reduce_scatter and allgather: only the phase across nodes compresses") {
+  const int p = size_of();
+  if (p % 2 != 0) return;
+  const int q = p / 2;
+  const std::size_t m = 1 << 14;
+  const kompress::collective_options options{.codec = {.bound = kompress::absolute(1e-2)},
+                                             .schedule = kompress::collective_schedule::ring};
+  const auto check = [&](const kompress::node_groups& groups) {
+    device_view<float> sums("sums", m), gathered("gathered", m * std::size_t(p));
+    const auto scattered = kompress::reduce_scatter(exec_space{}, to_device(make_data<float>(m * p, rank_of())), sums,
+                                                    groups, options);
+    CHECK(scattered.absolute_bound == doctest::Approx((q - 1) * 1e-2));
+    const auto all = kompress::allgather(exec_space{}, to_device(make_data<float>(m, rank_of())), gathered, groups,
+                                         options);
+    CHECK(all.absolute_bound == doctest::Approx(q > 1 ? 1e-2 : 0.0));
+    for (const auto& report : {scattered, all}) {
+      CHECK(report.payload_bytes > 0);
+      CHECK((report.compressed_messages > 0) == (q > 1));
+      if (q > 1) CHECK(report.wire_bytes < report.payload_bytes);
+    }
+  };
+  check(kompress::node_groups(MPI_COMM_WORLD, 2));
+  check(kompress::node_groups::by_node(MPI_COMM_WORLD, rank_of() % q));  // node i: ranks i and i + q
+}
+
+TEST_CASE("hierarchical reduce_scatter on host memory with the homomorphic reduction") {
+  for_each_grouping([](const kompress::node_groups& groups) {
+    CAPTURE(groups.ranks_per_node());
+    const int p = size_of();
+    const std::size_t m = 2003;
+    auto send = make_data<double>(m * std::size_t(p), rank_of() + 9);  // |x| <= 10.1
+    host_view<double> expected("expected", m), got("got", m);
+    MPI_Reduce_scatter_block(send.data(), expected.data(), int(m), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    const double summation = 2.0 * p * std::numeric_limits<double>::epsilon() * 10.1 * p;
+    const kompress::collective_options options{.codec = {.bound = kompress::absolute(1e-4)},
+                                               .reduction = kompress::reduction_method::homomorphic};
+    const auto report = kompress::reduce_scatter(host{}, send, got, groups, options);
+    const double bound = compressing_ranks(groups) * 1e-4;  // one quantization per rank across
+    CHECK(report.absolute_bound <= bound * (1 + 1e-12));
+    std::size_t beyond = 0;
+    for (std::size_t i = 0; i < m; ++i) beyond += !(std::fabs(got(i) - expected(i)) <= bound + summation);
+    CHECK(beyond == 0);
+  });
+}
+
+TEST_CASE("hierarchical reduce_scatter and allgather: a bad call on one rank is an invalid_argument on every rank") {
+  const int me = rank_of(), p = size_of();
+  const kompress::node_groups groups(MPI_COMM_WORLD, 2);
+  if (p > 1) {
+    device_view<float> send("send", (me == 0 ? 10 : 11) * std::size_t(p)), recv("recv", me == 0 ? 10 : 11);
+    CHECK_THROWS_WITH_AS(kompress::reduce_scatter(exec_space{}, send, recv, groups), doctest::Contains("disagree"),
+                         kompress::invalid_argument);
+    device_view<float> mine("mine", me == 0 ? 10 : 11), all("all", (me == 0 ? 10 : 11) * std::size_t(p));
+    CHECK_THROWS_WITH_AS(kompress::allgather(exec_space{}, mine, all, groups), doctest::Contains("disagree"),
+                         kompress::invalid_argument);
+  }
+  // One rank's receive View has the wrong size: every rank throws.
+  {
+    device_view<float> send("send", 64 * std::size_t(p)), recv("recv", me == 0 ? 63 : 64);
+    CHECK_THROWS_AS(kompress::reduce_scatter(exec_space{}, send, recv, groups), kompress::invalid_argument);
+    device_view<float> mine("mine", 64), all("all", 64 * std::size_t(p) - (me == 0 ? 1 : 0));
+    CHECK_THROWS_AS(kompress::allgather(exec_space{}, mine, all, groups), kompress::invalid_argument);
+  }
+  // Then good calls still work on every rank.
+  device_view<float> ones("ones", 64 * std::size_t(p)), sums("sums", 64);
+  Kokkos::deep_copy(ones, 1.0f);
+  kompress::reduce_scatter(exec_space{}, ones, sums, groups, {.codec = {.bound = kompress::absolute(1e-3)}});
+  CHECK(on_every_rank(std::fabs(to_host(sums)(0) - float(p)) <= 1e-3 * p));
 }
 
 TEST_CASE("hierarchical allreduce: a bad call on one rank is an invalid_argument on every rank") {

@@ -1,9 +1,10 @@
 #pragma once
 // kompress::node_groups: the ranks of a communicator grouped by node, for the hierarchical
-// allreduce (comm/hierarchical_allreduce.hpp, docs/collectives.md "Hierarchical allreduce"):
-// the ranks that share memory (MPI_COMM_TYPE_SHARED), or runs of a given number of consecutive
-// ranks. It holds two communicators split from the caller's: the ranks of this rank's node, and
-// the ranks at this rank's place on every node.
+// collectives (comm/hierarchical_*.hpp, docs/collectives.md "Hierarchical collectives"): the
+// ranks that share memory (MPI_COMM_TYPE_SHARED), runs of a given number of consecutive ranks, or
+// the ranks that name the same node. It holds two communicators split from the caller's (the
+// ranks of this rank's node, and the ranks at this rank's place on every node) and, for uniform
+// groups, which rank sits at each place of each node.
 
 #include <kompress/detail/mpi.hpp>
 #include <kompress/error.hpp>
@@ -12,13 +13,14 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace kompress::inline v0 {
 
 /// Groups the ranks of `comm` by node; collective over `comm` (construct it on every rank, with
 /// the same arguments). The groups are *uniform* when every node holds the same number of ranks;
-/// only then does the hierarchical allreduce run its three phases (otherwise it is the flat
-/// allreduce on `comm`). Keep `comm` alive while the groups are used; destroy them before
+/// only then do the hierarchical collectives run their phases (otherwise they are the flat
+/// collectives on `comm`). Keep `comm` alive while the groups are used; destroy them before
 /// MPI_Finalize (they free the two communicators they split).
 class node_groups {
  public:
@@ -51,6 +53,24 @@ class node_groups {
     finish(shape, who);
   }
 
+  /// The ranks that pass the same `node` (>= 0) are a node, whatever their ranks: for placements
+  /// neither shared memory nor runs describe (round-robin launchers, a node per GPU switch).
+  /// A rank's place on its node follows its rank in `comm`.
+  static node_groups by_node(MPI_Comm comm, int node) {
+    constexpr const char* who = "kompress::node_groups::by_node";
+    const detail::comm_shape shape = detail::shape_of(comm, who);
+    int lowest = node;
+    detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, comm), who, "MPI_Allreduce");
+    if (lowest < 0)
+      throw invalid_argument(std::string(who) + ": a rank names node " + std::to_string(lowest) +
+                             "; nodes are numbered from 0");
+    node_groups groups;
+    groups.comm_ = comm;
+    detail::check_mpi(MPI_Comm_split(comm, node, shape.rank, &groups.node_), who, "MPI_Comm_split");
+    groups.finish(shape, who);
+    return groups;
+  }
+
   node_groups(const node_groups&) = delete;
   node_groups& operator=(const node_groups&) = delete;
   node_groups(node_groups&& other) noexcept { *this = std::move(other); }
@@ -63,6 +83,7 @@ class node_groups {
       ranks_per_node_ = other.ranks_per_node_;
       nodes_ = other.nodes_;
       uniform_ = other.uniform_;
+      ranks_at_ = std::move(other.ranks_at_);
     }
     return *this;
   }
@@ -80,6 +101,12 @@ class node_groups {
   int ranks_per_node() const { return ranks_per_node_; }
   /// Number of nodes.
   int nodes() const { return nodes_; }
+  /// The rank in comm() at place `place` (its rank in node()) of node `node` (its rank in
+  /// across()); uniform groups only, else -1.
+  int rank_at(int node, int place) const {
+    if (!uniform_ || node < 0 || node >= nodes_ || place < 0 || place >= ranks_per_node_) return -1;
+    return ranks_at_[std::size_t(place) * std::size_t(nodes_) + std::size_t(node)];
+  }
 
  private:
   node_groups() = default;
@@ -95,6 +122,14 @@ class node_groups {
     ranks_per_node_ = extremes[1];
     uniform_ = -extremes[0] == extremes[1];
     nodes_ = numbers[2];
+    // Who sits where: every rank's (place, node) pair, where the nodes are uniform.
+    if (!uniform_) return;
+    const int place_and_node[2] = {local.rank, detail::shape_of(across_, who).rank};
+    std::vector<int> all(2 * std::size_t(shape.size));
+    detail::check_mpi(MPI_Allgather(place_and_node, 2, MPI_INT, all.data(), 2, MPI_INT, comm_), who, "MPI_Allgather");
+    ranks_at_.assign(std::size_t(shape.size), -1);
+    for (int r = 0; r < shape.size; ++r)
+      ranks_at_[std::size_t(all[2 * r]) * std::size_t(nodes_) + std::size_t(all[2 * r + 1])] = r;
   }
 
   void release() noexcept {
@@ -113,6 +148,7 @@ class node_groups {
   int ranks_per_node_ = 1;
   int nodes_ = 1;
   bool uniform_ = true;
+  std::vector<int> ranks_at_;  // place-major: ranks_at_[place * nodes + node]
 };
 
 }  // namespace kompress::inline v0
