@@ -286,8 +286,8 @@ def _world_handle():
 
 def _comm_handle(comm, who):
     if isinstance(comm, NodeGroups):
-        raise InvalidArgument(f"{who}: NodeGroups are taken by the blocking allreduce only; pass an mpi4py "
-                              "communicator (for example the groups' .comm)")
+        raise InvalidArgument(f"{who}: NodeGroups are taken by the blocking allreduce, reduce_scatter and "
+                              "allgather only; pass an mpi4py communicator (for example the groups' .comm)")
     if comm is None:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
@@ -436,10 +436,11 @@ def ialltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, c
 class NodeGroups:
     """The ranks of ``comm`` (default COMM_WORLD) grouped by node (kompress::node_groups): those
     that share memory (MPI_COMM_TYPE_SHARED), or runs of ``ranks_per_node`` consecutive ranks.
-    Collective: every rank of ``comm`` builds it, with the same arguments. Passed to ``allreduce``
-    as its communicator, the sum is reduced raw within each node and compressed only across
-    nodes, within ``nodes`` times the bound instead of p times (docs/collectives.md,
-    "Hierarchical allreduce"); groups whose nodes differ in size make it the flat allreduce."""
+    Collective: every rank of ``comm`` builds it, with the same arguments. Passed to ``allreduce``,
+    ``reduce_scatter`` or ``allgather`` as its communicator, values move raw within each node and
+    compressed only across nodes: a sum within ``nodes`` times the bound instead of p times
+    (docs/collectives.md, "Hierarchical collectives"); groups whose nodes differ in size make
+    them the flat collectives."""
 
     def __init__(self, comm=None, ranks_per_node=None):
         who = "kompress.NodeGroups"
@@ -488,12 +489,15 @@ def allreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", r
     Report.absolute_bound is the guarantee."""
     settings = (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction, schedule)
     if isinstance(comm, NodeGroups):
-        groups = comm._groups
-        return _buffer_collective(
-            lambda s, r, handle, options, _nonblocking, stream:
-                _ext._hierarchical_allreduce(s, r, handle, groups, options, stream),
-            "kompress.allreduce", send, recv, comm.comm, settings, False)
+        return _hierarchical(_ext._hierarchical_allreduce, "kompress.allreduce", send, recv, comm, settings)
     return _buffer_collective(_ext._allreduce, "kompress.allreduce", send, recv, comm, settings, False)
+
+
+def _hierarchical(call, who, send, recv, groups, settings):
+    """A blocking collective over NodeGroups, on the groups' communicator."""
+    return _buffer_collective(
+        lambda s, r, handle, options, _nonblocking, stream: call(s, r, handle, groups._groups, options, stream),
+        who, send, recv, groups.comm, settings, False)
 
 
 def iallreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
@@ -509,10 +513,12 @@ def allgather(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", s
     """MPI_Allgather, compressed: every rank's ``send`` into block ``rank`` of ``recv``
     (p * send.size values), bit-identical on every rank (the owner's block too holds the decoded
     values). Every value within the bound of what its owner sent. ``schedule``: 'auto', 'ring'
-    or 'halving_doubling' (recursive doubling), as for allreduce."""
-    return _buffer_collective(_ext._allgather, "kompress.allgather", send, recv, comm,
-                              (abs, rel, mode, "per_hop", block_size, measure_error, cost, "recompress", schedule),
-                              False)
+    or 'halving_doubling' (recursive doubling), as for allreduce. ``comm`` may be a NodeGroups:
+    compressed across nodes only, raw within them."""
+    settings = (abs, rel, mode, "per_hop", block_size, measure_error, cost, "recompress", schedule)
+    if isinstance(comm, NodeGroups):
+        return _hierarchical(_ext._hierarchical_allgather, "kompress.allgather", send, recv, comm, settings)
+    return _buffer_collective(_ext._allgather, "kompress.allgather", send, recv, comm, settings, False)
 
 
 def iallgather(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", schedule="auto", block_size=32,
@@ -529,10 +535,13 @@ def reduce_scatter(send, recv, comm=None, *, abs=None, rel=None, mode="compresse
     ``recv`` gets the sum over ranks of block ``rank``. Within (p - 1) times the bound
     ('recompress'; p times with 'halving_doubling' where p is no power of two) or p times it
     ('homomorphic'); 'total' makes it the bound. ``schedule``: 'auto', 'ring' or
-    'halving_doubling' (recursive halving), as for allreduce."""
-    return _buffer_collective(_ext._reduce_scatter, "kompress.reduce_scatter", send, recv, comm,
-                              (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction, schedule),
-                              False)
+    'halving_doubling' (recursive halving), as for allreduce. ``comm`` may be a NodeGroups:
+    summed raw within each node, compressed across the q nodes only (within q - 1 times the
+    bound, the q-rank reduce_scatter's)."""
+    settings = (abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction, schedule)
+    if isinstance(comm, NodeGroups):
+        return _hierarchical(_ext._hierarchical_reduce_scatter, "kompress.reduce_scatter", send, recv, comm, settings)
+    return _buffer_collective(_ext._reduce_scatter, "kompress.reduce_scatter", send, recv, comm, settings, False)
 
 
 def ireduce_scatter(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",

@@ -683,14 +683,15 @@ struct reduce_scatter_calls {
   static auto init(const auto&... args) { return kompress::reduce_scatter_init(args...); }
 };
 
-/// The hierarchical allreduce over node groups (blocking only): raw within each node,
-/// compressed across nodes (kompress/comm/hierarchical_allreduce.hpp). `comm` is the groups'
-/// communicator's handle, on which the arguments are checked.
-nb::object hierarchical_allreduce(nb::handle send_obj, nb::handle recv_obj, std::uintptr_t comm,
-                                  const kompress::node_groups& groups, const collective_settings& s,
-                                  std::uintptr_t stream) {
-  const char* who = "kompress.allreduce (hierarchical)";
-  const auto args = agreed_arguments(send_obj, recv_obj, comm, s, who);
+/// A hierarchical collective over node groups (blocking only): raw within each node, compressed
+/// across nodes (kompress/comm/hierarchical_*.hpp). `comm` is the groups' communicator's handle,
+/// on which the arguments are checked.
+template <class Calls>
+nb::object hierarchical_collective(nb::handle send_obj, nb::handle recv_obj, std::uintptr_t comm,
+                                   const kompress::node_groups& groups, const collective_settings& s,
+                                   std::uintptr_t stream) {
+  const std::string who = std::string(Calls::blocking_name) + " (hierarchical)";
+  const auto args = agreed_arguments(send_obj, recv_obj, comm, s, who.c_str());
   const auto& [send, recv, code, device, options] = *args;
   kompress::collective_report report;
   {
@@ -698,7 +699,7 @@ nb::object hierarchical_allreduce(nb::handle send_obj, nb::handle recv_obj, std:
     report = dispatch_on(device, stream, code, [&](auto t, auto d, const auto& exec) {
       using T = decltype(t);
       using D = decltype(d);
-      return kompress::allreduce(exec, view_of<T, D>(send), view_of<T, D>(recv), groups, options);
+      return Calls::blocking(exec, view_of<T, D>(send), view_of<T, D>(recv), groups, options);
     });
   }
   return nb::cast(report);
@@ -1332,7 +1333,9 @@ NB_MODULE(_kompress, m) {
       .def_prop_ro("nodes", &kompress::node_groups::nodes)
       .def_prop_ro("ranks_per_node", &kompress::node_groups::ranks_per_node)
       .def_prop_ro("uniform", &kompress::node_groups::uniform);
-  m.def("_hierarchical_allreduce", &hierarchical_allreduce);
+  m.def("_hierarchical_allreduce", &hierarchical_collective<allreduce_calls>);
+  m.def("_hierarchical_allgather", &hierarchical_collective<allgather_calls>);
+  m.def("_hierarchical_reduce_scatter", &hierarchical_collective<reduce_scatter_calls>);
   m.def("_announce_failure", &announce_failure, "comm"_a, "who"_a);
 
   nb::class_<py_persistent_request>(m, "_PersistentRequest")

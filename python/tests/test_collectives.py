@@ -244,6 +244,38 @@ def test_hierarchical_allreduce_matches_mpi4py(dtype, n, ranks_per_node):
         assert_same_on_every_rank(comm, got)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m", [0, 1, 20011])
+@pytest.mark.parametrize("ranks_per_node", [None, 1, 2])
+def test_hierarchical_reduce_scatter_and_allgather_match_mpi4py(dtype, m, ranks_per_node):
+    # Over NodeGroups: raw within a node, compressed across nodes; reduce_scatter within q - 1
+    # times the bound on the ring (p - 1 where the groups make it the flat one), allgather within
+    # the bound, identical on every rank, every block where its owner is.
+    groups = kompress.NodeGroups(comm, ranks_per_node)
+    ranks_across = groups.nodes if groups.uniform and groups.ranks_per_node > 1 else p
+    eps = np.finfo(dtype).eps
+    send = field(m * p, dtype, 3 + comm.Get_rank())
+    expected, magnitude = np.empty(m, dtype), np.empty(m, dtype)
+    comm.Reduce_scatter_block(send, expected)
+    comm.Reduce_scatter_block(np.abs(send), magnitude)
+    got = np.full(m, np.nan, dtype)
+    report = kompress.reduce_scatter(send, got, groups, abs=1e-3, schedule="ring")
+    assert report.absolute_bound <= (ranks_across - 1) * 1e-3 * (1 + 1e-12)
+    err = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+    assert np.all(err <= report.absolute_bound + 2.0 * p * eps * magnitude.astype(np.float64))
+
+    mine = field(m, dtype, 7 + comm.Get_rank())
+    everyone = np.empty(m * p, dtype)
+    comm.Allgather(mine, everyone)
+    gathered = torch.full((m * p,), float("nan"), dtype=torch.float32 if dtype == np.float32 else torch.float64)
+    report = kompress.allgather(mine, gathered, groups, rel=1e-2)
+    err = np.abs(gathered.numpy().astype(np.float64) - everyone.astype(np.float64))
+    assert np.all(err <= report.absolute_bound)
+    if m > 0:
+        assert (report.absolute_bound > 0) == (ranks_across > 1)
+    assert_same_on_every_rank(comm, gathered.numpy())
+
+
 def test_node_groups_reject_bad_arguments_on_every_rank():
     with pytest.raises(kompress.InvalidArgument, match="at least 1"):
         kompress.NodeGroups(comm, 0)
@@ -251,8 +283,10 @@ def test_node_groups_reject_bad_arguments_on_every_rank():
         kompress.NodeGroups(comm, 1.5)
     groups = kompress.NodeGroups(comm, 2)
     a = np.ones(10, np.float32)
-    with pytest.raises(kompress.InvalidArgument, match="blocking allreduce only"):
+    with pytest.raises(kompress.InvalidArgument, match="blocking allreduce, reduce_scatter and allgather only"):
         kompress.iallreduce(a, a, groups)
+    with pytest.raises(kompress.InvalidArgument, match="blocking allreduce, reduce_scatter and allgather only"):
+        kompress.iallgather(a, np.empty(10 * p, np.float32), groups)
     # The next call works.
     kompress.allreduce(a, a, groups, abs=1e-3)
     assert np.all(np.abs(a - p) <= groups.nodes * 1e-3 + 1e-5)
