@@ -1,6 +1,6 @@
 #pragma once
 // kompress::allreduce over node_groups: the hierarchical allreduce (docs/collectives.md,
-// "Hierarchical allreduce"). With k ranks on each of q nodes, the vector's first k * floor(n/k)
+// "Hierarchical collectives"). With k ranks on each of q nodes, the vector's first k * floor(n/k)
 // values go in three phases:
 //   1. within each node, a raw reduce_scatter: local rank j holds the node's sum of block j;
 //   2. across nodes, k allreduces at once (the ranks at place j of every node, one each), as
