@@ -17,6 +17,7 @@
 #include <kompress/comm/hierarchical_allgather.hpp>
 #include <kompress/comm/hierarchical_allreduce.hpp>
 #include <kompress/comm/hierarchical_reduce_scatter.hpp>
+#include <kompress/comm/hierarchical_workspace.hpp>
 #include <kompress/comm/node_groups.hpp>
 #include <kompress/comm/options.hpp>
 #include <kompress/comm/persistent.hpp>

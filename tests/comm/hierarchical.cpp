@@ -404,6 +404,48 @@ TEST_CASE("hierarchical reduce_scatter and allgather: a bad call on one rank is 
   CHECK(on_every_rank(std::fabs(to_host(sums)(0) - float(p)) <= 1e-3 * p));
 }
 
+TEST_CASE("hierarchical collectives with a workspace: the same values as without, calls of any size in turn") {
+  for_each_grouping([](const kompress::node_groups& groups) {
+    CAPTURE(groups.ranks_per_node());
+    CAPTURE(groups.nodes());
+    const int p = size_of();
+    kompress::hierarchical_workspace workspace(groups);
+    const kompress::collective_options options{.codec = {.bound = kompress::relative(1e-3)}};
+    const auto same = [](const auto& a, const auto& b) {
+      const auto x = to_host(a), y = to_host(b);
+      return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+    };
+    for (std::size_t m : {1000, 20011, 7, 20011}) {
+      CAPTURE(m);
+      const auto input = to_device(make_data<float>(m * std::size_t(p), rank_of() + 11));
+      device_view<float> with("with", input.size()), without("without", input.size());
+      kompress::allreduce(exec_space{}, input, with, groups, options, &workspace);
+      kompress::allreduce(exec_space{}, input, without, groups, options);
+      CHECK(same(with, without));
+      device_view<float> sum_with("sum_with", m), sum_without("sum_without", m);
+      kompress::reduce_scatter(exec_space{}, input, sum_with, groups, options, &workspace);
+      kompress::reduce_scatter(exec_space{}, input, sum_without, groups, options);
+      CHECK(same(sum_with, sum_without));
+      const auto mine = Kokkos::subview(input, std::pair<std::size_t, std::size_t>(0, m));
+      kompress::allgather(exec_space{}, mine, with, groups, options, &workspace);
+      kompress::allgather(exec_space{}, mine, without, groups, options);
+      CHECK(same(with, without));
+    }
+    // The phases' blocks stay in it (where there are phases).
+    if (groups.uniform() && groups.ranks_per_node() > 1) CHECK(workspace.bytes() > 0);
+  });
+}
+
+TEST_CASE("hierarchical collectives: a workspace built for other node groups is rejected on every rank") {
+  const kompress::node_groups groups(MPI_COMM_WORLD, 2), others(MPI_COMM_WORLD, 2);
+  kompress::hierarchical_workspace workspace(others);
+  device_view<float> data("data", 64);
+  if (groups.uniform() && groups.ranks_per_node() > 1)
+    CHECK_THROWS_WITH_AS(kompress::allreduce(exec_space{}, data, groups, {}, &workspace),
+                         doctest::Contains("other node groups"), kompress::invalid_argument);
+  kompress::allreduce(exec_space{}, data, groups, {}, nullptr);  // then a good call
+}
+
 TEST_CASE("hierarchical allreduce: a bad call on one rank is an invalid_argument on every rank") {
   const int me = rank_of();
   const kompress::node_groups groups(MPI_COMM_WORLD, 2);

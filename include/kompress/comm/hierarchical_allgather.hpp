@@ -23,11 +23,13 @@
 //
 // Sync points: fence `exec`, one MPI_Allreduce to agree over all ranks (plus one for a REL
 // bound's range), the phase across nodes, one small MPI_Allreduce within each node, the phase
-// within the node. Blocking only. Two buffers are allocated per call in recv's memory space:
-// this place's blocks (q m values) and every block in place order (p m).
+// within the node. Blocking only. This place's blocks (q m values), every block in place order
+// (p m) and the phases' scratch come from a hierarchical_workspace where one is passed, else
+// they are allocated per call.
 
 #include <kompress/comm/allgather.hpp>
 #include <kompress/comm/detail/hierarchical.hpp>
+#include <kompress/comm/hierarchical_workspace.hpp>
 #include <kompress/comm/node_groups.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -38,30 +40,32 @@
 namespace kompress::inline v0 {
 
 /// Every rank's `send` (m values) into `recv` (p m, in rank order), gathered across nodes as
-/// `options` says and within each node raw.
+/// `options` says and within each node raw. `workspace` (optional, built on `groups`) removes
+/// the per-call allocations.
 template <execution_space Exec, float_view SendView, float_view RecvView>
 collective_report allgather(const Exec& exec, const SendView& send, const RecvView& recv, const node_groups& groups,
-                            const collective_options& options = {}) {
+                            const collective_options& options = {}, hierarchical_workspace* workspace = nullptr) {
   constexpr const char* who = "kompress::allgather (hierarchical)";
   using T = typename RecvView::non_const_value_type;
   using memory = typename RecvView::memory_space;
   const int k = groups.ranks_per_node(), q = groups.nodes();
-  if (!groups.uniform() || k == 1) return allgather(exec, send, recv, groups.comm(), options);
+  if (!groups.uniform()) return allgather(exec, send, recv, groups.comm(), options);
+  // One rank per node: across() is every rank, in the same order.
+  if (k == 1) return allgather(exec, send, recv, groups.across(), options, workspace ? workspace->across() : nullptr);
 
   const MPI_Comm comm = groups.comm();
   const detail::comm_shape shape = detail::shape_of(comm, who);
   exec.fence();  // the input may be the output of work on exec
 
   const std::size_t m = send.size();
-  Kokkos::View<T*, memory> this_place, by_place;
+  detail::phase_blocks<T, memory> this_place, by_place;
   detail::agree_hierarchical_call<T, detail::host_memory_space<memory>>(
       detail::collective_kind::allgather, m, groups, options, shape, who, [&] {
         const detail::allgather_call<Exec, SendView, RecvView> call{{exec, send, recv, options, who}};
         call.check(shape);
-        this_place = Kokkos::View<T*, memory>(
-            Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::allgather this place"), std::size_t(q) * m);
-        by_place = Kokkos::View<T*, memory>(
-            Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::allgather blocks by place"), recv.size());
+        if (workspace) workspace->check_for(groups, who);
+        this_place = detail::phase_blocks<T, memory>(workspace, 0, std::size_t(q) * m, "kompress::allgather this place");
+        by_place = detail::phase_blocks<T, memory>(workspace, 1, recv.size(), "kompress::allgather blocks by place");
       });
 
   // Where compressing across nodes would not pay (raw mode; automatic mode where a block
@@ -74,6 +78,8 @@ collective_report allgather(const Exec& exec, const SendView& send, const RecvVi
   collective_options raw = options;
   raw.mode = transfer_mode::raw;
   if (!across_may_compress) return allgather(exec, send, recv, comm, raw);
+  comm_workspace* const within = workspace ? workspace->node() : nullptr;
+  comm_workspace* const between = workspace ? workspace->across() : nullptr;
 
   collective_options across = options;
   across.codec.bound = absolute(detail::ring_bound(exec, send.data(), m, options, comm, who));
@@ -81,17 +87,17 @@ collective_report allgather(const Exec& exec, const SendView& send, const RecvVi
   collective_report report;
   detail::phase_sequence phases(comm, shape.rank, who);
   phases.run(groups.across(), [&] {
-    detail::add_phase(report, allgather(exec, send, this_place, groups.across(), across), true);
+    detail::add_phase(report, allgather(exec, send, this_place.view, groups.across(), across, between), true);
   });
   // Phase 2 needs every place's blocks: a failure across nodes stops every rank of its nodes.
   phases.agree_before(groups.node());
   phases.run(groups.node(), [&] {
-    detail::add_phase(report, allgather(exec, this_place, by_place, groups.node(), raw));
+    detail::add_phase(report, allgather(exec, this_place.view, by_place.view, groups.node(), raw, within));
     // by_place is place-major (place * q + node); recv's block r is the one rank r owns.
     const std::vector<int> owners = detail::owners_by_place(groups);
     std::vector<int> source(owners.size());
     for (std::size_t b = 0; b < owners.size(); ++b) source[std::size_t(owners[b])] = int(b);
-    detail::copy_blocks<memory>(exec, by_place.data(), recv.data(), m, source);
+    detail::copy_blocks<memory>(exec, by_place.view.data(), recv.data(), m, source);
   });
   phases.finish();
   return report;

@@ -29,12 +29,14 @@
 //
 // Sync points: fence `exec`, one MPI_Allreduce to agree over all ranks (plus one for a REL
 // bound's range), the tail's MPI_Allreduce where n mod k > 0, then each phase's own agreement
-// and data, with the flag agreements between them. Blocking only. The block each rank sums is
-// allocated per call (n / k values in recv's memory space).
+// and data, with the flag agreements between them. Blocking only. The block each rank sums
+// (n / k values in recv's memory space) and the phases' scratch come from a
+// hierarchical_workspace where one is passed, else they are allocated per call.
 
 #include <kompress/comm/allgather.hpp>
 #include <kompress/comm/allreduce.hpp>
 #include <kompress/comm/detail/hierarchical.hpp>
+#include <kompress/comm/hierarchical_workspace.hpp>
 #include <kompress/comm/node_groups.hpp>
 #include <kompress/comm/reduce_scatter.hpp>
 
@@ -47,14 +49,17 @@ namespace kompress::inline v0 {
 
 /// Sum of `send` over all ranks of groups.comm() into `recv` (the same View twice for in
 /// place), reduced within each node raw and across nodes as `options` says (see above).
+/// `workspace` (optional, built on `groups`) removes the per-call allocations.
 template <execution_space Exec, float_view SendView, float_view RecvView>
 collective_report allreduce(const Exec& exec, const SendView& send, const RecvView& recv, const node_groups& groups,
-                            const collective_options& options = {}) {
+                            const collective_options& options = {}, hierarchical_workspace* workspace = nullptr) {
   constexpr const char* who = "kompress::allreduce (hierarchical)";
   using T = typename RecvView::non_const_value_type;
   using memory = typename RecvView::memory_space;
   const int k = groups.ranks_per_node();
-  if (!groups.uniform() || k == 1) return allreduce(exec, send, recv, groups.comm(), options);
+  if (!groups.uniform()) return allreduce(exec, send, recv, groups.comm(), options);
+  // One rank per node: across() is every rank, in the same order.
+  if (k == 1) return allreduce(exec, send, recv, groups.across(), options, workspace ? workspace->across() : nullptr);
 
   const MPI_Comm comm = groups.comm();
   const detail::comm_shape shape = detail::shape_of(comm, who);
@@ -64,7 +69,7 @@ collective_report allreduce(const Exec& exec, const SendView& send, const RecvVi
   // every rank before any data moves.
   const std::size_t n = send.size();
   const std::size_t block = n / std::size_t(k), body = block * std::size_t(k);
-  Kokkos::View<T*, memory> summed;
+  detail::phase_blocks<T, memory> summed;
   detail::agree_hierarchical_call<T, detail::host_memory_space<memory>>(
       detail::collective_kind::allreduce, n, groups, options, shape, who, [&] {
         const detail::allreduce_call<Exec, SendView, RecvView> call{{exec, send, recv, options, who}};
@@ -72,8 +77,8 @@ collective_report allreduce(const Exec& exec, const SendView& send, const RecvVi
         if (options.reduction == reduction_method::homomorphic && !detail::host_memory_space<memory>)
           throw invalid_argument(std::string(who) + ": the homomorphic reduction runs on host memory only; use "
                                  "reduction_method::recompress for device Views");
-        summed = Kokkos::View<T*, memory>(
-            Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::allreduce block"), block);
+        if (workspace) workspace->check_for(groups, who);
+        summed = detail::phase_blocks<T, memory>(workspace, 0, block, "kompress::allreduce block");
       });
 
   // Where compressing across nodes would not pay (raw mode; automatic mode where the largest
@@ -89,6 +94,8 @@ collective_report allreduce(const Exec& exec, const SendView& send, const RecvVi
   collective_options raw = options;
   raw.mode = transfer_mode::raw;
   if (!across_may_compress) return allreduce(exec, send, recv, comm, raw);
+  comm_workspace* const within = workspace ? workspace->node() : nullptr;
+  comm_workspace* const between = workspace ? workspace->across() : nullptr;
 
   // Every block under one absolute bound: a REL bound against all ranks' inputs.
   collective_options across = options;
@@ -107,17 +114,17 @@ collective_report allreduce(const Exec& exec, const SendView& send, const RecvVi
     phases.agree_before(groups.node());
   }
   phases.run(groups.node(), [&] {
-    detail::add_phase(report, reduce_scatter(exec, values(send, 0, body), summed, groups.node(), raw));
+    detail::add_phase(report, reduce_scatter(exec, values(send, 0, body), summed.view, groups.node(), raw, within));
   });
   // Phase 2's ranks sit on every node: a failure on one node stops them all, and through the
   // node agreement below, every rank of every node.
   phases.agree_before(groups.across());
   phases.run(groups.across(), [&] {
-    detail::add_phase(report, allreduce(exec, summed, summed, groups.across(), across), true);
+    detail::add_phase(report, allreduce(exec, summed.view, summed.view, groups.across(), across, between), true);
   });
   phases.agree_before(groups.node());
   phases.run(groups.node(), [&] {
-    detail::add_phase(report, allgather(exec, summed, values(recv, 0, body), groups.node(), raw));
+    detail::add_phase(report, allgather(exec, summed.view, values(recv, 0, body), groups.node(), raw, within));
   });
   phases.finish();
   return report;
@@ -126,8 +133,8 @@ collective_report allreduce(const Exec& exec, const SendView& send, const RecvVi
 /// In place: `data` holds the sum on return.
 template <execution_space Exec, float_view View>
 collective_report allreduce(const Exec& exec, const View& data, const node_groups& groups,
-                            const collective_options& options = {}) {
-  return allreduce(exec, data, data, groups, options);
+                            const collective_options& options = {}, hierarchical_workspace* workspace = nullptr) {
+  return allreduce(exec, data, data, groups, options, workspace);
 }
 
 }  // namespace kompress::inline v0

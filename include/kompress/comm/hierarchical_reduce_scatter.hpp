@@ -25,10 +25,12 @@
 //
 // Sync points: fence `exec`, one MPI_Allreduce to agree over all ranks (plus one for a REL
 // bound's range), the phase within the node, one small MPI_Allreduce across nodes, the phase
-// across nodes, one small MPI_Allreduce within each node. Blocking only. Two buffers are allocated per call in recv's memory space: the
-// send blocks in the order of phase 1 (p m values) and this rank's sums of phase 1 (q m).
+// across nodes, one small MPI_Allreduce within each node. Blocking only. The send blocks in the
+// order of phase 1 (p m values), this rank's sums of phase 1 (q m) and the phases' scratch come
+// from a hierarchical_workspace where one is passed, else they are allocated per call.
 
 #include <kompress/comm/detail/hierarchical.hpp>
+#include <kompress/comm/hierarchical_workspace.hpp>
 #include <kompress/comm/node_groups.hpp>
 #include <kompress/comm/reduce_scatter.hpp>
 
@@ -41,21 +43,26 @@ namespace kompress::inline v0 {
 
 /// Sum over all ranks of groups.comm() of block `rank` of `send` (p blocks of recv.size()
 /// values) into `recv`, reduced within each node raw and across nodes as `options` says.
+/// `workspace` (optional, built on `groups`) removes the per-call allocations.
 template <execution_space Exec, float_view SendView, float_view RecvView>
 collective_report reduce_scatter(const Exec& exec, const SendView& send, const RecvView& recv,
-                                 const node_groups& groups, const collective_options& options = {}) {
+                                 const node_groups& groups, const collective_options& options = {},
+                                 hierarchical_workspace* workspace = nullptr) {
   constexpr const char* who = "kompress::reduce_scatter (hierarchical)";
   using T = typename RecvView::non_const_value_type;
   using memory = typename RecvView::memory_space;
   const int k = groups.ranks_per_node(), q = groups.nodes();
-  if (!groups.uniform() || k == 1) return reduce_scatter(exec, send, recv, groups.comm(), options);
+  if (!groups.uniform()) return reduce_scatter(exec, send, recv, groups.comm(), options);
+  // One rank per node: across() is every rank, in the same order.
+  if (k == 1)
+    return reduce_scatter(exec, send, recv, groups.across(), options, workspace ? workspace->across() : nullptr);
 
   const MPI_Comm comm = groups.comm();
   const detail::comm_shape shape = detail::shape_of(comm, who);
   exec.fence();  // the input may be the output of work on exec
 
   const std::size_t m = recv.size();
-  Kokkos::View<T*, memory> by_place, node_sums;
+  detail::phase_blocks<T, memory> by_place, node_sums;
   detail::agree_hierarchical_call<T, detail::host_memory_space<memory>>(
       detail::collective_kind::reduce_scatter, m, groups, options, shape, who, [&] {
         const detail::reduce_scatter_call<Exec, SendView, RecvView> call{{exec, send, recv, options, who}};
@@ -63,10 +70,9 @@ collective_report reduce_scatter(const Exec& exec, const SendView& send, const R
         if (options.reduction == reduction_method::homomorphic && !detail::host_memory_space<memory>)
           throw invalid_argument(std::string(who) + ": the homomorphic reduction runs on host memory only; use "
                                  "reduction_method::recompress for device Views");
-        by_place = Kokkos::View<T*, memory>(
-            Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::reduce_scatter blocks by place"), send.size());
-        node_sums = Kokkos::View<T*, memory>(
-            Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::reduce_scatter node sums"), std::size_t(q) * m);
+        if (workspace) workspace->check_for(groups, who);
+        by_place = detail::phase_blocks<T, memory>(workspace, 0, send.size(), "kompress::reduce_scatter blocks by place");
+        node_sums = detail::phase_blocks<T, memory>(workspace, 1, std::size_t(q) * m, "kompress::reduce_scatter sums");
       });
 
   // Where compressing across nodes would not pay (raw mode; automatic mode where the largest
@@ -79,6 +85,8 @@ collective_report reduce_scatter(const Exec& exec, const SendView& send, const R
   collective_options raw = options;
   raw.mode = transfer_mode::raw;
   if (!across_may_compress) return reduce_scatter(exec, send, recv, comm, raw);
+  comm_workspace* const within = workspace ? workspace->node() : nullptr;
+  comm_workspace* const between = workspace ? workspace->across() : nullptr;
 
   // Every block under one absolute bound: a REL bound against all ranks' inputs.
   collective_options across = options;
@@ -89,13 +97,13 @@ collective_report reduce_scatter(const Exec& exec, const SendView& send, const R
   phases.run(groups.node(), [&] {
     // Place-major: the blocks the ranks at place 0 of every node own (in their order across
     // nodes), then place 1's, ...: phase 1 hands place j its q blocks, in the order phase 2 wants.
-    detail::copy_blocks<memory>(exec, send.data(), by_place.data(), m, detail::owners_by_place(groups));
-    detail::add_phase(report, reduce_scatter(exec, by_place, node_sums, groups.node(), raw));
+    detail::copy_blocks<memory>(exec, send.data(), by_place.view.data(), m, detail::owners_by_place(groups));
+    detail::add_phase(report, reduce_scatter(exec, by_place.view, node_sums.view, groups.node(), raw, within));
   });
   // Phase 2's ranks sit on every node: a failure on one node stops them all.
   phases.agree_before(groups.across());
   phases.run(groups.across(), [&] {
-    detail::add_phase(report, reduce_scatter(exec, node_sums, recv, groups.across(), across), true);
+    detail::add_phase(report, reduce_scatter(exec, node_sums.view, recv, groups.across(), across, between), true);
   });
   // The other places of a node finished their own sums; they learn of a failure all the same, so
   // that a call fails on every rank or on none, as the other hierarchical collectives do.

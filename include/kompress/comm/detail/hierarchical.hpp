@@ -6,6 +6,7 @@
 
 #include <kompress/comm/detail/agreement.hpp>
 #include <kompress/comm/detail/engine.hpp>
+#include <kompress/comm/hierarchical_workspace.hpp>
 #include <kompress/comm/node_groups.hpp>
 #include <kompress/comm/options.hpp>
 #include <kompress/detail/mpi.hpp>
@@ -140,14 +141,35 @@ void copy_blocks(const Exec& exec, const T* from, T* to, std::size_t m, const st
   Kokkos::deep_copy(exec, on_device,
                     Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
                         source.data(), source.size()));
+  // A team per block, its threads along the block: contiguous copies, no division per value.
+  using policy = Kokkos::TeamPolicy<Exec>;
   Kokkos::parallel_for(
-      "kompress::copy_blocks", Kokkos::RangePolicy<Exec>(exec, 0, std::int64_t(source.size() * m)),
-      KOKKOS_LAMBDA(const std::int64_t i) {
-        const std::size_t b = std::size_t(i) / m, offset = std::size_t(i) - b * m;
-        to[i] = from[std::size_t(on_device(b)) * m + offset];
+      "kompress::copy_blocks", policy(exec, int(source.size()), Kokkos::AUTO),
+      KOKKOS_LAMBDA(const typename policy::member_type& team) {
+        const std::size_t b = std::size_t(team.league_rank());
+        T* const into = to + b * m;
+        const T* const block = from + std::size_t(on_device(b)) * m;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, m), [&](const std::size_t i) { into[i] = block[i]; });
       });
   exec.fence();  // the block order and the caller's Views may go once this returns
 }
+
+/// Values a phase hands on: the workspace's block buffer `which`, or allocated for the call.
+template <class T, class Memory>
+struct phase_blocks {
+  Kokkos::View<T*, Memory> owned;
+  Kokkos::View<T*, Memory, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view;
+
+  phase_blocks(hierarchical_workspace* workspace, int which, std::size_t count, const char* label) {
+    if (workspace) {
+      view = workspace->blocks<T, Memory>(which, count);
+    } else {
+      owned = Kokkos::View<T*, Memory>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), count);
+      view = owned;
+    }
+  }
+  phase_blocks() = default;
+};
 
 /// For each block in place-major order (place * nodes + node), the rank that owns it.
 inline std::vector<int> owners_by_place(const node_groups& groups) {
