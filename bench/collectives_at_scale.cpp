@@ -18,10 +18,11 @@
 //                (calls of 4 MiB and 16 KiB of the data at --bound, real time; throughput times
 //                --compute-speedup)
 //   homomorphic  allreduce and reduce_scatter: compressed with reduction_method::homomorphic
-//   hier, hier-auto  allreduce over kompress::node_groups of --ranks-per-node consecutive ranks
-//                (the hierarchical allreduce: raw within a node, compressed / automatic across
-//                nodes; hier-auto's cost model holds a K-th of --link-gbps, the share of one
-//                host's link each of its K ranks gets); with one rank per node the flat allreduce
+//   hier, hier-auto  allreduce, reduce_scatter and allgather over kompress::node_groups of
+//                --ranks-per-node consecutive ranks (the hierarchical collectives: raw within a
+//                node, compressed / automatic across nodes; hier-auto's cost model holds a K-th of
+//                --link-gbps, the share of one host's link each of its K ranks gets); with one
+//                rank per node the flat collectives
 // GPU ranks (--gpu-codec CSV, SMPI only): each codec call is charged a GPU's time for its size
 // (the table's throughput by call size, bench/simulated/gpu-codec.csv) instead of its time on
 // this core; the size is read from that time at the core's probed rate. Everything else a rank
@@ -148,8 +149,8 @@ options parse(int argc, char** argv) {
     if (v != "plain" && v != "raw" && v != "compressed" && v != "ring" && v != "halving" && v != "auto" &&
         v != "homomorphic" && v != "hier" && v != "hier-auto")
       usage("unknown variant " + v);
-    else if (v.starts_with("hier") && o.op != "allreduce")
-      usage("the hier variants are allreduce's");
+    else if (v.starts_with("hier") && o.op == "alltoall")
+      usage("the hier variants are allreduce's, reduce_scatter's and allgather's");
   if (o.reps < 1 || o.ranks_per_node < 1 || !(o.link_gbps > 0.0) || !(o.compute_speedup > 0.0) || o.bytes < 4)
     usage("bad numbers");
   if (o.shared && o.check) usage("--shared buffers hold every rank's data at once: they cannot be checked");
@@ -443,13 +444,18 @@ void run_plain(const options& o, const buffer& send, const buffer& recv, std::si
 
 /// One kompress call, its scratch from `workspace` (reused by every call, as a training loop
 /// reuses it: without one each call allocates and first-touches its scratch).
-/// The hier variants run over `groups` (no workspace: the hierarchical allreduce takes none).
+/// The hier variants run over `groups`, their scratch from `hierarchical`.
 kompress::collective_report run_kompress(const options& o, const kompress::collective_options& copts,
                                          const buffer& send, const buffer& recv, kompress::comm_workspace& workspace,
-                                         const kompress::node_groups* groups = nullptr) {
+                                         const kompress::node_groups* groups = nullptr,
+                                         kompress::hierarchical_workspace* hierarchical = nullptr) {
   const host_exec exec;
   const MPI_Comm comm = MPI_COMM_WORLD;
-  if (groups) return kompress::allreduce(exec, send.view(), recv.view(), *groups, copts);
+  if (groups && o.op == "allreduce")
+    return kompress::allreduce(exec, send.view(), recv.view(), *groups, copts, hierarchical);
+  if (groups && o.op == "allgather")
+    return kompress::allgather(exec, send.view(), recv.view(), *groups, copts, hierarchical);
+  if (groups) return kompress::reduce_scatter(exec, send.view(), recv.view(), *groups, copts, hierarchical);
   if (o.op == "allreduce") return kompress::allreduce(exec, send.view(), recv.view(), comm, copts, &workspace);
   if (o.op == "alltoall") return kompress::alltoall(exec, send.view(), recv.view(), comm, copts, &workspace);
   if (o.op == "allgather") return kompress::allgather(exec, send.view(), recv.view(), comm, copts, &workspace);
@@ -536,7 +542,8 @@ int main(int argc, char** argv) {
     // SMPI does not deliver the bytes of a message sent from shared memory: the hierarchical
     // allreduce's reduce_scatter within a node would leave its blocks holding whatever they
     // held, and the allreduce across nodes would compress that (ratio 1.03 where each rank's
-    // own buffer gives 1.22). Its input is the rank's own, holding what the shared one holds.
+    // own buffer gives 1.22). The hier variants' input is the rank's own, holding what the
+    // shared one holds.
     const bool any_hierarchical = std::any_of(o.variants.begin(), o.variants.end(),
                                               [](const std::string& v) { return v.starts_with("hier"); });
     std::optional<buffer> own_send;
@@ -578,6 +585,7 @@ int main(int argc, char** argv) {
     std::vector<result> results;
     kompress::comm_workspace workspace(MPI_COMM_WORLD);
     const kompress::node_groups groups(MPI_COMM_WORLD, o.ranks_per_node);
+    kompress::hierarchical_workspace hierarchical_scratch(groups);
     for (const std::string& variant : o.variants) {
       const bool sums = o.op == "allreduce" || o.op == "reduce_scatter";
       if (variant == "homomorphic" && !sums) continue;
@@ -597,7 +605,8 @@ int main(int argc, char** argv) {
       if (variant == "halving") copts.schedule = kompress::collective_schedule::halving_doubling;
       const auto call = [&] {
         if (variant == "plain") run_plain(o, send, recv, send_count, p);
-        else if (hierarchical) r.report = run_kompress(o, copts, own_send ? *own_send : send, recv, workspace, &groups);
+        else if (hierarchical) r.report = run_kompress(o, copts, own_send ? *own_send : send, recv, workspace, &groups,
+                                                  &hierarchical_scratch);
         else r.report = run_kompress(o, copts, send, recv, workspace);
       };
       call();  // untimed: the warm-up, and the result the check reads
