@@ -440,7 +440,8 @@ class NodeGroups:
     ``reduce_scatter`` or ``allgather`` as its communicator, values move raw within each node and
     compressed only across nodes: a sum within ``nodes`` times the bound instead of p times
     (docs/collectives.md, "Hierarchical collectives"); groups whose nodes differ in size make
-    them the flat collectives."""
+    them the flat collectives. The groups keep the collectives' scratch between calls
+    (``workspace_bytes``)."""
 
     def __init__(self, comm=None, ranks_per_node=None):
         who = "kompress.NodeGroups"
@@ -455,6 +456,8 @@ class NodeGroups:
         self.comm = comm
         self._groups = _ext._NodeGroups(handle, ranks_per_node is None,
                                         0 if ranks_per_node is None else ranks_per_node)
+        # The hierarchical collectives' scratch, kept between calls (kompress::hierarchical_workspace).
+        self._workspace = _ext._HierarchicalWorkspace(self._groups)
 
     @property
     def nodes(self) -> int:
@@ -470,6 +473,11 @@ class NodeGroups:
     def uniform(self) -> bool:
         """Whether every node holds the same number of ranks."""
         return self._groups.uniform
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of scratch the hierarchical collectives keep between calls over these groups."""
+        return self._workspace.bytes
 
     def __repr__(self) -> str:
         return f"NodeGroups(nodes={self.nodes}, ranks_per_node={self.ranks_per_node}, uniform={self.uniform})"
@@ -496,7 +504,8 @@ def allreduce(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", r
 def _hierarchical(call, who, send, recv, groups, settings):
     """A blocking collective over NodeGroups, on the groups' communicator."""
     return _buffer_collective(
-        lambda s, r, handle, options, _nonblocking, stream: call(s, r, handle, groups._groups, options, stream),
+        lambda s, r, handle, options, _nonblocking, stream:
+            call(s, r, handle, groups._groups, groups._workspace, options, stream),
         who, send, recv, groups.comm, settings, False)
 
 

@@ -688,8 +688,8 @@ struct reduce_scatter_calls {
 /// on which the arguments are checked.
 template <class Calls>
 nb::object hierarchical_collective(nb::handle send_obj, nb::handle recv_obj, std::uintptr_t comm,
-                                   const kompress::node_groups& groups, const collective_settings& s,
-                                   std::uintptr_t stream) {
+                                   const kompress::node_groups& groups, kompress::hierarchical_workspace& workspace,
+                                   const collective_settings& s, std::uintptr_t stream) {
   const std::string who = std::string(Calls::blocking_name) + " (hierarchical)";
   const auto args = agreed_arguments(send_obj, recv_obj, comm, s, who.c_str());
   const auto& [send, recv, code, device, options] = *args;
@@ -699,7 +699,7 @@ nb::object hierarchical_collective(nb::handle send_obj, nb::handle recv_obj, std
     report = dispatch_on(device, stream, code, [&](auto t, auto d, const auto& exec) {
       using T = decltype(t);
       using D = decltype(d);
-      return Calls::blocking(exec, view_of<T, D>(send), view_of<T, D>(recv), groups, options);
+      return Calls::blocking(exec, view_of<T, D>(send), view_of<T, D>(recv), groups, options, &workspace);
     });
   }
   return nb::cast(report);
@@ -1333,6 +1333,13 @@ NB_MODULE(_kompress, m) {
       .def_prop_ro("nodes", &kompress::node_groups::nodes)
       .def_prop_ro("ranks_per_node", &kompress::node_groups::ranks_per_node)
       .def_prop_ro("uniform", &kompress::node_groups::uniform);
+  nb::class_<kompress::hierarchical_workspace>(m, "_HierarchicalWorkspace")
+      .def("__init__",
+           [](kompress::hierarchical_workspace* self, const kompress::node_groups& groups) {
+             nb::gil_scoped_release release;  // collective, as above
+             new (self) kompress::hierarchical_workspace(groups);
+           })
+      .def_prop_ro("bytes", &kompress::hierarchical_workspace::bytes);
   m.def("_hierarchical_allreduce", &hierarchical_collective<allreduce_calls>);
   m.def("_hierarchical_allgather", &hierarchical_collective<allgather_calls>);
   m.def("_hierarchical_reduce_scatter", &hierarchical_collective<reduce_scatter_calls>);

@@ -274,6 +274,9 @@ def test_hierarchical_reduce_scatter_and_allgather_match_mpi4py(dtype, m, ranks_
     if m > 0:
         assert (report.absolute_bound > 0) == (ranks_across > 1)
     assert_same_on_every_rank(comm, gathered.numpy())
+    # The scratch stays with the groups where they run phases.
+    if groups.uniform and groups.ranks_per_node > 1 and m > 0:
+        assert groups.workspace_bytes > 0
 
 
 def test_node_groups_reject_bad_arguments_on_every_rank():

@@ -59,7 +59,10 @@ class owned_comm {
 
  private:
   void release() {
-    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    // After MPI_Finalize (a Python object collected at exit) there is nothing left to free.
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
     comm_ = MPI_COMM_NULL;
   }
   MPI_Comm comm_ = MPI_COMM_NULL;
