@@ -33,12 +33,15 @@ enum class transfer_mode;
 enum class allreduce_bound;
 enum class reduction_method;
 enum class transport_mode;
+enum class collective_schedule;
 struct cost_model;
 struct collective_options;
 struct collective_report;
 class request;
 class persistent_request;
 class comm_workspace;
+class node_groups;
+class hierarchical_workspace;
 
 // stash/: the activation stash (kompress/stash.hpp)
 struct budget_policy;
