@@ -64,7 +64,8 @@ collective_report allgather(const Exec& exec, const SendView& send, const RecvVi
         const detail::allgather_call<Exec, SendView, RecvView> call{{exec, send, recv, options, who}};
         call.check(shape);
         if (workspace) workspace->check_for(groups, who);
-        this_place = detail::phase_blocks<T, memory>(workspace, 0, std::size_t(q) * m, "kompress::allgather this place");
+        this_place =
+            detail::phase_blocks<T, memory>(workspace, 0, std::size_t(q) * m, "kompress::allgather this place");
         by_place = detail::phase_blocks<T, memory>(workspace, 1, recv.size(), "kompress::allgather blocks by place");
       });
 

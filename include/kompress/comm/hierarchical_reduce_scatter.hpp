@@ -71,7 +71,8 @@ collective_report reduce_scatter(const Exec& exec, const SendView& send, const R
           throw invalid_argument(std::string(who) + ": the homomorphic reduction runs on host memory only; use "
                                  "reduction_method::recompress for device Views");
         if (workspace) workspace->check_for(groups, who);
-        by_place = detail::phase_blocks<T, memory>(workspace, 0, send.size(), "kompress::reduce_scatter blocks by place");
+        by_place =
+            detail::phase_blocks<T, memory>(workspace, 0, send.size(), "kompress::reduce_scatter blocks by place");
         node_sums = detail::phase_blocks<T, memory>(workspace, 1, std::size_t(q) * m, "kompress::reduce_scatter sums");
       });
 
