@@ -13,7 +13,8 @@
 //
 // Groups that are not uniform and one rank per node are the flat allgather on groups.comm(); so
 // is, after the agreement, a call that would not compress across nodes (raw mode; automatic
-// mode where a block forwarded to q - 1 nodes does not pay), as MPI_Allgather.
+// mode where a block forwarded to q - 1 nodes does not pay), as MPI_Allgather; where it pays,
+// automatic mode compresses every block across nodes.
 //
 // Every rank of groups.comm() must pass the same count, element type, mode, cost model, schedule
 // and bound: a mismatch or a bad argument on any rank is an invalid_argument on every rank before
@@ -71,11 +72,16 @@ collective_report allgather(const Exec& exec, const SendView& send, const RecvVi
 
   // Where compressing across nodes would not pay (raw mode; automatic mode where a block
   // compressed once and forwarded to the q - 1 other nodes does not), MPI_Allgather over all
-  // ranks, as the hierarchical allreduce does.
+  // ranks, as the hierarchical allreduce does. The model's floor for a message alone
+  // (min_message_bytes) does not apply: the block crosses the network q - 1 times, and where
+  // it pays the phase across compresses every block (a 32 KiB block on 64 nodes of 4 ranks
+  // read 9.7x plain MPI compressed, 0.97x raw under the floor, simulated).
+  cost_model forwarded = options.cost;
+  forwarded.min_message_bytes = 0;
   const bool across_may_compress =
       options.mode == transfer_mode::compressed ||
       (options.mode == transfer_mode::automatic && q > 1 &&
-       options.cost.worth_compressing_forwarded(m * sizeof(T), std::uint64_t(q - 1)));
+       forwarded.worth_compressing_forwarded(m * sizeof(T), std::uint64_t(q - 1)));
   collective_options raw = options;
   raw.mode = transfer_mode::raw;
   if (!across_may_compress) return allgather(exec, send, recv, comm, raw);
@@ -83,6 +89,7 @@ collective_report allgather(const Exec& exec, const SendView& send, const RecvVi
   comm_workspace* const between = workspace ? workspace->across() : nullptr;
 
   collective_options across = options;
+  across.mode = transfer_mode::compressed;  // decided above, for every block alike
   across.codec.bound = absolute(detail::ring_bound(exec, send.data(), m, options, comm, who));
 
   collective_report report;
