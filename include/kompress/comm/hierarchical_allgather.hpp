@@ -61,7 +61,7 @@ collective_report allgather(const Exec& exec, const SendView& send, const RecvVi
   const std::size_t m = send.size();
   detail::phase_blocks<T, memory> this_place, by_place;
   detail::agree_hierarchical_call<T, detail::host_memory_space<memory>>(
-      detail::collective_kind::allgather, m, groups, options, shape, who, [&] {
+      detail::collective_kind::allgather, false, m, groups, options, shape, who, [&] {
         const detail::allgather_call<Exec, SendView, RecvView> call{{exec, send, recv, options, who}};
         call.check(shape);
         if (workspace) workspace->check_for(groups, who);

@@ -71,12 +71,9 @@ collective_report allreduce(const Exec& exec, const SendView& send, const RecvVi
   const std::size_t block = n / std::size_t(k), body = block * std::size_t(k);
   detail::phase_blocks<T, memory> summed;
   detail::agree_hierarchical_call<T, detail::host_memory_space<memory>>(
-      detail::collective_kind::allreduce, n, groups, options, shape, who, [&] {
+      detail::collective_kind::allreduce, true, n, groups, options, shape, who, [&] {
         const detail::allreduce_call<Exec, SendView, RecvView> call{{exec, send, recv, options, who}};
         call.check(shape);
-        if (options.reduction == reduction_method::homomorphic && !detail::host_memory_space<memory>)
-          throw invalid_argument(std::string(who) + ": the homomorphic reduction runs on host memory only; use "
-                                 "reduction_method::recompress for device Views");
         if (workspace) workspace->check_for(groups, who);
         summed = detail::phase_blocks<T, memory>(workspace, 0, block, "kompress::allreduce block");
       });

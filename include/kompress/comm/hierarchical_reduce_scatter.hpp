@@ -64,12 +64,9 @@ collective_report reduce_scatter(const Exec& exec, const SendView& send, const R
   const std::size_t m = recv.size();
   detail::phase_blocks<T, memory> by_place, node_sums;
   detail::agree_hierarchical_call<T, detail::host_memory_space<memory>>(
-      detail::collective_kind::reduce_scatter, m, groups, options, shape, who, [&] {
+      detail::collective_kind::reduce_scatter, true, m, groups, options, shape, who, [&] {
         const detail::reduce_scatter_call<Exec, SendView, RecvView> call{{exec, send, recv, options, who}};
         call.check(shape);
-        if (options.reduction == reduction_method::homomorphic && !detail::host_memory_space<memory>)
-          throw invalid_argument(std::string(who) + ": the homomorphic reduction runs on host memory only; use "
-                                 "reduction_method::recompress for device Views");
         if (workspace) workspace->check_for(groups, who);
         by_place =
             detail::phase_blocks<T, memory>(workspace, 0, send.size(), "kompress::reduce_scatter blocks by place");

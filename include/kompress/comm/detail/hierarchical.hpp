@@ -26,16 +26,21 @@ namespace kompress::inline v0::detail {
 /// Added to the fingerprint of a hierarchical call: it never matches a flat one.
 inline constexpr std::uint64_t hierarchical_call_mark = 0x6869657261726368ull;
 
-/// Before any data moves, every rank of groups.comm() runs `check` (its own arguments) and all
-/// agree on what must match, hierarchical or not: a failure or a mismatch on any rank is an
-/// invalid_argument on every rank.
+/// Before any data moves, every rank of groups.comm() runs `check` (its own arguments; for
+/// `sums`, also that a homomorphic reduction has host memory) and all agree on what must match,
+/// hierarchical or not: a failure or a mismatch on any rank is an invalid_argument on every rank.
 template <class T, bool host_memory, class Check>
-void agree_hierarchical_call(collective_kind kind, std::size_t count, const node_groups& groups,
+void agree_hierarchical_call(collective_kind kind, bool sums, std::size_t count, const node_groups& groups,
                              const collective_options& options, comm_shape shape, const char* who, Check&& check) {
   agreement a;
   a.must_match = "the element count, element type, transfer mode, cost model, transport, reduction method, "
                  "schedule and bound (mode, value and reduction_bound), and the node groups";
-  a.local_failure = run_local_checks(check);
+  a.local_failure = run_local_checks([&] {
+    check();
+    if (sums && options.reduction == reduction_method::homomorphic && !host_memory)
+      throw invalid_argument(std::string(who) + ": the homomorphic reduction runs on host memory only; use "
+                             "reduction_method::recompress for device Views");
+  });
   fingerprint f = call_fingerprint(kind, false, sizeof(T));
   f.add(hierarchical_call_mark).add(std::uint64_t(count));
   f.add(std::uint64_t(groups.ranks_per_node())).add(std::uint64_t(groups.nodes()));
