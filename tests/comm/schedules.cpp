@@ -32,21 +32,23 @@ using contributions = std::bitset<128>;  ///< which ranks' values a partial sum 
 #define REQUIRE_EACH(...) do { if (!(__VA_ARGS__)) REQUIRE(__VA_ARGS__); } while (false)
 #define CHECK_EACH(...) do { if (!(__VA_ARGS__)) CHECK(__VA_ARGS__); } while (false)
 
-/// One message in flight: the range it covers and, per value (reduce) or block (final), what it
-/// carries.
+/// One message in flight: the range it covers and, per value (reduce) or block (final, in the
+/// order final_blocks gives), what it carries.
 struct symbolic_message {
   bool reduces = true;
   std::size_t begin = 0, end = 0;
   int skip = -1;
+  std::vector<int> blocks;
   std::vector<contributions> carried;
 };
 
 /// The block whose final stream `rank` compresses (-1: none), as the schedule's description
-/// says: allreduce's core rank its core block, allgather's rank its own, reduce_scatter's
-/// folding core rank the block of the rank folded into it.
+/// says: allreduce's core rank the block at its position, allgather's rank its own,
+/// reduce_scatter's folding core rank the block of the rank folded into it.
 int compressed_block(const butterfly_geometry& shape, int rank) {
   switch (shape.collective) {
-    case butterfly_collective::allreduce: return shape.folded_out(rank) ? -1 : shape.core_rank(rank);
+    case butterfly_collective::allreduce:
+      return shape.folded_out(rank) ? -1 : shape.position_of(shape.core_rank(rank));
     case butterfly_collective::allgather: return rank;
     case butterfly_collective::reduce_scatter: return shape.folds(rank) && !shape.folded_out(rank) ? rank - 1 : -1;
   }
@@ -93,7 +95,8 @@ void run_symbolically(int p, std::size_t count, butterfly_collective collective)
       finals[r][std::size_t(block)] = own(rank);
       return;
     }
-    for (std::size_t i = shape.block_begin(block); i < shape.block_begin(block + 1); ++i) {
+    const std::size_t at = shape.sums_offset(block);
+    for (std::size_t i = at; i < at + shape.block_begin(block + 1) - shape.block_begin(block); ++i) {
       REQUIRE_EACH(formed[r][i]);
       REQUIRE_EACH(sums[r][i] == all);  // every contribution, once
     }
@@ -110,16 +113,17 @@ void run_symbolically(int p, std::size_t count, butterfly_collective collective)
         sent[r] = progress = true;
         if (step.send_peer >= 0) {
           REQUIRE_EACH(step.send_peer != rank);
-          symbolic_message m{step.reduces, step.send_begin, step.send_end, step.skip, {}};
-          for (std::size_t i = step.send_begin; i < step.send_end; ++i) {
-            if (!step.reduces) {
-              if (int(i) == step.skip) {
-                m.carried.emplace_back();
-                continue;
-              }
-              if (finals[r][i].none()) compress_final(rank, int(i));
-              m.carried.push_back(finals[r][i]);
-            } else if (step.reads_input) {
+          symbolic_message m{step.reduces, step.send_begin, step.send_end, step.skip, {}, {}};
+          if (!step.reduces) {
+            m.blocks = shape.final_blocks(step.send_begin, step.send_end, step.skip);
+            for (const int block : m.blocks) {
+              REQUIRE_EACH(block != step.skip);
+              if (finals[r][std::size_t(block)].none()) compress_final(rank, block);
+              m.carried.push_back(finals[r][std::size_t(block)]);
+            }
+          }
+          for (std::size_t i = step.send_begin; i < step.send_end && step.reduces; ++i) {
+            if (step.reads_input) {
               m.carried.push_back(own(rank));
             } else {
               REQUIRE_EACH(formed[r][i]);  // a partial sum read only once formed
@@ -138,18 +142,21 @@ void run_symbolically(int p, std::size_t count, butterfly_collective collective)
         REQUIRE_EACH(m.begin == step.receive_begin);
         REQUIRE_EACH(m.end == step.receive_end);
         REQUIRE_EACH(m.skip == step.skip);
-        for (std::size_t i = m.begin; i < m.end; ++i) {
-          const contributions& came = m.carried[i - m.begin];
-          if (step.reduces) {
-            const contributions mine = step.reads_input ? own(rank) : sums[r][i];
-            if (!step.reads_input) REQUIRE_EACH(formed[r][i]);
-            REQUIRE_EACH((mine & came).none());  // no contribution counted twice
-            sums[r][i] = mine | came;
-            formed[r][i] = true;
-          } else if (int(i) != step.skip) {
-            REQUIRE_EACH(finals[r][i].none());  // never a stream this rank holds
-            finals[r][i] = came;
+        if (!step.reduces) {
+          REQUIRE_EACH(m.blocks == shape.final_blocks(step.receive_begin, step.receive_end, step.skip));
+          for (std::size_t k = 0; k < m.blocks.size(); ++k) {
+            const std::size_t block = std::size_t(m.blocks[k]);
+            REQUIRE_EACH(finals[r][block].none());  // never a stream this rank holds
+            finals[r][block] = m.carried[k];
           }
+        }
+        for (std::size_t i = m.begin; i < m.end && step.reduces; ++i) {
+          const contributions& came = m.carried[i - m.begin];
+          const contributions mine = step.reads_input ? own(rank) : sums[r][i];
+          if (!step.reads_input) REQUIRE_EACH(formed[r][i]);
+          REQUIRE_EACH((mine & came).none());  // no contribution counted twice
+          sums[r][i] = mine | came;
+          formed[r][i] = true;
         }
       }
       ++next[r];
@@ -174,7 +181,8 @@ void run_symbolically(int p, std::size_t count, butterfly_collective collective)
         if (shape.folded_out(rank)) {
           CHECK_EACH(finals[r][r] == all);
         } else {
-          for (std::size_t i = shape.block_begin(rank); i < shape.block_begin(rank + 1); ++i) {
+          const std::size_t at = shape.sums_offset(rank);
+          for (std::size_t i = at; i < at + shape.block_begin(rank + 1) - shape.block_begin(rank); ++i) {
             CHECK_EACH(formed[r][i]);
             CHECK_EACH(sums[r][i] == all);
           }
@@ -222,6 +230,38 @@ TEST_CASE("halving and doubling: 2 log2 p steps, 2 more where p is no power of t
     CHECK(kompress::detail::butterfly_steps({{1, 6}, 60, collective}).size() == 4u);
     CHECK(kompress::detail::butterfly_steps({{5, 6}, 60, collective}).size() == 2u);
   }
+}
+
+TEST_CASE("halving and doubling: the largest messages between neighbouring ranks, the smallest between distant ones") {
+  // Launchers place consecutive ranks on one node: the halving's first step (half the vector)
+  // pairs neighbours, each later step a partner twice as far with half as much; the doubling
+  // undoes it, the farthest partner first with the least. 16 ranks, 4 to a node: only the
+  // steps of an eighth and a sixteenth of the vector leave a node.
+  for (const butterfly_collective collective : every_collective) {
+    CAPTURE(int(collective));
+    const std::size_t count = 16 * 64;
+    for (const int rank : {0, 5, 15}) {
+      const auto steps = kompress::detail::butterfly_steps({{rank, 16}, count, collective});
+      const bool reduces = collective != butterfly_collective::allgather;
+      const bool gathers = collective != butterfly_collective::reduce_scatter;
+      REQUIRE(steps.size() == std::size_t(4 * (int(reduces) + int(gathers))));
+      for (std::size_t j = 0; j < steps.size(); ++j) {
+        const bool halving = reduces && j < 4;
+        const int level = halving ? int(j) : 3 - int(j - (reduces ? 4 : 0));
+        CAPTURE(j);
+        CHECK(steps[j].send_peer == (rank ^ (1 << level)));
+        const std::size_t sent = steps[j].send_end - steps[j].send_begin;
+        // halving: values, count >> (level + 1); doubling: positions of a core rank each.
+        CHECK(sent == (halving ? count >> (level + 1) : std::size_t(8 >> level)));
+      }
+    }
+  }
+  // The position a core rank ends the halving with: its bits reversed.
+  const butterfly_geometry sixteen{{0, 16}, 1600};
+  CHECK(sixteen.position_of(1) == 8);
+  CHECK(sixteen.position_of(6) == 6);
+  CHECK(sixteen.position_of(11) == 13);
+  for (int c = 0; c < 16; ++c) CHECK(sixteen.position_of(sixteen.position_of(c)) == c);
 }
 
 TEST_CASE("the cost model chooses the schedule: halving and doubling where steps cost, the ring where folding does") {

@@ -9,14 +9,19 @@
 //   fold     (r > 0) rank 2i (i < r) sends rank 2i+1 its whole vector (allreduce,
 //            reduce_scatter: rank 2i+1 adds it) or its own block's stream (allgather); rank
 //            2i+1 stands in the core for both, and rank 2i waits for the end.
-//   halve    step j of k: core rank c and c ^ d (d = 2^(k-1-j)) split the values they both
-//            still hold partial sums of; each sends the half it gives up (compressed once) and
-//            adds the half it keeps. After k steps core rank c holds the sums of its group:
-//            core block c (allreduce), or the rank blocks of the ranks it stands for.
-//   double   step j of k: c and c ^ 2^j swap the final streams of the blocks they hold. A
-//            block's stream is compressed once (allreduce: by the core rank holding its sum;
-//            allgather: by the rank it belongs to); every rank forwards and decodes those same
-//            bytes, so every rank ends bit-identical.
+//   halve    step j of k: core rank c and c ^ 2^j split the values they both still hold
+//            partial sums of; each sends the half it gives up (compressed once) and adds the
+//            half it keeps. The nearest partner first: the largest halves travel between
+//            neighbouring ranks, which MPI launchers place on one node, and only the small
+//            ones between nodes (as MPICH's allreduce orders them). After k steps core rank c
+//            holds the sums of position c' (c's k bits reversed): allreduce's block c' of the
+//            vector, or the group of rank blocks c stands for, which reduce_scatter lays out in
+//            position order once, before its first step.
+//   double   step j of k, the halving's steps undone (c ^ 2^(k-1) first): c and its partner
+//            swap the final streams of the positions they hold. A block's stream is
+//            compressed once (allreduce: by the core rank holding its sum; allgather: by the
+//            rank it belongs to); every rank forwards and decodes those same bytes, so every
+//            rank ends bit-identical.
 //   unfold   (r > 0) rank 2i+1 sends rank 2i every final stream it lacks (allreduce,
 //            allgather) or the sum of block 2i, compressed once (reduce_scatter).
 //
@@ -71,23 +76,67 @@ struct butterfly_geometry {
   std::size_t block_begin(int block) const {
     return std::size_t(block) * count / std::size_t(block_count());
   }
-  /// The first block of core rank `core`'s group (core_size() for the end): allreduce's core
-  /// block, else the ranks it stands for.
-  int group_begin(int core) const {
-    if (collective == butterfly_collective::allreduce) return core;
-    return core < extra() ? 2 * core : core + extra();
+  /// The first rank block of core rank `core`'s group (core_size() for the end): the ranks it
+  /// stands for (reduce_scatter, allgather).
+  int group_begin(int core) const { return core < extra() ? 2 * core : core + extra(); }
+
+  int levels() const { return std::countr_zero(unsigned(core_size())); }
+  /// The position core rank `core` holds after the halving (and starts the doubling from): its
+  /// levels() bits reversed. Its own inverse: also the core rank that holds position `core`.
+  int position_of(int core) const {
+    unsigned reversed = 0;
+    for (int bit = 0; bit < levels(); ++bit) reversed |= ((unsigned(core) >> bit) & 1u) << (levels() - 1 - bit);
+    return int(reversed);
   }
+  /// The blocks at position q are [first_block_at(q), end_block_at(q)): for allreduce (its
+  /// block q) and, for the others, the group of core rank position_of(q).
+  int first_block_at(int q) const {
+    return collective == butterfly_collective::allreduce ? q : group_begin(position_of(q));
+  }
+  int end_block_at(int q) const {
+    return collective == butterfly_collective::allreduce ? q + 1 : group_begin(position_of(q) + 1);
+  }
+  /// The blocks of a final step's positions [begin, end), in the order they travel, less `skip`.
+  std::vector<int> final_blocks(std::size_t begin, std::size_t end, int skip) const {
+    std::vector<int> blocks;
+    for (int q = int(begin); q < int(end); ++q)
+      for (int block = first_block_at(q); block < end_block_at(q); ++block)
+        if (block != skip) blocks.push_back(block);
+    return blocks;
+  }
+  /// Whether reduce steps lay their values out other than in the vector's order: reduce_scatter's
+  /// blocks in position order, where that differs (not on 1 or 2 core ranks).
+  bool permutes() const { return collective == butterfly_collective::reduce_scatter && core_size() > 2; }
+  /// Where position q's values start in the layout of the reduce steps (count for q =
+  /// core_size()): allreduce's and an unpermuted reduce_scatter's vector order, else
+  /// reduce_scatter's send blocks laid out in position order.
+  std::size_t sums_begin(int q) const {
+    if (q >= core_size()) return count;
+    if (!permutes()) return block_begin(first_block_at(q));
+    std::size_t values = 0;
+    for (int i = 0; i < q; ++i) values += block_begin(end_block_at(i)) - block_begin(first_block_at(i));
+    return values;
+  }
+  /// Where block `block`'s values are in that layout.
+  std::size_t sums_offset(int block) const {
+    if (!permutes()) return block_begin(block);
+    const int q = position_of(core_rank(block));
+    return sums_begin(q) + (block_begin(block) - block_begin(first_block_at(q)));
+  }
+  /// reduce_scatter's send blocks in position order: the layout copy's source block of each.
+  std::vector<int> block_order() const { return final_blocks(0, std::size_t(core_size()), -1); }
 };
 
 /// One step of one rank: what it sends to whom and what it receives from whom. Reduce steps
-/// (fold, halve) move a value range [begin, end) of partial sums; final steps (double, unfold,
-/// allgather's fold) the final streams of a block range [begin, end), less block `skip`.
+/// (fold, halve) move a value range [begin, end) of partial sums, in the layout sums_begin
+/// gives; final steps (double, unfold, allgather's fold) the final streams of the blocks at the
+/// positions [begin, end), less block `skip`.
 struct butterfly_step {
   bool reduces = true;
   int send_peer = -1, receive_peer = -1;  ///< -1: nothing that way
   std::size_t send_begin = 0, send_end = 0, receive_begin = 0, receive_end = 0;
   bool reads_input = false;  ///< a reduce step on this rank's own values, before any sum was formed
-  int skip = -1;             ///< a final step's block of the range the receiver holds already
+  int skip = -1;             ///< a final step's block of those positions that does not travel
 };
 
 /// The steps rank `geometry.shape.rank` runs, in order.
@@ -95,62 +144,68 @@ inline std::vector<butterfly_step> butterfly_steps(const butterfly_geometry& geo
   std::vector<butterfly_step> steps;
   const int rank = geometry.shape.rank, core_size = geometry.core_size();
   const bool folding = geometry.folds(rank), folded_out = geometry.folded_out(rank);
-  const auto values = [&](int core) { return geometry.block_begin(geometry.group_begin(core)); };
-  const auto blocks = [&](int core) { return std::size_t(geometry.group_begin(core)); };
-  const auto all_blocks = std::size_t(geometry.block_count());
-  const auto own_block = std::size_t(rank);
+  const auto values = [&](int position) { return geometry.sums_begin(position); };
+  const int core = geometry.core_rank(rank);
+  const auto own_position = std::size_t(geometry.position_of(core));
+  const auto all_positions = std::size_t(core_size);
   if (folding) {
+    // A folded pair shares a core rank, so a position: the block of the pair's other rank skips.
+    const int partner = folded_out ? rank + 1 : rank - 1;
     butterfly_step fold{.reduces = geometry.reduces(), .reads_input = geometry.reduces()};
-    const std::size_t begin = geometry.reduces() ? 0 : own_block - (folded_out ? 0 : 1);
-    const std::size_t end = geometry.reduces() ? geometry.count : begin + 1;
-    if (folded_out) fold.send_peer = rank + 1, fold.send_begin = begin, fold.send_end = end;
-    else fold.receive_peer = rank - 1, fold.receive_begin = begin, fold.receive_end = end;
+    const std::size_t begin = geometry.reduces() ? 0 : own_position;
+    const std::size_t end = geometry.reduces() ? geometry.count : own_position + 1;
+    if (!geometry.reduces()) fold.skip = folded_out ? partner : rank;
+    if (folded_out) fold.send_peer = partner, fold.send_begin = begin, fold.send_end = end;
+    else fold.receive_peer = partner, fold.receive_begin = begin, fold.receive_end = end;
     steps.push_back(fold);
     if (folded_out) {
-      butterfly_step unfold{.reduces = false, .receive_peer = rank + 1, .receive_end = all_blocks};
+      butterfly_step unfold{.reduces = false, .receive_peer = partner, .receive_end = all_positions};
       if (geometry.collective == butterfly_collective::allgather) unfold.skip = rank;
       if (geometry.collective == butterfly_collective::reduce_scatter)
-        unfold.receive_begin = own_block, unfold.receive_end = own_block + 1;
+        unfold.receive_begin = own_position, unfold.receive_end = own_position + 1, unfold.skip = partner;
       steps.push_back(unfold);
       return steps;
     }
   }
-  const int core = geometry.core_rank(rank);
   if (geometry.reduces()) {
-    int low = 0;  // the core groups [low, low + 2d) this rank still holds partial sums of
-    for (int d = core_size / 2; d >= 1; d /= 2) {
+    int low = 0, held = core_size;  // the positions [low, low + held) this rank holds partial sums of
+    for (int d = 1; d < core_size; d *= 2) {
+      held /= 2;
       const bool keeps_upper = (core & d) != 0;
-      const int kept = keeps_upper ? low + d : low, given = keeps_upper ? low : low + d;
+      const int kept = keeps_upper ? low + held : low, given = keeps_upper ? low : low + held;
       const int peer = geometry.rank_of_core(core ^ d);
       steps.push_back({.send_peer = peer,
                        .receive_peer = peer,
                        .send_begin = values(given),
-                       .send_end = values(given + d),
+                       .send_end = values(given + held),
                        .receive_begin = values(kept),
-                       .receive_end = values(kept + d),
-                       .reads_input = d == core_size / 2 && !folding});
+                       .receive_end = values(kept + held),
+                       .reads_input = d == 1 && !folding});
       low = kept;
     }
   }
   if (geometry.gathers()) {
-    for (int d = 1; d < core_size; d *= 2) {
-      const int held = core & ~(d - 1), peer_core = core ^ d;
-      const int peer_held = peer_core & ~(d - 1);
+    for (int level = geometry.levels() - 1; level >= 0; --level) {
+      const int d = 1 << level, held = core_size >> (level + 1), peer_core = core ^ d;
+      // Before this step a core rank holds the positions the halving left it after step `level`.
+      const auto mine = std::size_t(geometry.position_of(core) & ~(held - 1));
+      const auto theirs = std::size_t(geometry.position_of(peer_core) & ~(held - 1));
       const int peer = geometry.rank_of_core(peer_core);
       steps.push_back({.reduces = false,
                        .send_peer = peer,
                        .receive_peer = peer,
-                       .send_begin = blocks(held),
-                       .send_end = blocks(held + d),
-                       .receive_begin = blocks(peer_held),
-                       .receive_end = blocks(peer_held + d)});
+                       .send_begin = mine,
+                       .send_end = mine + std::size_t(held),
+                       .receive_begin = theirs,
+                       .receive_end = theirs + std::size_t(held)});
     }
   }
   if (folding) {
-    butterfly_step unfold{.reduces = false, .send_peer = rank - 1, .send_end = all_blocks};
-    if (geometry.collective == butterfly_collective::allgather) unfold.skip = rank - 1;
+    const int partner = rank - 1;
+    butterfly_step unfold{.reduces = false, .send_peer = partner, .send_end = all_positions};
+    if (geometry.collective == butterfly_collective::allgather) unfold.skip = partner;
     if (geometry.collective == butterfly_collective::reduce_scatter)
-      unfold.send_begin = own_block - 1, unfold.send_end = own_block;
+      unfold.send_begin = own_position, unfold.send_end = own_position + 1, unfold.skip = rank;
     steps.push_back(unfold);
   }
   return steps;
@@ -233,6 +288,9 @@ class halving_doubling_operation final : public operation {
     report_.absolute_bound = result_bound;
     if (measure_error) max_error_ = 0.0;
     reserve();
+    if (geometry_.permutes() && !steps_.empty())
+      copy_blocks<memory>(exec_, input_, sums_, geometry_.count / std::size_t(geometry_.shape.size),
+                          geometry_.block_order());
     if (!steps_.empty()) start_step();
     else finish();
   }
@@ -254,8 +312,8 @@ class halving_doubling_operation final : public operation {
   const collective_report& report() const override { return report_; }
 
  private:
-  /// One MPI message of a step: `values` values at position `begin` of the vector; for a final
-  /// step, piece `piece` of block `block`.
+  /// One MPI message of a step: `values` values at `begin` (a reduce step's: of the sums' layout;
+  /// a final step's: of the vector), for a final step piece `piece` of block `block`.
   struct message {
     std::size_t begin = 0, values = 0;
     int block = -1;
@@ -285,8 +343,7 @@ class halving_doubling_operation final : public operation {
       for (std::size_t i = 0; i < pieces.count(); ++i) out.push_back({begin + pieces.begin(i), pieces.size(i)});
       return out;
     }
-    for (int block = int(begin); block < int(end); ++block) {
-      if (block == step.skip) continue;
+    for (const int block : geometry_.final_blocks(begin, end, step.skip)) {
       const chunk_plan pieces = final_plan(block_size(block));
       for (std::size_t i = 0; i < pieces.count(); ++i)
         out.push_back({geometry_.block_begin(block) + pieces.begin(i), pieces.size(i), block, i});
@@ -337,7 +394,7 @@ class halving_doubling_operation final : public operation {
     if (geometry_.shape.size <= 1) return -1;
     switch (geometry_.collective) {
       case butterfly_collective::allreduce:
-        return geometry_.folded_out(rank) ? -1 : geometry_.core_rank(rank);
+        return geometry_.folded_out(rank) ? -1 : geometry_.position_of(geometry_.core_rank(rank));
       case butterfly_collective::allgather:
         return rank;
       case butterfly_collective::reduce_scatter:
@@ -352,14 +409,18 @@ class halving_doubling_operation final : public operation {
     if (geometry_.collective != butterfly_collective::reduce_scatter) return output_ + begin;
     return output_ + (begin - geometry_.block_begin(geometry_.shape.rank));
   }
-  /// The values a final stream is compressed from: the sums, or allgather's own block.
-  const T* final_source(std::size_t begin) const {
-    if (geometry_.reduces()) return sums_ + begin;
-    return input_ + (begin - geometry_.block_begin(geometry_.shape.rank));
+  /// The values a final piece is compressed from: the sums, or allgather's own block.
+  const T* final_source(const message& m) const {
+    const std::size_t into_block = m.begin - geometry_.block_begin(m.block);
+    if (geometry_.reduces()) return sums_ + geometry_.sums_offset(m.block) + into_block;
+    return input_ + into_block;
   }
 
-  /// The values a reduce step sends from and adds to: this rank's input before a sum was formed.
-  const T* source(const butterfly_step& step) const { return step.reads_input ? input_ : sums_; }
+  /// The values a reduce step sends from and adds to: this rank's input before a sum was formed
+  /// (reduce_scatter's laid out in position order, in the sums, where the order differs).
+  const T* source(const butterfly_step& step) const {
+    return step.reads_input && !geometry_.permutes() ? input_ : sums_;
+  }
 
   std::byte* staged_twin(const std::byte* target) const {
     return scratch_->staged_receive.data() + (target - hop_);
@@ -423,7 +484,7 @@ class halving_doubling_operation final : public operation {
       std::byte* const out = send_ + m.piece * piece_room_;
       const wire_rule rule = final_rule(block_size(m.block));
       length = encode_message<memory>(exec_, rule, codec_, rule.may_compress(block_size(m.block) * sizeof(T)),
-                                      final_source(m.begin), m.values, out, decoded_, max_error_);
+                                      final_source(m), m.values, out, decoded_, max_error_);
       copy_values<memory>(exec_, slot, static_cast<const std::byte*>(out), length);
       if (geometry_.collective != butterfly_collective::reduce_scatter) decode_final(slot, length, m);
     }
@@ -486,8 +547,7 @@ class halving_doubling_operation final : public operation {
     if (geometry_.shape.size == 1 && input_ != output_) {
       copy_values<memory>(exec_, output_, input_, geometry_.count);
     } else if (geometry_.collective == butterfly_collective::reduce_scatter && !geometry_.folded_out(rank)) {
-      const std::size_t begin = geometry_.block_begin(rank);
-      copy_values<memory>(exec_, output_, static_cast<const T*>(sums_ + begin), block_size(rank));
+      copy_values<memory>(exec_, output_, static_cast<const T*>(sums_ + geometry_.sums_offset(rank)), block_size(rank));
     }
     exec_.fence("kompress: halving-doubling result in place");
     report_.max_error = max_error_;
