@@ -95,8 +95,7 @@ void run_symbolically(int p, std::size_t count, butterfly_collective collective)
       finals[r][std::size_t(block)] = own(rank);
       return;
     }
-    const std::size_t at = shape.sums_offset(block);
-    for (std::size_t i = at; i < at + shape.block_begin(block + 1) - shape.block_begin(block); ++i) {
+    for (std::size_t i = shape.block_begin(block); i < shape.block_begin(block + 1); ++i) {
       REQUIRE_EACH(formed[r][i]);
       REQUIRE_EACH(sums[r][i] == all);  // every contribution, once
     }
@@ -181,8 +180,7 @@ void run_symbolically(int p, std::size_t count, butterfly_collective collective)
         if (shape.folded_out(rank)) {
           CHECK_EACH(finals[r][r] == all);
         } else {
-          const std::size_t at = shape.sums_offset(rank);
-          for (std::size_t i = at; i < at + shape.block_begin(rank + 1) - shape.block_begin(rank); ++i) {
+          for (std::size_t i = shape.block_begin(rank); i < shape.block_begin(rank + 1); ++i) {
             CHECK_EACH(formed[r][i]);
             CHECK_EACH(sums[r][i] == all);
           }
@@ -232,31 +230,36 @@ TEST_CASE("halving and doubling: 2 log2 p steps, 2 more where p is no power of t
   }
 }
 
-TEST_CASE("halving and doubling: the largest messages between neighbouring ranks, the smallest between distant ones") {
-  // Launchers place consecutive ranks on one node: the halving's first step (half the vector)
-  // pairs neighbours, each later step a partner twice as far with half as much; the doubling
-  // undoes it, the farthest partner first with the least. 16 ranks, 4 to a node: only the
-  // steps of an eighth and a sixteenth of the vector leave a node.
+TEST_CASE("halving and doubling: allreduce's largest messages between neighbouring ranks, its smallest between distant ones") {
+  // Launchers place consecutive ranks on one node: allreduce's halving pairs neighbours first
+  // (half the vector), each later step a partner twice as far with half as much; the doubling
+  // undoes it, the farthest partner first with the least, as does allgather's. 16 ranks, 4 to a
+  // node: only the steps of an eighth and a sixteenth of the vector leave a node.
+  // reduce_scatter pairs the farthest first, so that each rank ends with its own block.
   for (const butterfly_collective collective : every_collective) {
     CAPTURE(int(collective));
     const std::size_t count = 16 * 64;
     for (const int rank : {0, 5, 15}) {
+      CAPTURE(rank);
       const auto steps = kompress::detail::butterfly_steps({{rank, 16}, count, collective});
       const bool reduces = collective != butterfly_collective::allgather;
       const bool gathers = collective != butterfly_collective::reduce_scatter;
       REQUIRE(steps.size() == std::size_t(4 * (int(reduces) + int(gathers))));
       for (std::size_t j = 0; j < steps.size(); ++j) {
-        const bool halving = reduces && j < 4;
-        const int level = halving ? int(j) : 3 - int(j - (reduces ? 4 : 0));
         CAPTURE(j);
+        const bool halving = reduces && j < 4;
+        const bool nearest_first = collective == butterfly_collective::allreduce;
+        // the partner's distance 2^level; halving sends count >> (step + 1) values, doubling
+        // 8 >> level positions (one block each)
+        const int step = halving ? int(j) : int(j) - (reduces ? 4 : 0);
+        const int level = halving && nearest_first ? step : 3 - step;
         CHECK(steps[j].send_peer == (rank ^ (1 << level)));
         const std::size_t sent = steps[j].send_end - steps[j].send_begin;
-        // halving: values, count >> (level + 1); doubling: positions of a core rank each.
-        CHECK(sent == (halving ? count >> (level + 1) : std::size_t(8 >> level)));
+        CHECK(sent == (halving ? count >> (step + 1) : std::size_t(8 >> level)));
       }
     }
   }
-  // The position a core rank ends the halving with: its bits reversed.
+  // The position a core rank ends allreduce's halving with: its bits reversed.
   const butterfly_geometry sixteen{{0, 16}, 1600};
   CHECK(sixteen.position_of(1) == 8);
   CHECK(sixteen.position_of(6) == 6);

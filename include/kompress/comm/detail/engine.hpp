@@ -60,29 +60,6 @@ void copy_values(const Exec& exec, T* to, const T* from, std::size_t count) {
   else Kokkos::deep_copy(exec, values_in<T, Memory>(to, count), values_in<const T, Memory>(from, count));
 }
 
-/// Block b (of `m` values) of `to` is block `source[b]` of `from`; both in `Memory`, the copy on
-/// `exec`, finished on return.
-template <class Memory, class Exec, class T>
-void copy_blocks(const Exec& exec, const T* from, T* to, std::size_t m, const std::vector<int>& source) {
-  if (source.empty() || m == 0) return;
-  Kokkos::View<int*, Memory> on_device(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::block order"),
-                                       source.size());
-  Kokkos::deep_copy(exec, on_device,
-                    Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                        source.data(), source.size()));
-  // A team per block, its threads along the block: contiguous copies, no division per value.
-  using policy = Kokkos::TeamPolicy<Exec>;
-  Kokkos::parallel_for(
-      "kompress::copy_blocks", policy(exec, int(source.size()), Kokkos::AUTO),
-      KOKKOS_LAMBDA(const typename policy::member_type& team) {
-        const std::size_t b = std::size_t(team.league_rank());
-        T* const into = to + b * m;
-        const T* const block = from + std::size_t(on_device(b)) * m;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, m), [&](const std::size_t i) { into[i] = block[i]; });
-      });
-  exec.fence();  // the block order and the caller's Views may go once this returns
-}
-
 /// The wire rule: whether a message may be compressed is decided by both sides alike from what
 /// both know (mode, cost model, raw size); the sender sends the stream only when it is smaller
 /// (and, in automatic mode, wins), else the raw values; the receiver tells them apart by the

@@ -11,14 +11,14 @@
 //            2i+1 stands in the core for both, and rank 2i waits for the end.
 //   halve    step j of k: core rank c and c ^ 2^j split the values they both still hold
 //            partial sums of; each sends the half it gives up (compressed once) and adds the
-//            half it keeps. The nearest partner first: the largest halves travel between
-//            neighbouring ranks, which MPI launchers place on one node, and only the small
-//            ones between nodes (as MPICH's allreduce orders them). After k steps core rank c
-//            holds the sums of position c' (c's k bits reversed): allreduce's block c' of the
-//            vector, or the group of rank blocks c stands for, which reduce_scatter lays out in
-//            position order once, before its first step.
-//   double   step j of k, the halving's steps undone (c ^ 2^(k-1) first): c and its partner
-//            swap the final streams of the positions they hold. A block's stream is
+//            half it keeps. allreduce pairs the nearest first: its largest halves travel between
+//            neighbouring ranks, which MPI launchers place on one node, and only the small ones
+//            between nodes (as MPICH's allreduce orders them); core rank c ends with the sums of
+//            block c' (c's k bits reversed). reduce_scatter pairs the farthest first (c ^ 2^(k-1-j))
+//            and ends with its own group of rank blocks, a stretch of the vector that nearest
+//            first would leave elsewhere.
+//   double   step j of k, allreduce's halving undone (c ^ 2^(k-1) first): c and its partner
+//            swap the final streams of the positions they hold (allgather: c's group at c'). A block's stream is
 //            compressed once (allreduce: by the core rank holding its sum; allgather: by the
 //            rank it belongs to); every rank forwards and decodes those same bytes, so every
 //            rank ends bit-identical.
@@ -81,15 +81,21 @@ struct butterfly_geometry {
   int group_begin(int core) const { return core < extra() ? 2 * core : core + extra(); }
 
   int levels() const { return std::countr_zero(unsigned(core_size())); }
+  /// Whether the halving pairs the nearest core ranks first (allreduce; allgather's doubling
+  /// undoes such a halving) or the farthest (reduce_scatter, whose core rank c must end with
+  /// its own group: the vector's c-th stretch, where nearest first leaves it another).
+  bool nearest_first() const { return collective != butterfly_collective::reduce_scatter; }
   /// The position core rank `core` holds after the halving (and starts the doubling from): its
-  /// levels() bits reversed. Its own inverse: also the core rank that holds position `core`.
+  /// levels() bits reversed where the nearest pair first, else `core`. Its own inverse: also
+  /// the core rank that holds position `core`.
   int position_of(int core) const {
+    if (!nearest_first()) return core;
     unsigned reversed = 0;
     for (int bit = 0; bit < levels(); ++bit) reversed |= ((unsigned(core) >> bit) & 1u) << (levels() - 1 - bit);
     return int(reversed);
   }
-  /// The blocks at position q are [first_block_at(q), end_block_at(q)): for allreduce (its
-  /// block q) and, for the others, the group of core rank position_of(q).
+  /// The blocks at position q are [first_block_at(q), end_block_at(q)): allreduce's block q of
+  /// the vector, the others' the group of rank blocks of core rank position_of(q).
   int first_block_at(int q) const {
     return collective == butterfly_collective::allreduce ? q : group_begin(position_of(q));
   }
@@ -104,32 +110,13 @@ struct butterfly_geometry {
         if (block != skip) blocks.push_back(block);
     return blocks;
   }
-  /// Whether reduce steps lay their values out other than in the vector's order: reduce_scatter's
-  /// blocks in position order, where that differs (not on 1 or 2 core ranks).
-  bool permutes() const { return collective == butterfly_collective::reduce_scatter && core_size() > 2; }
-  /// Where position q's values start in the layout of the reduce steps (count for q =
-  /// core_size()): allreduce's and an unpermuted reduce_scatter's vector order, else
-  /// reduce_scatter's send blocks laid out in position order.
-  std::size_t sums_begin(int q) const {
-    if (q >= core_size()) return count;
-    if (!permutes()) return block_begin(first_block_at(q));
-    std::size_t values = 0;
-    for (int i = 0; i < q; ++i) values += block_begin(end_block_at(i)) - block_begin(first_block_at(i));
-    return values;
-  }
-  /// Where block `block`'s values are in that layout.
-  std::size_t sums_offset(int block) const {
-    if (!permutes()) return block_begin(block);
-    const int q = position_of(core_rank(block));
-    return sums_begin(q) + (block_begin(block) - block_begin(first_block_at(q)));
-  }
-  /// reduce_scatter's send blocks in position order: the layout copy's source block of each.
-  std::vector<int> block_order() const { return final_blocks(0, std::size_t(core_size()), -1); }
+  /// Where position q's values start in the vector (count for q = core_size()): the reduce
+  /// steps' positions are contiguous stretches of it, in order.
+  std::size_t values_at(int q) const { return q >= core_size() ? count : block_begin(first_block_at(q)); }
 };
 
 /// One step of one rank: what it sends to whom and what it receives from whom. Reduce steps
-/// (fold, halve) move a value range [begin, end) of partial sums, in the layout sums_begin
-/// gives; final steps (double, unfold, allgather's fold) the final streams of the blocks at the
+/// (fold, halve) move a value range [begin, end) of partial sums; final steps (double, unfold, allgather's fold) the final streams of the blocks at the
 /// positions [begin, end), less block `skip`.
 struct butterfly_step {
   bool reduces = true;
@@ -144,7 +131,7 @@ inline std::vector<butterfly_step> butterfly_steps(const butterfly_geometry& geo
   std::vector<butterfly_step> steps;
   const int rank = geometry.shape.rank, core_size = geometry.core_size();
   const bool folding = geometry.folds(rank), folded_out = geometry.folded_out(rank);
-  const auto values = [&](int position) { return geometry.sums_begin(position); };
+  const auto values = [&](int position) { return geometry.values_at(position); };
   const int core = geometry.core_rank(rank);
   const auto own_position = std::size_t(geometry.position_of(core));
   const auto all_positions = std::size_t(core_size);
@@ -169,7 +156,8 @@ inline std::vector<butterfly_step> butterfly_steps(const butterfly_geometry& geo
   }
   if (geometry.reduces()) {
     int low = 0, held = core_size;  // the positions [low, low + held) this rank holds partial sums of
-    for (int d = 1; d < core_size; d *= 2) {
+    for (int level = 0; level < geometry.levels(); ++level) {
+      const int d = geometry.nearest_first() ? 1 << level : core_size >> (level + 1);
       held /= 2;
       const bool keeps_upper = (core & d) != 0;
       const int kept = keeps_upper ? low + held : low, given = keeps_upper ? low : low + held;
@@ -180,7 +168,7 @@ inline std::vector<butterfly_step> butterfly_steps(const butterfly_geometry& geo
                        .send_end = values(given + held),
                        .receive_begin = values(kept),
                        .receive_end = values(kept + held),
-                       .reads_input = d == 1 && !folding});
+                       .reads_input = level == 0 && !folding});
       low = kept;
     }
   }
@@ -288,9 +276,6 @@ class halving_doubling_operation final : public operation {
     report_.absolute_bound = result_bound;
     if (measure_error) max_error_ = 0.0;
     reserve();
-    if (geometry_.permutes() && !steps_.empty())
-      copy_blocks<memory>(exec_, input_, sums_, geometry_.count / std::size_t(geometry_.shape.size),
-                          geometry_.block_order());
     if (!steps_.empty()) start_step();
     else finish();
   }
@@ -312,8 +297,8 @@ class halving_doubling_operation final : public operation {
   const collective_report& report() const override { return report_; }
 
  private:
-  /// One MPI message of a step: `values` values at `begin` (a reduce step's: of the sums' layout;
-  /// a final step's: of the vector), for a final step piece `piece` of block `block`.
+  /// One MPI message of a step: `values` values at position `begin` of the vector; for a final
+  /// step, piece `piece` of block `block`.
   struct message {
     std::size_t begin = 0, values = 0;
     int block = -1;
@@ -409,18 +394,14 @@ class halving_doubling_operation final : public operation {
     if (geometry_.collective != butterfly_collective::reduce_scatter) return output_ + begin;
     return output_ + (begin - geometry_.block_begin(geometry_.shape.rank));
   }
-  /// The values a final piece is compressed from: the sums, or allgather's own block.
-  const T* final_source(const message& m) const {
-    const std::size_t into_block = m.begin - geometry_.block_begin(m.block);
-    if (geometry_.reduces()) return sums_ + geometry_.sums_offset(m.block) + into_block;
-    return input_ + into_block;
+  /// The values a final stream is compressed from: the sums, or allgather's own block.
+  const T* final_source(std::size_t begin) const {
+    if (geometry_.reduces()) return sums_ + begin;
+    return input_ + (begin - geometry_.block_begin(geometry_.shape.rank));
   }
 
-  /// The values a reduce step sends from and adds to: this rank's input before a sum was formed
-  /// (reduce_scatter's laid out in position order, in the sums, where the order differs).
-  const T* source(const butterfly_step& step) const {
-    return step.reads_input && !geometry_.permutes() ? input_ : sums_;
-  }
+  /// The values a reduce step sends from and adds to: this rank's input before a sum was formed.
+  const T* source(const butterfly_step& step) const { return step.reads_input ? input_ : sums_; }
 
   std::byte* staged_twin(const std::byte* target) const {
     return scratch_->staged_receive.data() + (target - hop_);
@@ -484,7 +465,7 @@ class halving_doubling_operation final : public operation {
       std::byte* const out = send_ + m.piece * piece_room_;
       const wire_rule rule = final_rule(block_size(m.block));
       length = encode_message<memory>(exec_, rule, codec_, rule.may_compress(block_size(m.block) * sizeof(T)),
-                                      final_source(m), m.values, out, decoded_, max_error_);
+                                      final_source(m.begin), m.values, out, decoded_, max_error_);
       copy_values<memory>(exec_, slot, static_cast<const std::byte*>(out), length);
       if (geometry_.collective != butterfly_collective::reduce_scatter) decode_final(slot, length, m);
     }
@@ -547,7 +528,8 @@ class halving_doubling_operation final : public operation {
     if (geometry_.shape.size == 1 && input_ != output_) {
       copy_values<memory>(exec_, output_, input_, geometry_.count);
     } else if (geometry_.collective == butterfly_collective::reduce_scatter && !geometry_.folded_out(rank)) {
-      copy_values<memory>(exec_, output_, static_cast<const T*>(sums_ + geometry_.sums_offset(rank)), block_size(rank));
+      const std::size_t begin = geometry_.block_begin(rank);
+      copy_values<memory>(exec_, output_, static_cast<const T*>(sums_ + begin), block_size(rank));
     }
     exec_.fence("kompress: halving-doubling result in place");
     report_.max_error = max_error_;

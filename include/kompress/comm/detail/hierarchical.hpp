@@ -136,6 +136,29 @@ class phase_sequence {
   bool stopped_ = false;
 };
 
+/// Block b (of `m` values) of `to` is block `source[b]` of `from`; both in `Memory`, the copy on
+/// `exec`, finished on return.
+template <class Memory, class Exec, class T>
+void copy_blocks(const Exec& exec, const T* from, T* to, std::size_t m, const std::vector<int>& source) {
+  if (source.empty() || m == 0) return;
+  Kokkos::View<int*, Memory> on_device(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::block order"),
+                                       source.size());
+  Kokkos::deep_copy(exec, on_device,
+                    Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                        source.data(), source.size()));
+  // A team per block, its threads along the block: contiguous copies, no division per value.
+  using policy = Kokkos::TeamPolicy<Exec>;
+  Kokkos::parallel_for(
+      "kompress::copy_blocks", policy(exec, int(source.size()), Kokkos::AUTO),
+      KOKKOS_LAMBDA(const typename policy::member_type& team) {
+        const std::size_t b = std::size_t(team.league_rank());
+        T* const into = to + b * m;
+        const T* const block = from + std::size_t(on_device(b)) * m;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, m), [&](const std::size_t i) { into[i] = block[i]; });
+      });
+  exec.fence();  // the block order and the caller's Views may go once this returns
+}
+
 /// Values a phase hands on: the workspace's block buffer `which`, or allocated for the call.
 template <class T, class Memory>
 struct phase_blocks {
