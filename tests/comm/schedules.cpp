@@ -230,7 +230,7 @@ TEST_CASE("halving and doubling: 2 log2 p steps, 2 more where p is no power of t
   }
 }
 
-TEST_CASE("halving and doubling: allreduce's largest messages between neighbouring ranks, its smallest between distant ones") {
+TEST_CASE("halving and doubling: allreduce's largest messages between neighbouring ranks, the smallest far apart") {
   // Launchers place consecutive ranks on one node: allreduce's halving pairs neighbours first
   // (half the vector), each later step a partner twice as far with half as much; the doubling
   // undoes it, the farthest partner first with the least, as does allgather's. 16 ranks, 4 to a

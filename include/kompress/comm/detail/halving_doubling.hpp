@@ -9,19 +9,19 @@
 //   fold     (r > 0) rank 2i (i < r) sends rank 2i+1 its whole vector (allreduce,
 //            reduce_scatter: rank 2i+1 adds it) or its own block's stream (allgather); rank
 //            2i+1 stands in the core for both, and rank 2i waits for the end.
-//   halve    step j of k: core rank c and c ^ 2^j split the values they both still hold
+//   halve    step j of k: core rank c and its partner split the values they both still hold
 //            partial sums of; each sends the half it gives up (compressed once) and adds the
-//            half it keeps. allreduce pairs the nearest first: its largest halves travel between
-//            neighbouring ranks, which MPI launchers place on one node, and only the small ones
-//            between nodes (as MPICH's allreduce orders them); core rank c ends with the sums of
-//            block c' (c's k bits reversed). reduce_scatter pairs the farthest first (c ^ 2^(k-1-j))
-//            and ends with its own group of rank blocks, a stretch of the vector that nearest
-//            first would leave elsewhere.
+//            half it keeps. allreduce pairs the nearest first (c ^ 2^j): its largest halves
+//            travel between neighbouring ranks, which MPI launchers place on one node, and only
+//            the small ones between nodes (as MPICH's allreduce orders them); core rank c ends
+//            with the sums of block c' (c's k bits reversed). reduce_scatter pairs the farthest
+//            first (c ^ 2^(k-1-j)) and ends with its own group of rank blocks, a stretch of the
+//            vector that nearest first would leave elsewhere.
 //   double   step j of k, allreduce's halving undone (c ^ 2^(k-1) first): c and its partner
-//            swap the final streams of the positions they hold (allgather: c's group at c'). A block's stream is
-//            compressed once (allreduce: by the core rank holding its sum; allgather: by the
-//            rank it belongs to); every rank forwards and decodes those same bytes, so every
-//            rank ends bit-identical.
+//            swap the final streams of the positions they hold (allgather: c's group at c').
+//            A block's stream is compressed once (allreduce: by the core rank holding its sum;
+//            allgather: by the rank it belongs to); every rank forwards and decodes those same
+//            bytes, so every rank ends bit-identical.
 //   unfold   (r > 0) rank 2i+1 sends rank 2i every final stream it lacks (allreduce,
 //            allgather) or the sum of block 2i, compressed once (reduce_scatter).
 //
@@ -116,8 +116,9 @@ struct butterfly_geometry {
 };
 
 /// One step of one rank: what it sends to whom and what it receives from whom. Reduce steps
-/// (fold, halve) move a value range [begin, end) of partial sums; final steps (double, unfold, allgather's fold) the final streams of the blocks at the
-/// positions [begin, end), less block `skip`.
+/// (fold, halve) move a value range [begin, end) of partial sums; final steps (double, unfold,
+/// allgather's fold) the final streams of the blocks at the positions [begin, end), less block
+/// `skip`.
 struct butterfly_step {
   bool reduces = true;
   int send_peer = -1, receive_peer = -1;  ///< -1: nothing that way
