@@ -299,6 +299,26 @@ TEST_CASE("streams that share a batched call pay a share of its fixed cost: an a
   CHECK(kompress::detail::final_block_rule(fast, final_block, 64).mode == kompress::transfer_mode::automatic);
 }
 
+TEST_CASE("allreduce's final blocks are judged without the floor for a message alone where its halving compresses") {
+  // A 2 MiB allreduce on 64 ranks (a hierarchical allreduce's rail at 256 ranks): 32 KiB final
+  // blocks, below min_message_bytes, each crossing 63 links. Alone they keep the floor (the
+  // schedule would run for them only); where the halving compresses, each crossing is priced
+  // with its chunk's cost, and they pay.
+  kompress::cost_model cpu = forwarding_pays();
+  cpu.compress_call_seconds = cpu.decompress_call_seconds = 2e-6;  // a CPU core's, measured
+  const std::uint64_t block = 32 * 1024;
+  REQUIRE(block < cpu.min_message_bytes);
+  const kompress::detail::wire_rule automatic{kompress::transfer_mode::automatic, cpu};
+  CHECK(kompress::detail::final_block_rule(automatic, block, 64).mode == kompress::transfer_mode::automatic);
+  CHECK(kompress::detail::final_block_rule(automatic, block, 64, true).mode == kompress::transfer_mode::compressed);
+  // Still by the model: a block whose codec calls cost more than its crossings take raw, or a
+  // link faster than the codec, stays raw.
+  CHECK(kompress::detail::final_block_rule(automatic, 256, 64, true).mode == kompress::transfer_mode::automatic);
+  kompress::detail::wire_rule fast = automatic;
+  fast.cost.link_bytes_per_second = 1e12;
+  CHECK(kompress::detail::final_block_rule(fast, block, 64, true).mode == kompress::transfer_mode::automatic);
+}
+
 TEST_CASE("automatic alltoall prices each block's share of a batched call: it compresses where one call per block "
           "would not pay") {
   const int p = size_of(), me = rank_of();
