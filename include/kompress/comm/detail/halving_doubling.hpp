@@ -235,11 +235,9 @@ inline bool takes_halving_doubling(collective_schedule schedule, const wire_rule
 /// decoding pays that share of a call. Where the halving compresses (`halving_compresses`: its
 /// largest message pays), kompress's schedule runs whatever the final blocks do, and they are
 /// judged without the model's floor for a message alone (cost_model::min_message_bytes): each
-/// crossing is priced with its chunk's cost (32 KiB final blocks on 64 ranks, a hierarchical
-/// allreduce's rail at 256 ranks, 4 per host: 2.9x plain MPI raw, 4.5x compressed, simulated).
-/// Final blocks alone keep the floor: below it, their decoding's unpriced per-stream costs lost
-/// to MPI's own call (1 KiB blocks on 256 ranks: 0.72x against 0.94x). Both sides of a message
-/// derive it alike.
+/// crossing is priced with its chunk's cost. Final blocks alone keep the floor: below it, the
+/// per-stream costs of decoding them, which the model leaves out, lost to MPI's own call
+/// (docs/scale.md, "Ranks that share a node"). Both sides of a message derive it alike.
 inline wire_rule final_block_rule(const wire_rule& rule, std::uint64_t block_bytes, int p,
                                   bool halving_compresses = false) {
   wire_rule finals = rule;
