@@ -97,6 +97,7 @@ struct options {
   std::string gpu_codec;  ///< a table of the GPU codec's throughput by call size (SMPI only)
   double gpu_kernel_gbs = 0.0;  ///< with gpu_codec: other kernels at this copy rate (0: this core's time)
   int ranks_per_node = 1;  ///< consecutive ranks that share a node (the hier variants' groups)
+  std::size_t exchange_window = 0;  ///< alltoall: collective_options::exchange_window (0: automatic)
   bool check = false;
   bool shared = false;
   std::string csv;
@@ -108,7 +109,7 @@ struct options {
                "bench_collectives_at_scale: %s\n"
                "usage: bench_collectives_at_scale --op allreduce|alltoall|allgather|reduce_scatter --bytes N[KMG]\n"
                "       [--bound REL] [--data FILE] [--variants plain,raw,compressed,ring,halving,auto,homomorphic]\n"
-               "       [--reps N] [--ranks-per-node K]\n"
+               "       [--reps N] [--ranks-per-node K] [--exchange-window W]\n"
                "       [--link-gbps G] [--compute-speedup K | --gpu-codec CSV [--gpu-kernel-gbs G]] [--check]\n"
                "       [--shared] [--csv PATH]\n"
                "       [--label NAME]\n",
@@ -132,6 +133,7 @@ options parse(int argc, char** argv) {
       else if (arg == "--variants") o.variants = kompress_bench::split(value, ',');
       else if (arg == "--reps") o.reps = std::stoi(value);
       else if (arg == "--ranks-per-node") o.ranks_per_node = std::stoi(value);
+      else if (arg == "--exchange-window") o.exchange_window = std::stoul(value);
       else if (arg == "--link-gbps") o.link_gbps = std::stod(value);
       else if (arg == "--compute-speedup") o.compute_speedup = std::stod(value);
       else if (arg == "--gpu-codec") o.gpu_codec = value;
@@ -592,6 +594,7 @@ int main(int argc, char** argv) {
       result r;
       r.variant = variant;
       kompress::collective_options copts = base;
+      copts.exchange_window = o.exchange_window;
       const bool hierarchical = variant.starts_with("hier");
       copts.mode = variant == "raw"                             ? kompress::transfer_mode::raw
                    : variant == "auto" || variant == "hier-auto" ? kompress::transfer_mode::automatic

@@ -244,13 +244,16 @@ void exercise(const collective_case& c,
       run_faulty(c, what, faulty, target, what == isend_fault::action::fail && target == 0);
 }
 
-collective_case alltoall_case(std::size_t per_peer, bool nonblocking) {
+/// `window`: collective_options::exchange_window (0: automatic, every peer at these sizes).
+collective_case alltoall_case(std::size_t per_peer, bool nonblocking, std::size_t window = 0) {
   const int p = size_of();
   auto send = make_data(per_peer * std::size_t(p), rank_of());
   view got("got", send.size()), expected("expected", send.size());
   MPI_Alltoall(send.data(), int(per_peer), MPI_FLOAT, expected.data(), int(per_peer), MPI_FLOAT, MPI_COMM_WORLD);
-  const auto options = options_for(1e-3);
-  return {std::string(nonblocking ? "ialltoall" : "alltoall") + " of " + std::to_string(per_peer) + " per peer",
+  auto options = options_for(1e-3);
+  options.exchange_window = window;
+  return {std::string(nonblocking ? "ialltoall" : "alltoall") + " of " + std::to_string(per_peer) + " per peer" +
+              (window ? ", a window of " + std::to_string(window) : std::string()),
           [=] {
             if (nonblocking) {
               auto r = kompress::ialltoall(host{}, send, got, MPI_COMM_WORLD, options);
@@ -279,7 +282,7 @@ collective_case alltoall_init_case(std::size_t per_peer) {
           [=] { return violations(got, expected, 1e-3); }};
 }
 
-collective_case alltoallv_case(std::size_t per_peer) {
+collective_case alltoallv_case(std::size_t per_peer, std::size_t window = 0) {
   const int p = size_of(), me = rank_of();
   std::vector<int> sc(p), sd(p), rc(p), rd(p);
   for (int j = 0; j < p; ++j) {  // uneven, and one empty pair: rank 0 sends nothing to rank 1
@@ -292,8 +295,10 @@ collective_case alltoallv_case(std::size_t per_peer) {
   view got("got", std::size_t(rd.back() + rc.back())), expected("expected", got.size());
   MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, expected.data(), rc.data(), rd.data(), MPI_FLOAT,
                 MPI_COMM_WORLD);
-  const auto options = options_for(1e-3);
-  return {"alltoallv of about " + std::to_string(per_peer) + " per peer",
+  auto options = options_for(1e-3);
+  options.exchange_window = window;
+  return {"alltoallv of about " + std::to_string(per_peer) + " per peer" +
+              (window ? ", a window of " + std::to_string(window) : std::string()),
           [=] { kompress::alltoallv(host{}, send, sc, sd, got, rc, rd, MPI_COMM_WORLD, options); },
           [=] { return violations(got, expected, 1e-3); }};
 }
@@ -471,6 +476,15 @@ TEST_CASE("alltoall and alltoallv: a failure mid-flight hangs no rank; the next 
     exercise(alltoall_case(n, false));
     exercise(alltoallv_case(n));
   }
+}
+
+TEST_CASE("alltoall and alltoallv with a window of one peer: a failure mid-flight hangs no rank, before or after "
+          "every receive is posted") {
+  for (const std::size_t n : {large, small}) {
+    exercise(alltoall_case(n, false, 1));
+    exercise(alltoallv_case(n, 1));
+  }
+  exercise(alltoall_case(large, true, 1));
 }
 
 TEST_CASE("nonblocking alltoall and allreduce: a failure mid-flight surfaces from test(), after the drain") {

@@ -128,6 +128,10 @@ TEST_CASE("dlrm exchange: forward and backward within each table's bound") {
   round_trip({.forward = {.bound = kompress::relative(1e-3), .block_size = 64}, .table_weights = {1.0, 2.0, 0.5, 4.0, 1.0}}, true);
 }
 
+TEST_CASE("dlrm exchange: a window of one peer's messages at a time, blocking and not") {
+  for (const bool async : {false, true}) round_trip({.window = 1}, async);
+}
+
 TEST_CASE("dlrm exchange: the ratio codec, with any block size option") {
   // Ratio streams have their own worst case: the segments' staging must be sized for it.
   for (const int block_size : {32, 128})

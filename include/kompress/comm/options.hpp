@@ -5,6 +5,7 @@
 #include <kompress/comm/cost_model.hpp>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 namespace kompress {
@@ -76,6 +77,11 @@ struct collective_options {
   /// How the bytes reach MPI: for device Views, staged through host memory unless the MPI
   /// moves device memory (automatic) or the caller says it does (direct).
   transport_mode transport = transport_mode::automatic;
+  /// alltoall(v): how many peers' messages a rank expects at once. It posts the receives of that
+  /// many peers, in the order they send to it, and those of the next peer as each peer's message
+  /// completes (docs/collectives.md, "alltoall and alltoallv"). 0: automatic (every peer's up
+  /// to 32 peers, 32 beyond). Ranks may choose differently.
+  std::size_t exchange_window = 0;
 };
 
 /// What one call did on the calling rank.

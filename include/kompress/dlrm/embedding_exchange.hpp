@@ -58,6 +58,9 @@ struct exchange_options {
   /// How the bytes reach MPI (kompress::transport_mode; device Views: staged through host
   /// memory unless the MPI moves device memory).
   transport_mode transport = transport_mode::automatic;
+  /// How many peers' messages a rank expects at once (collective_options::exchange_window; 0:
+  /// automatic).
+  std::size_t window = 0;
 };
 
 class embedding_exchange {
@@ -274,7 +277,8 @@ class embedding_exchange {
     const auto how = kompress::detail::transport_for<Exec, typename In::memory_space, typename Out::memory_space>(
         options_.transport);
     return std::make_unique<kompress::detail::exchange_engine<messages_type, Exec>>(
-        exec, std::move(messages), shape_, slot, comm_, nonblocking, how, who);
+        exec, std::move(messages), shape_, slot, comm_, nonblocking, how,
+        kompress::detail::exchange_window(options_.window), who);
   }
 
   MPI_Comm comm_;

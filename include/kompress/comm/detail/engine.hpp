@@ -242,6 +242,20 @@ class posted_messages {
               "MPI_Irecv");
     ++pending_;
   }
+  /// A receive posted in its turn (post_receives_in_turn): the receives of one peer's message are queued one
+  /// after another, peers in the order their receives should be posted.
+  void queue_receive(void* buffer, std::size_t bytes, int peer, int key = -1) {
+    queued_.push_back({buffer, bytes, peer, key < 0 ? peer : key});
+  }
+  /// Posts the queued receives of the first `window` peers now (0: of every peer), and those of
+  /// the next peer whenever all of an earlier peer's have completed, so that at most `window`
+  /// peers' messages are expected at once. Once the call is aborting, every queued receive is
+  /// posted: each peer still sends a message or an abort marker for it.
+  void post_receives_in_turn(std::size_t window, MPI_Comm comm, const char* who) {
+    window_ = window;
+    queued_comm_ = comm;
+    post_queued(who);
+  }
   /// Sends a message, or the abort marker once the call is aborting. A send MPI rejects is
   /// this rank's failure: the marker goes in its place; if MPI rejects that too, it throws.
   void send(const void* buffer, std::size_t bytes, int peer, MPI_Comm comm, const char* who) {
@@ -276,7 +290,7 @@ class posted_messages {
   /// after either, arrivals are completed and not handed on. Throws only if MPI fails.
   template <class OnArrival>
   bool progress(bool block, const char* who, OnArrival&& on_arrival) {
-    while (pending_ > 0) {
+    for (post_queued(who); pending_ > 0; post_queued(who)) {
       int index = MPI_UNDEFINED, flag = 0;
       MPI_Status status;
       if (block) {
@@ -288,6 +302,7 @@ class posted_messages {
       if (!flag) return false;
       if (index == MPI_UNDEFINED) break;
       --pending_;
+      completed_in_turn(index, who);  // the next peer's receives are posted before this arrival is decoded
       int length = 0;
       check_mpi(MPI_Get_count(&status, MPI_BYTE, &length), who, "MPI_Get_count");
       if (std::size_t(length) < min_message_bytes) short_message(index, std::size_t(length), who);
@@ -316,9 +331,38 @@ class posted_messages {
     if (!receives_.empty()) MPI_Waitall(int(receives_.size()), receives_.data(), MPI_STATUSES_IGNORE);
     if (!sends_.empty()) MPI_Waitall(int(sends_.size()), sends_.data(), MPI_STATUSES_IGNORE);
     pending_ = 0;
+    next_queued_ = queued_.size();
   }
 
  private:
+  struct queued {
+    void* buffer;
+    std::size_t bytes;
+    int peer, key;
+  };
+
+  /// Posts the queued receives the window has room for (all of them once aborting), a peer's
+  /// together.
+  void post_queued(const char* who) {
+    while (next_queued_ < queued_.size() && (window_ == 0 || peers_in_turn_ < window_ || failure_->aborting())) {
+      const int peer = queued_[next_queued_].peer;
+      ++peers_in_turn_;
+      for (; next_queued_ < queued_.size() && queued_[next_queued_].peer == peer; ++next_queued_) {
+        const queued& q = queued_[next_queued_];
+        receive(q.buffer, q.bytes, q.peer, queued_comm_, who, q.key);
+        in_turn_.resize(receives_.size(), false);
+        in_turn_.back() = true;
+        if (outstanding_.size() <= std::size_t(peer)) outstanding_.resize(std::size_t(peer) + 1, 0);
+        ++outstanding_[std::size_t(peer)];
+      }
+    }
+  }
+  /// Receive `index` completed: when it was its peer's last one in turn, the window has room.
+  void completed_in_turn(int index, const char* who) {
+    if (std::size_t(index) >= in_turn_.size() || !in_turn_[std::size_t(index)]) return;
+    if (--outstanding_[std::size_t(receive_peers_[std::size_t(index)])] == 0) --peers_in_turn_;
+    post_queued(who);
+  }
   /// A message shorter than any data arrived on receive `index`: an abort marker naming a rank
   /// of the communicator, or else a damaged message, this rank's own failure.
   void short_message(int index, std::size_t length, const char* who) {
@@ -344,6 +388,13 @@ class posted_messages {
   int ranks_ = 0;  ///< the communicator's size, once a receive is posted
   call_failure own_failure_;
   call_failure* failure_;
+  std::vector<queued> queued_;  ///< receives posted in turn, in order
+  std::size_t next_queued_ = 0;  ///< the first not yet posted
+  std::size_t window_ = 0;       ///< peers whose receives may be outstanding at once (0: all)
+  std::size_t peers_in_turn_ = 0;
+  std::vector<bool> in_turn_;               ///< per posted receive: whether it was queued
+  std::vector<std::size_t> outstanding_;  ///< per peer: its queued receives posted and not completed
+  MPI_Comm queued_comm_ = MPI_COMM_NULL;
   int marker_rank_ = -1;                   ///< the rank this rank's markers name, once known
   std::byte marker_[abort_marker_bytes]{};  ///< the abort marker's bytes
 };
@@ -410,9 +461,10 @@ concept batch_encoding_messages = chunked_messages<Messages> && requires(const M
 template <class Messages, class Exec>
 class exchange_engine final : public operation {
  public:
+  /// `window`: how many peers' messages this rank expects at once (0: every peer's).
   exchange_engine(const Exec& exec, Messages messages, comm_shape shape, workspace_slot* leased, MPI_Comm comm,
-                  bool nonblocking, transport how, const char* who)
-      : exec_(exec), messages_(std::move(messages)), shape_(shape), who_(who), how_(how),
+                  bool nonblocking, transport how, std::size_t window, const char* who)
+      : exec_(exec), messages_(std::move(messages)), shape_(shape), who_(who), how_(how), window_(window),
         scratch_(leased, comm, nonblocking, who) {
     start();
   }
@@ -598,14 +650,19 @@ class exchange_engine final : public operation {
     if (messages_.measures_error()) report_.max_error = 0.0;
 
     // Receives first, so early senders find them posted: every chunk of every message, each
-    // at its raw offset, in order (MPI matches them in that order).
-    for (int peer = 0; peer < p; ++peer)
-      if (peer != rank && messages_.raw_bytes_from(peer) > 0)
-        post_chunk_receives(posted_, plan_from(peer), value_bytes(), mpi_target(peer), peer, scratch_->comm, who_,
-                            [&](std::size_t chunk) {
-                              arrivals_.push_back({peer, chunk});
-                              return int(arrivals_.size() - 1);
-                            });
+    // at its raw offset, in order (MPI matches them in that order); peers in the order they
+    // send to this rank (rank - 1, rank - 2, ...), at most window_ of them at a time.
+    for (int step = 1; step < p; ++step) {
+      const int peer = (rank - step + p) % p;
+      if (messages_.raw_bytes_from(peer) == 0) continue;
+      const chunk_plan plan = plan_from(peer);
+      for (std::size_t chunk = 0; chunk < plan.count(); ++chunk) {
+        arrivals_.push_back({peer, chunk});
+        posted_.queue_receive(mpi_target(peer) + plan.begin(chunk) * value_bytes(), plan.size(chunk) * value_bytes(),
+                              peer, int(arrivals_.size() - 1));
+      }
+    }
+    posted_.post_receives_in_turn(window_, scratch_->comm, who_);
 
     bool in_rounds = false;
     if constexpr (batch_encoding_messages<Messages, Exec>) in_rounds = messages_.encodes_together();
@@ -647,6 +704,7 @@ class exchange_engine final : public operation {
   comm_shape shape_;
   const char* who_;
   transport how_;
+  std::size_t window_;
   call_scratch scratch_;
   scratch_room room_;  ///< the scratch in the execution space's memory
   std::vector<std::size_t> receive_offset_, send_offset_, staged_receive_offset_, staged_send_offset_;
@@ -658,6 +716,14 @@ class exchange_engine final : public operation {
   call_failure failure_;
   posted_messages posted_{failure_};  // last: completed (or cancelled) before the buffers above go
 };
+
+/// The peers whose messages an exchange expects at once: `requested`, or where it is 0 every
+/// peer's up to automatic_exchange_window peers and that many beyond (MPICH throttles its own
+/// alltoall to 32 messages in flight the same way).
+inline constexpr std::size_t automatic_exchange_window = 32;
+inline std::size_t exchange_window(std::size_t requested) {
+  return requested > 0 ? requested : automatic_exchange_window;
+}
 
 /// Who sends what to whom, in elements.
 struct exchange_layout {

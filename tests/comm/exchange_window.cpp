@@ -1,0 +1,150 @@
+// alltoall(v)'s window of peers (collective_options::exchange_window): a rank expects at most
+// that many peers' messages at once, whatever the sizes, chunks and forms, and still receives
+// everything within the bound. MPI_Irecv, MPI_Testany and MPI_Waitany are interposed through
+// MPI's profiling interface to count the peers whose data receives are outstanding. Failures
+// mid-flight with a window of one are in faults.cpp. Run under mpiexec -n 1 to 4, and 6.
+
+#include <kompress/comm.hpp>
+
+#include "comm/checks.hpp"
+#include "support/mpi_checks.hpp"
+
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <vector>
+
+namespace {
+
+/// The data receives kompress has posted and not yet completed, and the most peers they
+/// were ever from at once.
+struct outstanding_receives {
+  std::map<MPI_Request, int> peer_of;  ///< request -> peer
+  std::size_t most_peers = 0;
+
+  void reset() {
+    peer_of.clear();
+    most_peers = 0;
+  }
+  void posted(MPI_Request r, int peer) {
+    peer_of[r] = peer;
+    std::set<int> peers;
+    for (const auto& [request, from] : peer_of) peers.insert(from);
+    most_peers = std::max(most_peers, peers.size());
+  }
+  void completed(MPI_Request r) { peer_of.erase(r); }
+} receives;
+
+}  // namespace
+
+extern "C" {
+int MPI_Irecv(void* buffer, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm, MPI_Request* request) {
+  const int rc = PMPI_Irecv(buffer, count, type, peer, tag, comm, request);
+  if (rc == MPI_SUCCESS && tag == kompress::detail::collective_tag && type == MPI_BYTE) receives.posted(*request, peer);
+  return rc;
+}
+int MPI_Testany(int count, MPI_Request* requests, int* index, int* flag, MPI_Status* status) {
+  const std::vector<MPI_Request> before(requests, requests + count);
+  const int rc = PMPI_Testany(count, requests, index, flag, status);
+  if (rc == MPI_SUCCESS && *flag && *index != MPI_UNDEFINED) receives.completed(before[std::size_t(*index)]);
+  return rc;
+}
+int MPI_Waitany(int count, MPI_Request* requests, int* index, MPI_Status* status) {
+  const std::vector<MPI_Request> before(requests, requests + count);
+  const int rc = PMPI_Waitany(count, requests, index, status);
+  if (rc == MPI_SUCCESS && *index != MPI_UNDEFINED) receives.completed(before[std::size_t(*index)]);
+  return rc;
+}
+}
+
+namespace {
+
+using namespace kompress::test;  // support/mpi_checks.hpp, comm/checks.hpp
+
+/// The most peers any rank expected at once.
+std::size_t most_peers_on_any_rank() {
+  int mine = int(receives.most_peers);
+  MPI_Allreduce(MPI_IN_PLACE, &mine, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return std::size_t(mine);
+}
+
+/// The peers a rank expects at once with `window` (0: automatic) on this communicator.
+std::size_t expected_peers(std::size_t window) {
+  const std::size_t others = std::size_t(size_of() - 1);
+  return std::min(window > 0 ? window : kompress::detail::automatic_exchange_window, others);
+}
+
+/// Compressed mode, each message in 4 chunks of 4 KiB (about 16 KiB a peer below).
+kompress::collective_options windowed(std::size_t window) {
+  auto options = chunked(4096);
+  options.exchange_window = window;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("alltoall with a window of peers: at most that many expected at once, every value within the bound",
+                   T, float, double) {
+  const int p = size_of(), me = rank_of();
+  const std::size_t per_peer = 16384 / sizeof(T);
+  auto send = make_data<T>(per_peer * std::size_t(p), me + 1);
+  host_view<T> got("got", send.size()), expected("expected", send.size());
+  MPI_Alltoall(send.data(), int(per_peer), mpi_type<T>(), expected.data(), int(per_peer), mpi_type<T>(),
+               MPI_COMM_WORLD);
+  for (const std::size_t window : {std::size_t(1), std::size_t(2), std::size_t(0)})
+    for (const bool nonblocking : {false, true}) {
+      CAPTURE(window);
+      CAPTURE(nonblocking);
+      std::fill_n(got.data(), got.size(), T(NAN));
+      receives.reset();
+      const auto options = windowed(window);
+      const auto report = finish<T>(
+          nonblocking, [&] { return kompress::alltoall(host{}, send, got, MPI_COMM_WORLD, options); },
+          [&] { return kompress::ialltoall(host{}, send, got, MPI_COMM_WORLD, options); });
+      CHECK(most_peers_on_any_rank() == expected_peers(window));
+      CHECK(report.messages == std::uint64_t(p - 1));
+      std::size_t violations = 0;
+      for (std::size_t k = 0; k < got.size(); ++k)
+        violations += !(std::fabs(double(got(k)) - double(expected(k))) <= pipelined_abs_bound);
+      CHECK(violations == 0);
+    }
+}
+
+TEST_CASE("alltoallv with a window of one peer: zero and uneven counts, every value within the bound") {
+  const uneven_layout layout;
+  const auto& [send_counts, send_displs, recv_counts, recv_displs] = layout;
+  auto send = make_data<float>(layout.send_total(), rank_of() + 7);
+  host_view<float> got("got", layout.recv_total()), expected("expected", layout.recv_total());
+  layout.mpi_alltoallv(send.data(), expected.data());
+  receives.reset();
+  kompress::alltoallv(host{}, send, send_counts, send_displs, got, recv_counts, recv_displs, MPI_COMM_WORLD,
+                      windowed(1));
+  CHECK(most_peers_on_any_rank() <= 1);
+  std::size_t violations = 0;
+  for (std::size_t k = 0; k < got.size(); ++k)
+    violations += !(std::fabs(double(got(k)) - double(expected(k))) <= pipelined_abs_bound);
+  CHECK(violations == 0);
+}
+
+TEST_CASE("persistent alltoall with a window of one peer: round after round") {
+  const int p = size_of(), me = rank_of();
+  const std::size_t per_peer = 4096;
+  host_view<float> send("send", per_peer * std::size_t(p)), got("got", send.size()),
+      expected("expected", send.size());
+  auto request = kompress::alltoall_init(host{}, send, got, MPI_COMM_WORLD, windowed(1));
+  for (int round = 0; round < persistent_rounds; ++round) {
+    refill(send, me + 1, round);
+    MPI_Alltoall(send.data(), int(per_peer), MPI_FLOAT, expected.data(), int(per_peer), MPI_FLOAT, MPI_COMM_WORLD);
+    receives.reset();
+    run_round(request, round);
+    CHECK(most_peers_on_any_rank() == expected_peers(1));
+    std::size_t violations = 0;
+    for (std::size_t k = 0; k < got.size(); ++k)
+      violations += !(std::fabs(double(got(k)) - double(expected(k))) <= pipelined_abs_bound);
+    CHECK(violations == 0);
+  }
+}
