@@ -97,7 +97,7 @@ struct options {
   std::string gpu_codec;  ///< a table of the GPU codec's throughput by call size (SMPI only)
   double gpu_kernel_gbs = 0.0;  ///< with gpu_codec: other kernels at this copy rate (0: this core's time)
   int ranks_per_node = 1;  ///< consecutive ranks that share a node (the hier variants' groups)
-  std::size_t exchange_window = 0;  ///< alltoall: collective_options::exchange_window (0: automatic)
+  std::size_t exchange_window = 0;  ///< alltoall: collective_options::exchange_window (0: all peers)
   bool check = false;
   bool shared = false;
   std::string csv;

@@ -72,10 +72,10 @@ std::size_t most_peers_on_any_rank() {
   return std::size_t(mine);
 }
 
-/// The peers a rank expects at once with `window` (0: automatic) on this communicator.
+/// The peers a rank expects at once with `window` (0: all) on this communicator.
 std::size_t expected_peers(std::size_t window) {
   const std::size_t others = std::size_t(size_of() - 1);
-  return std::min(window > 0 ? window : kompress::detail::automatic_exchange_window, others);
+  return window > 0 ? std::min(window, others) : others;
 }
 
 /// Compressed mode, each message in 4 chunks of 4 KiB (about 16 KiB a peer below).

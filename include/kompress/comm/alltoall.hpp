@@ -194,7 +194,7 @@ std::unique_ptr<operation> launch_exchange(const Exec& exec, const SendView& sen
   if (compresses) messages.resolve_relative_bound(exec);
   return std::make_unique<exchange_engine<messages_type, Exec>>(exec, std::move(messages), agreed.shape, slot, comm,
                                                                 nonblocking, agreed.how,
-                                                                exchange_window(options.exchange_window), who);
+                                                                options.exchange_window, who);
 }
 
 /// The report of an exchange sent raw by MPI's own collective.

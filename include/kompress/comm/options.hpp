@@ -79,8 +79,8 @@ struct collective_options {
   transport_mode transport = transport_mode::automatic;
   /// alltoall(v): how many peers' messages a rank expects at once. It posts the receives of that
   /// many peers, in the order they send to it, and those of the next peer as each peer's message
-  /// completes (docs/collectives.md, "alltoall and alltoallv"). 0: automatic (every peer's up
-  /// to 32 peers, 32 beyond). Ranks may choose differently.
+  /// completes (docs/collectives.md, "alltoall and alltoallv"). 0: every peer's at once. Ranks
+  /// may choose differently.
   std::size_t exchange_window = 0;
 };
 

@@ -59,7 +59,7 @@ struct exchange_options {
   /// memory unless the MPI moves device memory).
   transport_mode transport = transport_mode::automatic;
   /// How many peers' messages a rank expects at once (collective_options::exchange_window; 0:
-  /// automatic).
+  /// every peer's).
   std::size_t window = 0;
 };
 
@@ -278,7 +278,7 @@ class embedding_exchange {
         options_.transport);
     return std::make_unique<kompress::detail::exchange_engine<messages_type, Exec>>(
         exec, std::move(messages), shape_, slot, comm_, nonblocking, how,
-        kompress::detail::exchange_window(options_.window), who);
+        options_.window, who);
   }
 
   MPI_Comm comm_;

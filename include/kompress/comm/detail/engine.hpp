@@ -717,14 +717,6 @@ class exchange_engine final : public operation {
   posted_messages posted_{failure_};  // last: completed (or cancelled) before the buffers above go
 };
 
-/// The peers whose messages an exchange expects at once: `requested`, or where it is 0 every
-/// peer's up to automatic_exchange_window peers and that many beyond (MPICH throttles its own
-/// alltoall to 32 messages in flight the same way).
-inline constexpr std::size_t automatic_exchange_window = 32;
-inline std::size_t exchange_window(std::size_t requested) {
-  return requested > 0 ? requested : automatic_exchange_window;
-}
-
 /// Who sends what to whom, in elements.
 struct exchange_layout {
   std::vector<std::size_t> send_counts, send_displs, recv_counts, recv_displs;

@@ -226,6 +226,12 @@ inline bool takes_halving_doubling(collective_schedule schedule, const wire_rule
   return butterfly < ring;
 }
 
+/// The largest message recursive halving sends for a vector of `bytes` on `p` ranks: its first
+/// step's half, or where p is no power of two the fold's whole vector.
+inline std::uint64_t largest_halving_bytes(std::uint64_t bytes, int p) {
+  return std::has_single_bit(unsigned(p)) ? bytes / 2 : bytes;
+}
+
 /// The wire rule of the butterfly's final blocks of `block_bytes` on `p` ranks. A final block is
 /// compressed once, by its owner, and its stream then crosses p - 1 links, each copy decoded, so
 /// automatic mode weighs that (cost_model::worth_compressing_forwarded) and, where it pays,
@@ -275,11 +281,10 @@ class halving_doubling_operation final : public operation {
                              bool nonblocking, transport how, bool measure_error, const char* who)
       : exec_(exec), who_(who), how_(how), geometry_(geometry), rule_(rule), codec_(codec), input_(input),
         output_(output), scratch_(leased, comm, nonblocking, who) {
-    // allreduce's largest halving message (n/2, or the fold's n): where it may be compressed the
-    // final blocks are judged without the model's floor (final_block_rule).
-    const std::size_t bytes = geometry_.count * sizeof(T);
+    // Where allreduce's largest halving message may be compressed, the final blocks are judged
+    // without the model's floor (final_block_rule).
     halving_compresses_ = geometry_.reduces() && geometry_.gathers() &&
-                          rule_.may_compress(std::has_single_bit(unsigned(geometry_.shape.size)) ? bytes / 2 : bytes);
+                          rule_.may_compress(largest_halving_bytes(geometry_.count * sizeof(T), geometry_.shape.size));
     if (geometry_.count > 0) steps_ = butterfly_steps(geometry_);  // no values: no messages
     encoded_block_ = encoded_block();
     // Where a decompression costs more than a final piece's bytes (a GPU), the final streams a

@@ -85,7 +85,7 @@ struct ring_call {
     const int p = agreed.shape.size;
     if (p <= 1 || !sums_by_halving(agreed, collective)) return raw_for(agreed, ring_message_bytes);
     const std::size_t bytes = send.size() * sizeof(value_type);
-    if (!raw_for(agreed, std::has_single_bit(unsigned(p)) ? bytes / 2 : bytes)) return false;
+    if (!raw_for(agreed, largest_halving_bytes(bytes, p))) return false;
     if (collective != butterfly_collective::allreduce) return true;
     const std::size_t block = bytes / std::bit_floor(std::size_t(p));
     return raw_for(agreed, block, final_block_rule(agreed.rule, block, p));
