@@ -327,9 +327,17 @@ def _agreed(who, comm, prepare):
 
 
 def _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, reduction="recompress",
-              schedule="auto"):
+              schedule="auto", window=0):
     return _ext._CollectiveSettings(*_bound_args(abs, rel), str(mode), str(reduction_bound), str(reduction),
-                                    str(schedule), int(block_size), bool(measure_error), cost)
+                                    str(schedule), int(block_size), bool(measure_error), cost, _window(window))
+
+
+def _window(window):
+    """alltoall's ``window`` as the extension takes it; InvalidArgument unless an int >= 0."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise InvalidArgument(f"kompress: window must be an int >= 0 (peers whose messages a rank expects at "
+                              f"once; 0: all), got {window!r}")
+    return window
 
 
 def _buffer_collective(call, who, send, recv, comm, settings, *flags):
@@ -372,19 +380,23 @@ _collective_doc = """
 
 
 def alltoall(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
-             measure_error=False, cost=None) -> Report:
+             measure_error=False, cost=None, window=0) -> Report:
     """MPI_Alltoall, compressed: block i of ``send`` (send.size / p values) goes to rank i;
-    block j of ``recv`` comes from rank j. Blocks until ``recv`` holds the result."""
+    block j of ``recv`` comes from rank j. Blocks until ``recv`` holds the result. ``window``:
+    how many peers' messages this rank expects at once (0: all; docs/collectives.md, "alltoall
+    and alltoallv"); ranks may pass different windows."""
     return _buffer_collective(_ext._alltoall, "kompress.alltoall", send, recv, comm,
-                              (abs, rel, mode, "per_hop", block_size, measure_error, cost), False)
+                              (abs, rel, mode, "per_hop", block_size, measure_error, cost, "recompress", "auto",
+                               window), False)
 
 
 def ialltoall(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
-              measure_error=False, cost=None) -> Request:
+              measure_error=False, cost=None, window=0) -> Request:
     """Nonblocking alltoall: returns a Request; ``recv`` holds the result once ``wait()``
     returned (or ``test()`` returned True). The request keeps both arrays alive."""
     return _buffer_collective(_ext._alltoall, "kompress.ialltoall", send, recv, comm,
-                              (abs, rel, mode, "per_hop", block_size, measure_error, cost), True)
+                              (abs, rel, mode, "per_hop", block_size, measure_error, cost, "recompress", "auto",
+                               window), True)
 
 
 def _counts(values):
@@ -418,19 +430,22 @@ def _real(value, who, name):
 
 
 def alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, comm=None, *, abs=None, rel=None,
-              mode="compressed", block_size=32, measure_error=False, cost=None) -> Report:
-    """MPI_Alltoallv, compressed: counts and displacements in elements, one per rank."""
+              mode="compressed", block_size=32, measure_error=False, cost=None, window=0) -> Report:
+    """MPI_Alltoallv, compressed: counts and displacements in elements, one per rank; ``window``
+    as in ``alltoall``."""
     return _vector_collective(_ext._alltoallv, "kompress.alltoallv", send,
                               (send_counts, send_displs, recv_counts, recv_displs), recv, comm,
-                              (abs, rel, mode, "per_hop", block_size, measure_error, cost), False)
+                              (abs, rel, mode, "per_hop", block_size, measure_error, cost, "recompress", "auto",
+                               window), False)
 
 
 def ialltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, comm=None, *, abs=None, rel=None,
-               mode="compressed", block_size=32, measure_error=False, cost=None) -> Request:
+               mode="compressed", block_size=32, measure_error=False, cost=None, window=0) -> Request:
     """Nonblocking alltoallv; see ialltoall."""
     return _vector_collective(_ext._alltoallv, "kompress.ialltoallv", send,
                               (send_counts, send_displs, recv_counts, recv_displs), recv, comm,
-                              (abs, rel, mode, "per_hop", block_size, measure_error, cost), True)
+                              (abs, rel, mode, "per_hop", block_size, measure_error, cost, "recompress", "auto",
+                               window), True)
 
 
 class NodeGroups:
@@ -627,18 +642,21 @@ class PersistentRequest:
 
 
 def alltoall_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
-                  measure_error=False, cost=None) -> PersistentRequest:
+                  measure_error=False, cost=None, window=0) -> PersistentRequest:
     """Persistent alltoall: checks and agrees once (collective); each round as ``alltoall``."""
     return PersistentRequest(_buffer_collective(_ext._alltoall_init, "kompress.alltoall_init", send, recv, comm,
-                                                (abs, rel, mode, "per_hop", block_size, measure_error, cost)))
+                                                (abs, rel, mode, "per_hop", block_size, measure_error, cost,
+                                                 "recompress", "auto", window)))
 
 
 def alltoallv_init(send, send_counts, send_displs, recv, recv_counts, recv_displs, comm=None, *, abs=None, rel=None,
-                   mode="compressed", block_size=32, measure_error=False, cost=None) -> PersistentRequest:
+                   mode="compressed", block_size=32, measure_error=False, cost=None,
+                   window=0) -> PersistentRequest:
     """Persistent alltoallv: counts and displacements fixed at init; each round as ``alltoallv``."""
     return PersistentRequest(_vector_collective(_ext._alltoallv_init, "kompress.alltoallv_init", send,
                                                 (send_counts, send_displs, recv_counts, recv_displs), recv, comm,
-                                                (abs, rel, mode, "per_hop", block_size, measure_error, cost)))
+                                                (abs, rel, mode, "per_hop", block_size, measure_error, cost,
+                                                 "recompress", "auto", window)))
 
 
 def allreduce_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",
@@ -807,13 +825,15 @@ class EmbeddingExchange:
     forward: [global batch x local width] -> [local batch x total width];
     backward: [local batch x total width] -> [global batch x local width].
     ``table_weights``: per-table multipliers of the bound; ``bound_schedule``: a callable
-    (iteration, table, "forward" | "backward") -> multiplier. kompress.torch.EmbeddingAllToAll
+    (iteration, table, "forward" | "backward") -> multiplier; ``window``: how many peers'
+    messages a rank expects at once (0: all; as ``alltoall``'s). kompress.torch.EmbeddingAllToAll
     wraps it as an autograd function.
     """
 
     def __init__(self, tables, local_batch: int, comm=None, *, forward_abs=None, forward_rel=None,
                  backward_abs=None, backward_rel=None, compress_forward: bool = True,
-                 compress_backward: bool = True, table_weights=None, bound_schedule=None, block_size: int = 32):
+                 compress_backward: bool = True, table_weights=None, bound_schedule=None, block_size: int = 32,
+                 window: int = 0):
         who = "kompress.EmbeddingExchange"
 
         def prepare():
@@ -828,6 +848,7 @@ class EmbeddingExchange:
                     raise InvalidArgument(f"{who}: bound_schedule must be callable (iteration, table, direction)")
                 options.set_schedule(bound_schedule)
             options.block_size = int(block_size)
+            options.window = _window(window)
             model = [(_index(owner, who), _index(dim, who)) for owner, dim in tables]
             return options, model, _index(local_batch, who)
 

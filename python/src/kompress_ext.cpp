@@ -420,6 +420,7 @@ struct collective_settings {
   int block_size = 32;
   bool measure_error = false;
   std::optional<kompress::cost_model> cost;
+  std::size_t exchange_window = 0;
 };
 
 kompress::collective_options make_collective_options(const collective_settings& s, const char* who) {
@@ -461,6 +462,7 @@ kompress::collective_options make_collective_options(const collective_settings& 
   options.codec.block_size = s.block_size;
   options.measure_error = s.measure_error;
   if (s.cost) options.cost = *s.cost;
+  options.exchange_window = s.exchange_window;
   return options;
 }
 
@@ -1271,7 +1273,7 @@ NB_MODULE(_kompress, m) {
           "__init__",
           [](collective_settings* s, std::optional<double> abs, std::optional<double> rel, std::string mode,
              std::string reduction_bound, std::string reduction, std::string schedule, int block_size,
-             bool measure_error, std::optional<kompress::cost_model> cost) {
+             bool measure_error, std::optional<kompress::cost_model> cost, std::size_t exchange_window) {
             new (s) collective_settings{abs,
                                         rel,
                                         std::move(mode),
@@ -1280,10 +1282,11 @@ NB_MODULE(_kompress, m) {
                                         std::move(schedule),
                                         block_size,
                                         measure_error,
-                                        cost};
+                                        cost,
+                                        exchange_window};
           },
           "abs"_a.none(), "rel"_a.none(), "mode"_a, "reduction_bound"_a, "reduction"_a, "schedule"_a,
-          "block_size"_a, "measure_error"_a, "cost"_a.none())
+          "block_size"_a, "measure_error"_a, "cost"_a.none(), "exchange_window"_a)
       .def_rw("abs", &collective_settings::abs, nb::arg().none())
       .def_rw("rel", &collective_settings::rel, nb::arg().none())
       .def_rw("mode", &collective_settings::mode)
@@ -1292,7 +1295,8 @@ NB_MODULE(_kompress, m) {
       .def_rw("schedule", &collective_settings::schedule)
       .def_rw("block_size", &collective_settings::block_size)
       .def_rw("measure_error", &collective_settings::measure_error)
-      .def_rw("cost", &collective_settings::cost, nb::arg().none());
+      .def_rw("cost", &collective_settings::cost, nb::arg().none())
+      .def_rw("exchange_window", &collective_settings::exchange_window);
 
   nb::class_<kompress::collective_report>(m, "Report", "What one collective did on the calling rank.")
       .def_ro("payload_bytes", &kompress::collective_report::payload_bytes)
@@ -1449,6 +1453,7 @@ NB_MODULE(_kompress, m) {
       .def_rw("compress_forward", &kompress::dlrm::exchange_options::compress_forward)
       .def_rw("compress_backward", &kompress::dlrm::exchange_options::compress_backward)
       .def_rw("table_weights", &kompress::dlrm::exchange_options::table_weights)
+      .def_rw("window", &kompress::dlrm::exchange_options::window)
       .def_prop_rw(
           "block_size", [](const kompress::dlrm::exchange_options& o) { return o.forward.block_size; },
           [](kompress::dlrm::exchange_options& o, int block_size) {

@@ -94,6 +94,22 @@ def test_alltoallv_matches_mpi4py(dtype):
 
 
 @several
+@pytest.mark.parametrize("window", [1, 2])
+def test_alltoall_and_alltoallv_in_a_window_of_peers(window):
+    send = field(3000 * p, np.float32, 4)
+    expected = np.empty_like(send)
+    comm.Alltoall(send, expected)
+    for call in (kompress.alltoall, lambda *a, **k: kompress.ialltoall(*a, **k).wait()):
+        recv = np.full_like(send, np.nan)
+        report = call(send, recv, comm, rel=1e-3, window=window)
+        assert_within(expected, recv, report.absolute_bound)
+    counts, displs = [3000] * p, [3000 * q for q in range(p)]
+    recv = np.full_like(send, np.nan)
+    report = kompress.alltoallv(send, counts, displs, recv, counts, displs, comm, rel=1e-3, window=window)
+    assert_within(expected, recv, report.absolute_bound)
+
+
+@several
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [0, 1, 1001, 60000])
 @pytest.mark.parametrize("options", [{"abs": 1e-3}, {"rel": 1e-3, "reduction_bound": "total"}, {"mode": "raw"}])

@@ -33,8 +33,9 @@ def my_tables(x):
 my_rows = slice(me * local_batch, (me + 1) * local_batch)
 
 
-def test_forward_and_backward_within_the_bound():
-    ex = kompress.EmbeddingExchange(tables, local_batch, comm, forward_rel=1e-2, backward_abs=1e-5)
+@pytest.mark.parametrize("window", [0, 1])
+def test_forward_and_backward_within_the_bound(window):
+    ex = kompress.EmbeddingExchange(tables, local_batch, comm, forward_rel=1e-2, backward_abs=1e-5, window=window)
     assert (ex.global_batch, ex.total_width) == (p * local_batch, sum(dims))
     out = np.full((local_batch, ex.total_width), np.nan, np.float32)
     report = ex.forward(my_tables(fwd), out)

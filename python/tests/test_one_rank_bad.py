@@ -55,6 +55,7 @@ SCENARIOS = {
     "abs and rel together": lambda: kompress.alltoall(*pair(), comm, **bad_or({"rel": 1e-3}, {"abs": 1e-3, "rel": 1e-3})),
     "a bound that is not a number": lambda: kompress.allreduce(*pair(), comm, abs=bad_or(1e-3, "small")),
     "bad mode": lambda: kompress.alltoall(*pair(), comm, mode=bad_or("raw", "fast")),
+    "negative window": lambda: kompress.alltoall(*pair(), comm, window=bad_or(1, -1)),
     "bad reduction": lambda: kompress.allreduce(*pair(), comm, reduction=bad_or("recompress", "sum")),
     "bad reduction_bound": lambda: kompress.reduce_scatter(pair()[0], np.zeros(n, np.float32), comm,
                                                            reduction_bound=bad_or("total", "each")),
