@@ -171,6 +171,32 @@ class _Saved:
             self.owner._forget(self)
 
 
+class _Narrowed:
+    """An integer activation stored in the narrowest signed type that holds its values."""
+
+    __slots__ = ("values", "dtype")
+
+    def __init__(self, values, dtype):
+        self.values, self.dtype = values, dtype
+
+
+_NARROWER = (_torch.int8, _torch.int16, _torch.int32)
+
+
+def _narrowest(t):
+    """The narrowest of int8, int16 and int32 narrower than t's type holding t's values, or None."""
+    if t.dtype not in (_torch.int16, _torch.int32, _torch.int64) or t.numel() == 0:
+        return None
+    low, high = (int(v) for v in _torch.aminmax(t))
+    for dtype in _NARROWER:
+        if dtype.itemsize >= t.dtype.itemsize:
+            return None
+        info = _torch.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return dtype
+    return None
+
+
 class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
     """Keeps the activations autograd saves for backward compressed in a kompress Stash.
 
@@ -196,6 +222,9 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
             then see exactly the mask the plain run sees. Costs 1/32 (float32) of the raw size,
             counted in the stash's stored bytes (``stats().sign_bytes``); on a tensor without
             negative values (a ReLU's output) its zeros are stored as those bits alone.
+        narrow_integers: keep int16/32/64 CPU tensors of at least ``min_numel`` elements (max
+            pooling's indices) in the narrowest signed type that holds their values, exactly,
+            and restore them in their own type.
         codec: each save's codec: None (the stash's, 'fast' for a stash made here), 'fast',
             'ratio' or 'auto' (measured per save), as kompress.Stash.save.
         rounding: each save's rounding: None (the stash's, 'nearest' for a stash made here),
@@ -211,7 +240,8 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
     def __init__(self, *, abs=None, rel=None, budget_bytes: int = 256 << 20, min_numel: int = 1 << 14,
                  policy: str = "throw", directory=None, ceiling_abs=None, ceiling_rel=None, growth: float = 2.0,
                  segment_bytes: int = 64 << 10, exact_sign: bool = True, codec: str | None = None,
-                 stash: "_k.Stash | None" = None, device: str = "cpu", rounding: str | None = None):
+                 stash: "_k.Stash | None" = None, device: str = "cpu", rounding: str | None = None,
+                 narrow_integers: bool = True):
         who = "kompress.torch.compressed_activations"
         if abs is None and rel is None:
             rel = 1e-2
@@ -222,6 +252,7 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         self.abs, self.rel = abs, rel
         self.min_numel = int(min_numel)
         self.exact_sign = bool(exact_sign)
+        self.narrow_integers = bool(narrow_integers)
         self.codec = codec
         self.rounding = rounding
         # A lossless bound restores every value exactly: its signs need no bits.
@@ -277,10 +308,17 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         return base is not None and base.is_leaf and base.requires_grad
 
     def _pack(self, t):
-        if t.dtype not in (_torch.float32, _torch.float64) or self._is_parameter(t):
+        if self._is_parameter(t):
             return t
         key = self._key(t)
-        if t.device.type != self.device or t.numel() < self.min_numel:
+        if t.dtype not in (_torch.float32, _torch.float64) or t.device.type != self.device or \
+                t.numel() < self.min_numel:
+            narrow = (_narrowest(t) if self.narrow_integers and t.device.type == "cpu"
+                      and t.numel() >= self.min_numel else None)
+            if narrow is not None:
+                self._passed[key] = t.numel() * narrow.itemsize
+                self._note()
+                return _Narrowed(t.detach().to(narrow), t.dtype)
             self._passed[key] = t.numel() * t.element_size()
             self._note()
             return t
@@ -304,6 +342,8 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         return saved
 
     def _unpack(self, saved):
+        if isinstance(saved, _Narrowed):
+            return saved.values.to(saved.dtype)
         if not isinstance(saved, _Saved):
             return saved
         out = _torch.empty(saved.shape, dtype=saved.dtype, device=saved.device)

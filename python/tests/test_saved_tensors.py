@@ -112,9 +112,13 @@ def test_restored_activations_are_within_the_bound_and_pass_through_rules():
     assert torch.equal(restored > 0, h > 0), "exact_sign: positive exactly where the original is"
     info = hooks.stash.info(saved.handle)
     assert info.keeps_sign and hooks.stats().sign_bytes == info.sign_bytes > 0, "the stash keeps the bits"
-    # Passed through untouched: integers, small tensors, parameters and their views.
-    for t in (torch.arange(5000), h[:2, :10], w, w.t(), h.detach().to(torch.float16)):
+    # Passed through untouched: small tensors, parameters and their views, other types.
+    for t in (torch.arange(500), h[:2, :10], w, w.t(), h.detach().to(torch.float16), h > 0):
         assert hooks._pack(t) is t
+    # Integers, exactly, in the narrowest type that holds them (int16 here).
+    indices = torch.arange(5000)
+    narrow = hooks._pack(indices)
+    assert narrow.values.dtype == torch.int16 and torch.equal(hooks._unpack(narrow), indices)
     del saved
     assert hooks.stats().entries == 0, "the entry is dropped with the last reference"
     # In a graph: backward works and leaves nothing in the stash.
@@ -149,6 +153,42 @@ def test_where_the_hooks_apply():
     assert _saves_in_one_step(torch.compile(model, backend="aot_eager"), x) == eager
     region = _saves_in_one_step(lambda v: checkpoint(model, v, use_reentrant=False), x)
     assert region < eager, (region, eager)
+
+
+def test_saved_bytes_count_integer_tensors_kept_narrow_and_exact():
+    """Max pooling saves its argmax as int64, as many as its outputs: memory an honest count of
+    the saved activations includes although no stash holds it. The hooks keep such tensors in
+    the narrowest integer type that holds their values (int8 here: an index into an 8 x 8
+    plane) and restore them exactly."""
+    x = torch.from_numpy(load_array("act_cnn_s3_relu_out").reshape(-1, 64, 8, 8)[:4].copy()).requires_grad_()
+    plain = {}
+
+    def count(t):
+        if not kompress.torch.compressed_activations._is_parameter(t):
+            plain[(t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))] = (t.dtype, t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(count, lambda t: t):
+        torch.nn.functional.max_pool2d(x * 2, 2).sum().backward()
+    exact = x.grad.clone()
+    indices = [n for d, n in plain.values() if d == torch.int64]
+    assert len(indices) == 1, "the indices were saved (else this proves nothing)"
+    values = indices[0]
+    for narrow, size in ((False, 8), (True, 1)):
+        hooks = kompress.torch.compressed_activations(rel=1e-2, min_numel=16, narrow_integers=narrow)
+        hooks.reset_peaks()
+        with hooks:
+            y = torch.nn.functional.max_pool2d(x * 2, 2)
+        assert hooks.saved_bytes() == hooks.peak_bytes == values * size + hooks.stats().pool_bytes
+        x.grad = None
+        y.sum().backward()
+        assert torch.equal(x.grad, exact), "the indices come back exactly"
+    assert kompress.torch._narrowest(torch.tensor([0, 1 << 40, -5])) is None
+    assert kompress.torch._narrowest(torch.tensor([0, 1 << 20], dtype=torch.int32)) is None
+    assert kompress.torch._narrowest(torch.tensor([0, 1 << 20])) == torch.int32
+    assert kompress.torch._narrowest(torch.tensor([-129, 127])) == torch.int16
+    assert kompress.torch._narrowest(torch.tensor([-128, 127], dtype=torch.int32)) == torch.int8
+    assert kompress.torch._narrowest(torch.tensor([True])) is None
 
 
 def test_budget_policies_apply():

@@ -1,0 +1,378 @@
+"""Saved activations kept compressed while training, against the alternatives: the MNIST MLP
+(784-1024-1024-10), the small CNN and the transformer block of bench/stash_training.cpp, trained
+in PyTorch from the same weights in the same batch order once per way of keeping what autograd
+saves for backward: plainly, through kompress.torch.compressed_activations (every value within
+its bound), as float16 casts, and as ActNN-style 2-bit codes (groups of 256 values with their
+minimum and scale, stochastic rounding, and a ReLU output's mask as bits beside them, as ActNN
+keeps it).
+
+Per model and seed it prints each variant's final training loss (its final weights over the
+training set) and gap to the plain run's, held-out accuracy, and saved-activation memory: the
+bytes every variant holds at the end of each step's forward (the largest over the run), what
+it passes through included (parameters aside): every variant but plain keeps integer tensors
+(max pooling's indices) in the narrowest type that holds them, as kompress's hooks do, so that
+they differ only in how they keep floats. Then the means over the seeds. The recipe is bench/stash_training.cpp's:
+Adam, the learning rate rising linearly over the first fifth of the steps, then a cosine decay
+to 0; batch 128; the first 8000 MNIST test-set images train, the last 2000 evaluate.
+docs/performance.md, "Saved activations in PyTorch training", has the measured tables.
+"""
+import argparse
+import json
+import math
+import os
+import pathlib
+import statistics
+import sys
+import time
+import weakref
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import kompress
+import kompress.torch
+
+
+# --- the models -------------------------------------------------------------------------------
+
+def mlp():
+    return torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                               torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+
+
+class Cnn(torch.nn.Module):
+    """conv 3x3 1->8, ReLU, max pool 2x2; conv 3x3 8->16, ReLU, max pool 2x2; Linear 784->10."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 8, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.head = torch.nn.Linear(784, 10)
+
+    def forward(self, x):
+        h = F.max_pool2d(F.relu(self.conv1(x.view(-1, 1, 28, 28))), 2)
+        h = F.max_pool2d(F.relu(self.conv2(h)), 2)
+        return self.head(h.flatten(1))
+
+
+class Transformer(torch.nn.Module):
+    """49 patches of 4x4 embedded to 128 plus a learned position embedding; one pre-norm block
+    (4-head self-attention, then 128->512->128 with GELU); a final LayerNorm, the mean over the
+    tokens, Linear 128->10."""
+
+    def __init__(self, width=128, heads=4, hidden=512):
+        super().__init__()
+        self.heads = heads
+        self.embed = torch.nn.Linear(16, width)
+        self.position = torch.nn.Parameter(torch.randn(49, width) * 0.02)
+        self.ln1, self.ln2, self.final = (torch.nn.LayerNorm(width) for _ in range(3))
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.projection = torch.nn.Linear(width, width)
+        self.fc1 = torch.nn.Linear(width, hidden)
+        self.fc2 = torch.nn.Linear(hidden, width)
+        self.head = torch.nn.Linear(width, 10)
+
+    def forward(self, x):
+        b = x.shape[0]
+        patches = x.view(b, 7, 4, 7, 4).permute(0, 1, 3, 2, 4).reshape(b, 49, 16)
+        h = self.embed(patches) + self.position
+        q, k, v = self.qkv(self.ln1(h)).view(b, 49, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        attention = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1)
+        h = h + self.projection((attention @ v).transpose(1, 2).reshape(b, 49, -1))
+        h = h + self.fc2(F.gelu(self.fc1(self.ln2(h)), approximate="tanh"))
+        return self.head(self.final(h).mean(1))
+
+
+MODELS = {"mlp": mlp, "cnn": Cnn, "transformer": Transformer}
+
+
+# --- the ways of keeping saved activations ------------------------------------------------------
+
+def is_parameter(t):
+    return kompress.torch.compressed_activations._is_parameter(t)
+
+
+def storage_key(t):
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype, t._version)
+
+
+class Kept(torch.autograd.graph.saved_tensors_hooks):
+    """Keeps float32 activations of at least min_numel values as encode() makes them, everything
+    else as it is, and counts the bytes held since the step began: encoded sizes, and the
+    distinct tensors passed through at theirs (parameters aside, as in every variant). A tensor
+    saved twice (a ReLU's output that the next layer saves too) is kept once. With
+    narrow_integers, integer tensors (max pooling's indices) are kept in the narrowest type that
+    holds their values, as kompress's hooks keep them: the variants then differ only in how they
+    keep floats."""
+
+    def __init__(self, min_numel, narrow_integers=True):
+        self.min_numel = min_numel
+        self.narrow_integers = narrow_integers
+        self.held = self.peak_bytes = 0
+        self.live = {}
+        super().__init__(self.pack, self.unpack)
+
+    def reset_peaks(self):
+        self.held = self.peak_bytes = 0
+        self.live.clear()
+
+    def pack(self, t):
+        if is_parameter(t):
+            return t
+        key = storage_key(t)
+        entry = self.live.get(key)
+        if entry is not None and entry[0]() is not None:
+            return entry[1]
+        if t.dtype == torch.float32 and t.numel() >= self.min_numel:
+            kept, size = self.encode(t.detach(), computed=t.grad_fn is not None)
+            packed = (self, t.shape, kept)
+        elif self.narrow_integers and t.dtype == torch.int64 and t.numel() >= self.min_numel:
+            low, high = (int(v) for v in torch.aminmax(t))
+            narrow = next(d for d in (torch.int8, torch.int16, torch.int32, torch.int64)
+                          if torch.iinfo(d).min <= low and high <= torch.iinfo(d).max)
+            packed, size = (self, None, (t.to(narrow), t.dtype)), t.numel() * narrow.itemsize
+        else:
+            packed, size = t, t.numel() * t.element_size()
+        self.live[key] = (weakref.ref(t), packed)
+        self.held += size
+        self.peak_bytes = max(self.peak_bytes, self.held)
+        return packed
+
+    @staticmethod
+    def unpack(packed):
+        if isinstance(packed, tuple):
+            owner, shape, kept = packed
+            return kept[0].to(kept[1]) if shape is None else owner.decode(kept).view(shape)
+        return packed
+
+    def encode(self, t, computed):  # plain: the tensor itself
+        return t, t.numel() * t.element_size()
+
+    def decode(self, kept):
+        return kept
+
+
+class Float16(Kept):
+    def encode(self, t, computed):
+        return t.half(), 2 * t.numel()
+
+    def decode(self, kept):
+        return kept.float()
+
+
+class ActNN2(Kept):
+    """ActNN's 2-bit compression of a saved activation: groups of 256 values, each with its
+    minimum and scale (two floats) and 2-bit codes drawn by stochastic rounding. Where the tensor
+    has zeros and no negative value (a ReLU's output; not the network's input, which no ReLU
+    made) its mask of positive values is kept as bits too, and restored values are positive
+    exactly there, as ActNN's ReLU keeps its own mask."""
+
+    group = 256
+
+    def __init__(self, min_numel, seed):
+        super().__init__(min_numel)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def encode(self, t, computed):
+        flat = t.reshape(-1)
+        n = flat.numel()
+        groups = -(-n // self.group)
+        padded = torch.cat([flat, flat[-1:].expand(groups * self.group - n)]).view(groups, self.group)
+        low = padded.amin(1, keepdim=True)
+        scale = (padded.amax(1, keepdim=True) - low) / 3
+        inverse = torch.where(scale > 0, 1 / scale, torch.zeros_like(scale))
+        noise = torch.rand(padded.shape, generator=self.generator)
+        codes = ((padded - low) * inverse + noise).floor().clamp_(0, 3).to(torch.uint8).view(groups, -1, 4)
+        codes = codes[..., 0] | codes[..., 1] << 2 | codes[..., 2] << 4 | codes[..., 3] << 6
+        relu_like = computed and bool((flat >= 0).all()) and bool((flat == 0).any())
+        mask = pack_bits(flat > 0) if relu_like else None
+        size = codes.numel() + 8 * groups + (0 if mask is None else mask.numel())
+        return (codes, low, scale, n, mask), size
+
+    def decode(self, kept):
+        codes, low, scale, n, mask = kept
+        q = torch.stack([(codes >> s) & 3 for s in (0, 2, 4, 6)], dim=-1).view(codes.shape[0], -1)
+        values = (low + q.float() * scale).view(-1)[:n]
+        if mask is not None:
+            positive = unpack_bits(mask, n)
+            values = torch.where(positive, values.clamp(min=torch.finfo(torch.float32).tiny), torch.zeros_like(values))
+        return values
+
+
+def pack_bits(b):
+    return torch.from_numpy(np.packbits(b.numpy(), bitorder="little"))
+
+
+def unpack_bits(packed, n):
+    return torch.from_numpy(np.unpackbits(packed.numpy(), count=n, bitorder="little").astype(bool))
+
+
+class Compressed:
+    """kompress.torch.compressed_activations, reset each step."""
+
+    def __init__(self, args, seed, rel):
+        stash = kompress.Stash(64 << 20, segment_bytes=args.segment_bytes, rounding_seed=seed)
+        self.hooks = kompress.torch.compressed_activations(rel=rel, rounding=args.rounding,
+                                                           min_numel=args.min_numel, stash=stash)
+
+    def reset_peaks(self):
+        self.hooks.reset_peaks()
+
+    @property
+    def peak_bytes(self):
+        return self.hooks.peak_bytes
+
+    def __enter__(self):
+        return self.hooks.__enter__()
+
+    def __exit__(self, *exc):
+        return self.hooks.__exit__(*exc)
+
+
+def variant(name, args, seed):
+    if name == "plain":
+        return Kept(args.min_numel, narrow_integers=False)
+    if name == "fp16":
+        return Float16(args.min_numel)
+    if name == "actnn2":
+        return ActNN2(args.min_numel, seed + 2)
+    if name == "kompress" or name.startswith("kompress@"):
+        return Compressed(args, seed, float(name.partition("@")[2] or args.rel))
+    raise SystemExit(f"activation_training: unknown variant {name!r} (plain, kompress, kompress@REL, fp16, actnn2)")
+
+
+# --- training -----------------------------------------------------------------------------------
+
+def data(folder, train, held_out):
+    images = np.fromfile(folder / "mnist_t10k_images_10000x28x28.u8", np.uint8).reshape(-1, 784)
+    labels = np.fromfile(folder / "mnist_t10k_labels_10000.u8", np.uint8).astype(np.int64)
+    x = torch.from_numpy(images.astype(np.float32) / 255)
+    y = torch.from_numpy(labels)
+    return (x[:train], y[:train]), (x[-held_out:], y[-held_out:])
+
+
+def train(model_name, variant_name, seed, args, training, held_out):
+    torch.manual_seed(seed)
+    model = MODELS[model_name]()
+    x, y = training
+    steps = args.epochs * math.ceil(len(x) / args.batch)
+    warmup = max(1, round(0.2 * steps))
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: (s + 1) / warmup if s < warmup else
+        0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, steps - warmup))))
+    order = torch.Generator().manual_seed(seed + 1)
+    hooks = variant(variant_name, args, seed)
+    peak = 0
+    start = time.perf_counter()
+    for _ in range(args.epochs):
+        permutation = torch.randperm(len(x), generator=order)
+        for first in range(0, len(x), args.batch):
+            rows = permutation[first:first + args.batch]
+            optimizer.zero_grad()
+            hooks.reset_peaks()
+            with hooks:  # the model only: the loss's saved log-probabilities stay exact (docs/python.md)
+                logits = model(x[rows])
+            peak = max(peak, hooks.peak_bytes)
+            F.cross_entropy(logits, y[rows]).backward()
+            optimizer.step()
+            schedule.step()
+    seconds = time.perf_counter() - start
+    with torch.no_grad():
+        loss = sum(F.cross_entropy(model(x[i:i + 1000]), y[i:i + 1000], reduction="sum").item()
+                   for i in range(0, len(x), 1000)) / len(x)
+        accuracy = (model(held_out[0]).argmax(1) == held_out[1]).double().mean().item()
+    return dict(model=model_name, variant=variant_name, seed=seed, loss=loss, accuracy=accuracy,
+                peak_bytes=peak, seconds=seconds)
+
+
+def report(model_name, variants, rows):
+    seeds = sorted({r["seed"] for r in rows})
+    by = {(r["variant"], r["seed"]): r for r in rows}
+    print(f"\n{model_name}: final training loss (gap to plain), held-out accuracy, peak saved-activation KB "
+          "(memory ratio against plain)")
+    print("  seed" + "".join(f"  {v:>42}" for v in variants))
+    summary = {}
+    for seed in seeds:
+        plain = by[("plain", seed)]
+        cells = []
+        for v in variants:
+            r = by[(v, seed)]
+            r["gap"] = (r["loss"] - plain["loss"]) / plain["loss"]
+            r["memory_ratio"] = plain["peak_bytes"] / r["peak_bytes"]
+            cells.append(f"{r['loss']:.5f} ({100 * r['gap']:+.2f}%) {100 * r['accuracy']:.2f}% "
+                         f"{r['peak_bytes'] / 1e3:.1f} ({r['memory_ratio']:.2f}x)")
+        print(f"  {seed:>4}" + "".join(f"  {c:>42}" for c in cells))
+    print("  mean", end="")
+    for v in variants:
+        gaps = [by[(v, s)]["gap"] for s in seeds]
+        ratios = [by[(v, s)]["memory_ratio"] for s in seeds]
+        sd = statistics.stdev(gaps) if len(gaps) > 1 else 0.0
+        summary[v] = dict(gap=statistics.mean(gaps), gap_sd=sd,
+                          accuracy=statistics.mean(by[(v, s)]["accuracy"] for s in seeds),
+                          memory_ratio_min=min(ratios), memory_ratio_max=max(ratios))
+        cell = (f"{100 * summary[v]['gap']:+.2f}% (sd {100 * sd:.2f}) {100 * summary[v]['accuracy']:.2f}% "
+                f"{min(ratios):.2f}-{max(ratios):.2f}x")
+        print(f"  {cell:>42}", end="")
+    print()
+    return summary
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="mlp,cnn,transformer")
+    parser.add_argument("--variants", default="plain,kompress,fp16,actnn2",
+                        help="plain first; kompress@REL: kompress at that relative bound instead of --rel")
+    parser.add_argument("--seeds", default="1,2,3,4,5")
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--train", type=int, default=8000)
+    parser.add_argument("--eval", type=int, default=2000)
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--rel", type=float, default=5e-2, help="kompress's bound, relative to each tensor's range")
+    parser.add_argument("--rounding", default="stochastic", choices=("nearest", "stochastic"))
+    parser.add_argument("--segment-bytes", type=int, default=16 << 10)
+    parser.add_argument("--min-numel", type=int, default=4096, help="smaller tensors are kept as they are")
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
+    parser.add_argument("--quick", action="store_true", help="1 epoch on the first 1024 images, 512 held out, seed 1")
+    parser.add_argument("--max-loss-gap", type=float, default=None,
+                        help="exit 1 where kompress's mean final-loss gap to plain exceeds this fraction")
+    parser.add_argument("--json")
+    parser.add_argument("--data", default=os.environ.get("KOMPRESS_DATA_DIR") or
+                        str(pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "data"))
+    args = parser.parse_args()
+    if args.quick:
+        args.epochs, args.train, args.eval, args.seeds = 1, 1024, 512, "1"
+    folder = pathlib.Path(args.data)
+    if not (folder / "mnist_t10k_images_10000x28x28.u8").exists():
+        print(f"activation_training: skipped: no MNIST in {folder} (only the full data set has it)")
+        sys.exit(77)
+    variants = args.variants.split(",")
+    if variants[0] != "plain":
+        raise SystemExit("activation_training: --variants must start with plain (the gaps are to it)")
+    torch.set_num_threads(args.threads)
+    training, held_out = data(folder, args.train, args.eval)
+    results, summaries = [], {}
+    for model_name in args.models.split(","):
+        if model_name not in MODELS:
+            raise SystemExit(f"activation_training: unknown model {model_name!r} (mlp, cnn, transformer)")
+        rows = [train(model_name, v, int(seed), args, training, held_out)
+                for seed in args.seeds.split(",") for v in variants]
+        summaries[model_name] = report(model_name, variants, rows)
+        results += rows
+    print(f"\nkompress: REL {args.rel:g} unless named, {args.rounding} rounding, {args.segment_bytes}-byte segments; "
+          f"{args.epochs} epochs x {args.train} images, batch {args.batch}, {args.threads} thread(s); "
+          f"{sum(r['seconds'] for r in results):.0f} s of training")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(dict(args=vars(args), runs=results, means=summaries), indent=1))
+    failed = [f"{m} ({v})" for m, s in summaries.items() for v in s if v.startswith("kompress")
+              and args.max_loss_gap is not None and s[v]["gap"] > args.max_loss_gap]
+    if failed:
+        print(f"activation_training: kompress's final loss more than {args.max_loss_gap:.1%} above plain's on "
+              + ", ".join(failed))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
