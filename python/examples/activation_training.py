@@ -98,59 +98,87 @@ def storage_key(t):
 
 
 class Kept(torch.autograd.graph.saved_tensors_hooks):
-    """Keeps float32 activations of at least min_numel values as encode() makes them, everything
-    else as it is, and counts the bytes held since the step began: encoded sizes, and the
-    distinct tensors passed through at theirs (parameters aside, as in every variant). A tensor
-    saved twice (a ReLU's output that the next layer saves too) is kept once. With
-    narrow_integers, integer tensors (max pooling's indices) are kept in the narrowest type that
-    holds their values, as kompress's hooks keep them: the variants then differ only in how they
-    keep floats."""
+    """The plain run's saved activations: held as they are, each storage counted once at its
+    size (what autograd keeps alive), parameters aside. Subclasses keep float32 activations of at
+    least min_numel values as encode() makes them and count those sizes; a tensor saved twice (a
+    ReLU's output that the next layer saves too), or a view of one already kept (softmax's output
+    reshaped for the next product), is kept once, as kompress's hooks do. With narrow_integers,
+    integer tensors (max pooling's indices) are kept in the narrowest type that holds their
+    values, as kompress's hooks keep them: the variants then differ only in how they keep
+    floats. Everything else passes through, counted at its size."""
 
     def __init__(self, min_numel, narrow_integers=True):
         self.min_numel = min_numel
         self.narrow_integers = narrow_integers
         self.held = self.peak_bytes = 0
-        self.live = {}
+        self.live = {}  # storage -> (the first tensor saved from it, weakly; what was kept; its key)
         super().__init__(self.pack, self.unpack)
 
     def reset_peaks(self):
         self.held = self.peak_bytes = 0
         self.live.clear()
 
+    def count(self, size):
+        self.held += size
+        self.peak_bytes = max(self.peak_bytes, self.held)
+
     def pack(self, t):
         if is_parameter(t):
             return t
-        key = storage_key(t)
-        entry = self.live.get(key)
+        storage = t.untyped_storage()
+        entry = self.live.get(storage.data_ptr())
         if entry is not None and entry[0]() is not None:
-            return entry[1]
-        if t.dtype == torch.float32 and t.numel() >= self.min_numel:
+            first, packed, key = entry[0](), entry[1], entry[2]
+            if type(self) is Kept:
+                return t  # its storage is counted already
+            if key == storage_key(t):
+                return packed
+            view = view_within(first, key, t)
+            if view is not None and packed[1] == "kept":
+                return (self, "view", packed) + view
+        if type(self) is Kept:
+            packed, size = t, storage.nbytes()
+        elif t.dtype == torch.float32 and t.numel() >= self.min_numel:
             kept, size = self.encode(t.detach(), computed=t.grad_fn is not None)
-            packed = (self, t.shape, kept)
+            packed = (self, "kept", t.shape, kept)
         elif self.narrow_integers and t.dtype == torch.int64 and t.numel() >= self.min_numel:
             low, high = (int(v) for v in torch.aminmax(t))
             narrow = next(d for d in (torch.int8, torch.int16, torch.int32, torch.int64)
                           if torch.iinfo(d).min <= low and high <= torch.iinfo(d).max)
-            packed, size = (self, None, (t.to(narrow), t.dtype)), t.numel() * narrow.itemsize
+            packed, size = (self, "integers", t.to(narrow), t.dtype), t.numel() * narrow.itemsize
         else:
             packed, size = t, t.numel() * t.element_size()
-        self.live[key] = (weakref.ref(t), packed)
-        self.held += size
-        self.peak_bytes = max(self.peak_bytes, self.held)
+        if entry is None or entry[0]() is None:
+            self.live[storage.data_ptr()] = (weakref.ref(t), packed, storage_key(t))
+        self.count(size)
         return packed
 
     @staticmethod
     def unpack(packed):
-        if isinstance(packed, tuple):
-            owner, shape, kept = packed
-            return kept[0].to(kept[1]) if shape is None else owner.decode(kept).view(shape)
-        return packed
-
-    def encode(self, t, computed):  # plain: the tensor itself
-        return t, t.numel() * t.element_size()
+        if not isinstance(packed, tuple):
+            return packed
+        if packed[1] == "kept":
+            owner, _, shape, kept = packed
+            return owner.decode(kept).view(shape)
+        if packed[1] == "integers":
+            return packed[2].to(packed[3])
+        _, _, base, shape, stride, offset = packed
+        return Kept.unpack(base).view(-1).as_strided(shape, stride, offset)
 
     def decode(self, kept):
         return kept
+
+
+def view_within(first, key, t):
+    """(shape, stride, offset) of t within `first`'s memory where first was contiguous, is
+    unchanged since it was saved and holds all of t; else None."""
+    _, first_offset, shape, stride, dtype, version = key
+    offset = t.storage_offset() - first_offset
+    last = offset + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    if (not first.is_contiguous() or t.dtype != dtype or t._version != version or offset < 0
+            or last >= first.numel() or any(st < 0 for st in t.stride()) or t.numel() == 0):
+        return None
+    return tuple(t.shape), tuple(t.stride()), offset
 
 
 class Float16(Kept):
@@ -213,8 +241,8 @@ class Compressed:
 
     def __init__(self, args, seed, rel):
         stash = kompress.Stash(64 << 20, segment_bytes=args.segment_bytes, rounding_seed=seed)
-        self.hooks = kompress.torch.compressed_activations(rel=rel, rounding=args.rounding,
-                                                           min_numel=args.min_numel, stash=stash)
+        self.hooks = kompress.torch.compressed_activations(rel=rel, rounding=args.rounding, min_numel=args.min_numel,
+                                                           exact_sign=args.exact_sign, stash=stash)
 
     def reset_peaks(self):
         self.hooks.reset_peaks()
@@ -333,6 +361,8 @@ def main():
     parser.add_argument("--rel", type=float, default=5e-2, help="kompress's bound, relative to each tensor's range")
     parser.add_argument("--rounding", default="stochastic", choices=("nearest", "stochastic"))
     parser.add_argument("--segment-bytes", type=int, default=16 << 10)
+    parser.add_argument("--no-exact-sign", dest="exact_sign", action="store_false",
+                        help="kompress without sign bits (safe where no backward takes a mask from a saved tensor)")
     parser.add_argument("--min-numel", type=int, default=4096, help="smaller tensors are kept as they are")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
     parser.add_argument("--quick", action="store_true", help="1 epoch on the first 1024 images, 512 held out, seed 1")
@@ -361,7 +391,8 @@ def main():
                 for seed in args.seeds.split(",") for v in variants]
         summaries[model_name] = report(model_name, variants, rows)
         results += rows
-    print(f"\nkompress: REL {args.rel:g} unless named, {args.rounding} rounding, {args.segment_bytes}-byte segments; "
+    print(f"\nkompress: REL {args.rel:g} unless named, {args.rounding} rounding, "
+          f"{'with' if args.exact_sign else 'without'} sign bits, {args.segment_bytes}-byte segments; "
           f"{args.epochs} epochs x {args.train} images, batch {args.batch}, {args.threads} thread(s); "
           f"{sum(r['seconds'] for r in results):.0f} s of training")
     if args.json:

@@ -171,6 +171,16 @@ class _Saved:
             self.owner._forget(self)
 
 
+class _ViewOf:
+    """An activation that is a view of one already saved (softmax's output, and the same
+    memory reshaped for the next matrix product): restored from the saved one, not stored twice."""
+
+    __slots__ = ("saved", "shape", "stride", "offset")
+
+    def __init__(self, saved, shape, stride, offset):
+        self.saved, self.shape, self.stride, self.offset = saved, shape, stride, offset
+
+
 class _Narrowed:
     """An integer activation stored in the narrowest signed type that holds its values."""
 
@@ -291,9 +301,25 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         return self.stash.stats()
 
     def _forget(self, saved):
-        entry = self._live.get(saved.key)
-        if entry is not None and entry[1]() in (None, saved):
-            del self._live[saved.key]
+        for key in (saved.key, ("storage",) + saved.key[:1]):
+            entry = self._live.get(key)
+            if entry is not None and entry[1]() in (None, saved):
+                del self._live[key]
+
+    def _view_of_saved(self, t):
+        """A _ViewOf t if its memory lies inside a live saved tensor's that was contiguous and is
+        unchanged since (views share their base's version counter), else None."""
+        entry = self._live.get(("storage", t.untyped_storage().data_ptr()))
+        if entry is None or entry[0]() is None or entry[1]() is None:
+            return None
+        saved = entry[1]()
+        _, first_offset, _, _, dtype, version = saved.key
+        offset = t.storage_offset() - first_offset
+        last = offset + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+        if (t.dtype != dtype or t._version != version or offset < 0 or last >= saved.shape.numel()
+                or any(st < 0 for st in t.stride()) or t.numel() == 0):
+            return None
+        return _ViewOf(saved, tuple(t.shape), tuple(t.stride()), offset)
 
     @staticmethod
     def _key(t):
@@ -327,8 +353,12 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         entry = self._live.get(key)
         if entry is not None and entry[0]() is not None and entry[1]() is not None:
             return entry[1]()
+        view = self._view_of_saved(t)
+        if view is not None:
+            return view
         values = t.detach()
-        if not values.is_contiguous():
+        contiguous = values.is_contiguous()
+        if not contiguous:
             values = values.contiguous()
         saved = _Saved(key)
         saved.handle = self.stash.save(values, abs=self.abs, rel=self.rel, codec=self.codec,
@@ -338,12 +368,16 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         saved.bound = self.stash.info(saved.handle).absolute_bound
         saved.owner = self
         self._live[key] = (_weakref.ref(t), _weakref.ref(saved))
+        if contiguous:  # its memory maps one to one onto the restored tensor's: views of it are found
+            self._live[("storage", key[0])] = self._live[key]
         self._note()
         return saved
 
     def _unpack(self, saved):
         if isinstance(saved, _Narrowed):
             return saved.values.to(saved.dtype)
+        if isinstance(saved, _ViewOf):
+            return self._unpack(saved.saved).view(-1).as_strided(saved.shape, saved.stride, saved.offset)
         if not isinstance(saved, _Saved):
             return saved
         out = _torch.empty(saved.shape, dtype=saved.dtype, device=saved.device)
