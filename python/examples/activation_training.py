@@ -237,10 +237,13 @@ def unpack_bits(packed, n):
 
 
 class Compressed:
-    """kompress.torch.compressed_activations, reset each step."""
+    """kompress.torch.compressed_activations, reset each step; with softmax_rel, softmax's outputs
+    (attention probabilities) at that bound and everything else at rel."""
 
-    def __init__(self, args, seed, rel):
+    def __init__(self, args, seed, rel, softmax_rel=None):
         stash = kompress.Stash(64 << 20, segment_bytes=args.segment_bytes, rounding_seed=seed)
+        if softmax_rel is not None:
+            rel = per_tensor(rel, softmax_rel)
         self.hooks = kompress.torch.compressed_activations(rel=rel, rounding=args.rounding, min_numel=args.min_numel,
                                                            exact_sign=args.exact_sign, stash=stash)
 
@@ -258,6 +261,12 @@ class Compressed:
         return self.hooks.__exit__(*exc)
 
 
+def per_tensor(rel, softmax_rel):
+    def bound(t):
+        return softmax_rel if t.grad_fn is not None and t.grad_fn.name() == "SoftmaxBackward0" else rel
+    return bound
+
+
 def variant(name, args, seed):
     if name == "plain":
         return Kept(args.min_numel, narrow_integers=False)
@@ -266,8 +275,10 @@ def variant(name, args, seed):
     if name == "actnn2":
         return ActNN2(args.min_numel, seed + 2)
     if name == "kompress" or name.startswith("kompress@"):
-        return Compressed(args, seed, float(name.partition("@")[2] or args.rel))
-    raise SystemExit(f"activation_training: unknown variant {name!r} (plain, kompress, kompress@REL, fp16, actnn2)")
+        rel, _, softmax_rel = name.partition("@")[2].partition("/")
+        return Compressed(args, seed, float(rel or args.rel), float(softmax_rel) if softmax_rel else None)
+    raise SystemExit(f"activation_training: unknown variant {name!r} "
+                     "(plain, kompress, kompress@REL, kompress@REL/SOFTMAX_REL, fp16, actnn2)")
 
 
 # --- training -----------------------------------------------------------------------------------
@@ -351,7 +362,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="mlp,cnn,transformer")
     parser.add_argument("--variants", default="plain,kompress,fp16,actnn2",
-                        help="plain first; kompress@REL: kompress at that relative bound instead of --rel")
+                        help="plain first; kompress@REL: kompress at that relative bound instead of --rel; "
+                             "kompress@REL/SOFTMAX_REL: softmax's outputs at the second")
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--train", type=int, default=8000)

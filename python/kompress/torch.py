@@ -9,6 +9,7 @@
 docs/python.md is the guide.
 """
 
+import math as _math
 import weakref as _weakref
 
 import torch as _torch
@@ -213,13 +214,17 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
     Inside ``with kompress.torch.compressed_activations(rel=1e-2):`` every float32/float64
     tensor on the stash's device that autograd saves with at least ``min_numel`` elements is
     compressed into the stash in the forward pass and restored, every value within the bound,
-    when backward needs it; its stash entry is dropped when the graph releases it. Integer and
-    boolean tensors, smaller tensors, parameters (leaves that require grad, and views of them)
-    and tensors on another device pass through untouched. A tensor saved twice (a ReLU's output
-    that the next Linear also saves) is compressed once.
+    when backward needs it; its stash entry is dropped when the graph releases it. Integer CPU
+    tensors are kept exactly in their narrowest type (``narrow_integers``); boolean tensors,
+    smaller tensors, parameters (leaves that require grad, and views of them) and tensors on
+    another device pass through untouched. A tensor saved twice (a ReLU's output that the next
+    Linear also saves), or a view of one saved (softmax's output reshaped), is stored once.
 
     Args:
-        abs / rel: the bound (rel: relative to each tensor's value range).
+        abs / rel: the bound (rel: relative to each tensor's value range). Either may be a
+            callable taking the saved tensor and returning its bound, to give some activations
+            their own: ``rel=lambda t: 1e-2 if t.grad_fn.name() == "SoftmaxBackward0" else 5e-2``
+            keeps attention probabilities tighter than the rest.
         budget_bytes: the stash's budget (its pool, allocated on entry).
         device: 'cpu' (default) keeps CPU activations in host memory; 'cuda' (a CUDA build of
             kompress) keeps CUDA activations compressed in GPU memory, saved and restored on
@@ -265,8 +270,7 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         self.narrow_integers = bool(narrow_integers)
         self.codec = codec
         self.rounding = rounding
-        # A lossless bound restores every value exactly: its signs need no bits.
-        self._keep_sign = self.exact_sign and (abs if abs is not None else rel) != 0
+
         self.stash = stash if stash is not None else _k.Stash(
             budget_bytes, policy=policy, directory=directory, ceiling_abs=ceiling_abs, ceiling_rel=ceiling_rel,
             growth=growth, segment_bytes=segment_bytes, device=device)
@@ -305,6 +309,21 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
             entry = self._live.get(key)
             if entry is not None and entry[1]() in (None, saved):
                 del self._live[key]
+
+    def _bound_of(self, t):
+        """(abs, rel) for t: the hooks' own, or what their callable says for t."""
+        bounds = []
+        for name, bound in (("abs", self.abs), ("rel", self.rel)):
+            if callable(bound):
+                value = bound(t)
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or not _math.isfinite(value) \
+                        or value < 0:
+                    raise _k.InvalidArgument(f"kompress.torch.compressed_activations: {name}(tensor) must return a "
+                                             f"finite number >= 0 (got {value!r} for a tensor of shape "
+                                             f"{tuple(t.shape)})")
+                bound = float(value)
+            bounds.append(bound)
+        return tuple(bounds)
 
     def _view_of_saved(self, t):
         """A _ViewOf t if its memory lies inside a live saved tensor's that was contiguous and is
@@ -361,8 +380,11 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         if not contiguous:
             values = values.contiguous()
         saved = _Saved(key)
-        saved.handle = self.stash.save(values, abs=self.abs, rel=self.rel, codec=self.codec,
-                                       keep_sign=self._keep_sign, rounding=self.rounding)
+        abs_bound, rel_bound = self._bound_of(t)
+        # A lossless bound restores every value exactly: its signs need no bits.
+        keep_sign = self.exact_sign and (abs_bound if abs_bound is not None else rel_bound) != 0
+        saved.handle = self.stash.save(values, abs=abs_bound, rel=rel_bound, codec=self.codec,
+                                       keep_sign=keep_sign, rounding=self.rounding)
         saved.stash = self.stash
         saved.shape, saved.dtype, saved.device = values.shape, values.dtype, values.device
         saved.bound = self.stash.info(saved.handle).absolute_bound

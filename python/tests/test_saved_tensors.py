@@ -233,6 +233,38 @@ def test_a_view_of_a_saved_activation_is_restored_from_it_not_saved_again():
     del first
 
 
+def test_a_callable_bound_gives_each_activation_its_own():
+    scores = torch.from_numpy(load_array("act_tfm_b1_ln1_in").reshape(-1, 4, 32, 128)[:8].copy())
+    seen = []
+
+    def rel(t):
+        seen.append(t.grad_fn.name() if t.grad_fn is not None else None)
+        return 1e-3 if t.grad_fn is not None and t.grad_fn.name() == "SoftmaxBackward0" else 5e-2
+
+    hooks = kompress.torch.compressed_activations(rel=rel, min_numel=1000)
+    q = scores.clone().requires_grad_()
+    with hooks:
+        a = torch.softmax(q, dim=-1)
+        h = q * 2
+        g = torch.nn.functional.gelu(h)
+    bounds = {}
+    for name, t in (("softmax", a), ("gelu input", h)):
+        saved = hooks._pack(t)
+        bounds[name] = saved.bound
+        assert_within(t.detach().numpy(), hooks._unpack(saved).numpy(), saved.bound)
+    span = lambda t: float(t.detach().max() - t.detach().min())
+    assert bounds["softmax"] == pytest.approx(1e-3 * span(a), rel=1e-6)
+    assert bounds["gelu input"] == pytest.approx(5e-2 * span(h), rel=1e-6)
+    assert "SoftmaxBackward0" in seen
+    (a.sum() + g.sum()).backward()
+    for bad in (lambda t: -1.0, lambda t: float("nan"), lambda t: "1e-2", lambda t: None):
+        with pytest.raises(kompress.InvalidArgument, match=r"rel\(tensor\) must return a finite number >= 0"):
+            kompress.torch.compressed_activations(rel=bad, min_numel=1000)._pack(a)
+    hooks = kompress.torch.compressed_activations(abs=lambda t: 0.0, min_numel=1000)
+    saved = hooks._pack(a)
+    assert torch.equal(hooks._unpack(saved), a) and not hooks.stash.info(saved.handle).keeps_sign
+
+
 def test_budget_policies_apply():
     x = torch.randn(256, 1024, requires_grad=True)  # incompressible at this bound
     with pytest.raises(kompress.BudgetExceeded):
