@@ -134,7 +134,7 @@ class Kept(torch.autograd.graph.saved_tensors_hooks):
             if key == storage_key(t):
                 return packed
             view = view_within(first, key, t)
-            if view is not None and packed[1] == "kept":
+            if view is not None and isinstance(packed, tuple) and packed[1] == "kept":
                 return (self, "view", packed) + view
         if type(self) is Kept:
             packed, size = t, storage.nbytes()
@@ -172,7 +172,7 @@ class Kept(torch.autograd.graph.saved_tensors_hooks):
 def view_within(first, key, t):
     """(shape, stride, offset) of t within `first`'s memory where first was contiguous, is
     unchanged since it was saved and holds all of t; else None."""
-    _, first_offset, shape, stride, dtype, version = key
+    _, first_offset, _, _, dtype, version = key
     offset = t.storage_offset() - first_offset
     last = offset + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
     if (not first.is_contiguous() or t.dtype != dtype or t._version != version or offset < 0

@@ -10,6 +10,7 @@ docs/python.md is the guide.
 """
 
 import math as _math
+import numbers as _numbers
 import weakref as _weakref
 
 import torch as _torch
@@ -270,7 +271,6 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         self.narrow_integers = bool(narrow_integers)
         self.codec = codec
         self.rounding = rounding
-
         self.stash = stash if stash is not None else _k.Stash(
             budget_bytes, policy=policy, directory=directory, ceiling_abs=ceiling_abs, ceiling_rel=ceiling_rel,
             growth=growth, segment_bytes=segment_bytes, device=device)
@@ -316,7 +316,7 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         for name, bound in (("abs", self.abs), ("rel", self.rel)):
             if callable(bound):
                 value = bound(t)
-                if not isinstance(value, (int, float)) or isinstance(value, bool) or not _math.isfinite(value) \
+                if not isinstance(value, _numbers.Real) or isinstance(value, bool) or not _math.isfinite(value) \
                         or value < 0:
                     raise _k.InvalidArgument(f"kompress.torch.compressed_activations: {name}(tensor) must return a "
                                              f"finite number >= 0 (got {value!r} for a tensor of shape "
