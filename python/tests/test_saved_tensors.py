@@ -260,6 +260,8 @@ def test_a_callable_bound_gives_each_activation_its_own():
     for bad in (lambda t: -1.0, lambda t: float("nan"), lambda t: "1e-2", lambda t: None):
         with pytest.raises(kompress.InvalidArgument, match=r"rel\(tensor\) must return a finite number >= 0"):
             kompress.torch.compressed_activations(rel=bad, min_numel=1000)._pack(a)
+    saved = kompress.torch.compressed_activations(rel=lambda t: np.float32(1e-2), min_numel=1000)._pack(a)
+    assert saved.bound == pytest.approx(1e-2 * span(a), rel=1e-6)
     hooks = kompress.torch.compressed_activations(abs=lambda t: 0.0, min_numel=1000)
     saved = hooks._pack(a)
     assert torch.equal(hooks._unpack(saved), a) and not hooks.stash.info(saved.handle).keeps_sign
