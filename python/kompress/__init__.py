@@ -332,6 +332,11 @@ def _settings(abs, rel, mode, reduction_bound, block_size, measure_error, cost, 
                                     str(schedule), int(block_size), bool(measure_error), cost, _window(window))
 
 
+def _exchange_settings(abs, rel, mode, block_size, measure_error, cost, window):
+    """alltoall(v)'s settings for _settings: no reduction, so no reduction bound or schedule."""
+    return (abs, rel, mode, "per_hop", block_size, measure_error, cost, "recompress", "auto", window)
+
+
 def _window(window):
     """alltoall's ``window`` as the extension takes it; InvalidArgument unless an int >= 0."""
     if isinstance(window, bool) or not isinstance(window, int) or window < 0:
@@ -386,8 +391,7 @@ def alltoall(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", bl
     how many peers' messages this rank expects at once (0: all; docs/collectives.md, "alltoall
     and alltoallv"); ranks may pass different windows."""
     return _buffer_collective(_ext._alltoall, "kompress.alltoall", send, recv, comm,
-                              (abs, rel, mode, "per_hop", block_size, measure_error, cost, "recompress", "auto",
-                               window), False)
+                              _exchange_settings(abs, rel, mode, block_size, measure_error, cost, window), False)
 
 
 def ialltoall(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", block_size=32,
@@ -395,8 +399,7 @@ def ialltoall(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", b
     """Nonblocking alltoall: returns a Request; ``recv`` holds the result once ``wait()``
     returned (or ``test()`` returned True). The request keeps both arrays alive."""
     return _buffer_collective(_ext._alltoall, "kompress.ialltoall", send, recv, comm,
-                              (abs, rel, mode, "per_hop", block_size, measure_error, cost, "recompress", "auto",
-                               window), True)
+                              _exchange_settings(abs, rel, mode, block_size, measure_error, cost, window), True)
 
 
 def _counts(values):
@@ -435,8 +438,7 @@ def alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, co
     as in ``alltoall``."""
     return _vector_collective(_ext._alltoallv, "kompress.alltoallv", send,
                               (send_counts, send_displs, recv_counts, recv_displs), recv, comm,
-                              (abs, rel, mode, "per_hop", block_size, measure_error, cost, "recompress", "auto",
-                               window), False)
+                              _exchange_settings(abs, rel, mode, block_size, measure_error, cost, window), False)
 
 
 def ialltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, comm=None, *, abs=None, rel=None,
@@ -444,8 +446,7 @@ def ialltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, c
     """Nonblocking alltoallv; see ialltoall."""
     return _vector_collective(_ext._alltoallv, "kompress.ialltoallv", send,
                               (send_counts, send_displs, recv_counts, recv_displs), recv, comm,
-                              (abs, rel, mode, "per_hop", block_size, measure_error, cost, "recompress", "auto",
-                               window), True)
+                              _exchange_settings(abs, rel, mode, block_size, measure_error, cost, window), True)
 
 
 class NodeGroups:
@@ -645,8 +646,8 @@ def alltoall_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed
                   measure_error=False, cost=None, window=0) -> PersistentRequest:
     """Persistent alltoall: checks and agrees once (collective); each round as ``alltoall``."""
     return PersistentRequest(_buffer_collective(_ext._alltoall_init, "kompress.alltoall_init", send, recv, comm,
-                                                (abs, rel, mode, "per_hop", block_size, measure_error, cost,
-                                                 "recompress", "auto", window)))
+                                                _exchange_settings(abs, rel, mode, block_size, measure_error, cost,
+                                                                   window)))
 
 
 def alltoallv_init(send, send_counts, send_displs, recv, recv_counts, recv_displs, comm=None, *, abs=None, rel=None,
@@ -655,8 +656,8 @@ def alltoallv_init(send, send_counts, send_displs, recv, recv_counts, recv_displ
     """Persistent alltoallv: counts and displacements fixed at init; each round as ``alltoallv``."""
     return PersistentRequest(_vector_collective(_ext._alltoallv_init, "kompress.alltoallv_init", send,
                                                 (send_counts, send_displs, recv_counts, recv_displs), recv, comm,
-                                                (abs, rel, mode, "per_hop", block_size, measure_error, cost,
-                                                 "recompress", "auto", window)))
+                                                _exchange_settings(abs, rel, mode, block_size, measure_error, cost,
+                                                                   window)))
 
 
 def allreduce_init(send, recv, comm=None, *, abs=None, rel=None, mode="compressed", reduction_bound="per_hop",

@@ -360,13 +360,9 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
                 t.numel() < self.min_numel:
             narrow = (_narrowest(t) if self.narrow_integers and t.device.type == "cpu"
                       and t.numel() >= self.min_numel else None)
-            if narrow is not None:
-                self._passed[key] = t.numel() * narrow.itemsize
-                self._note()
-                return _Narrowed(t.detach().to(narrow), t.dtype)
-            self._passed[key] = t.numel() * t.element_size()
+            self._passed[key] = t.numel() * (t.element_size() if narrow is None else narrow.itemsize)
             self._note()
-            return t
+            return t if narrow is None else _Narrowed(t.detach().to(narrow), t.dtype)
         # Deduplicate only while the first tensor lives: once it is freed, a new tensor may
         # take its memory with the same shape, and the key alone would mistake one for the other.
         entry = self._live.get(key)
