@@ -240,12 +240,15 @@ class Compressed:
     """kompress.torch.compressed_activations, reset each step; with softmax_rel, softmax's outputs
     (attention probabilities) at that bound and everything else at rel."""
 
-    def __init__(self, args, seed, rel, softmax_rel=None):
+    def __init__(self, args, seed, rel, softmax_rel=None, ceiling=None):
         stash = kompress.Stash(64 << 20, segment_bytes=args.segment_bytes, rounding_seed=seed)
         if softmax_rel is not None:
             rel = per_tensor(rel, softmax_rel)
         self.hooks = kompress.torch.compressed_activations(rel=rel, rounding=args.rounding, min_numel=args.min_numel,
                                                            exact_sign=args.exact_sign, stash=stash)
+        self.bounds = None if ceiling is None else kompress.torch.LayerBounds(
+            self.hooks, ceiling=ceiling, tolerance=args.tolerance, check_every=args.check_every,
+            check_batch=args.check_batch)
 
     def reset_peaks(self):
         self.hooks.reset_peaks()
@@ -277,8 +280,13 @@ def variant(name, args, seed):
     if name == "kompress" or name.startswith("kompress@"):
         rel, _, softmax_rel = name.partition("@")[2].partition("/")
         return Compressed(args, seed, float(rel or args.rel), float(softmax_rel) if softmax_rel else None)
-    raise SystemExit(f"activation_training: unknown variant {name!r} "
-                     "(plain, kompress, kompress@REL, kompress@REL/SOFTMAX_REL, fp16, actnn2)")
+    if name.startswith("layers@"):
+        rel, _, ceiling = name.partition("@")[2].partition("/")
+        if not ceiling:
+            raise SystemExit(f"activation_training: {name!r}: layers@INITIAL/CEILING")
+        return Compressed(args, seed, float(rel), ceiling=float(ceiling))
+    raise SystemExit(f"activation_training: unknown variant {name!r} (plain, kompress, kompress@REL, "
+                     "kompress@REL/SOFTMAX_REL, layers@INITIAL/CEILING, fp16, actnn2)")
 
 
 # --- training -----------------------------------------------------------------------------------
@@ -303,7 +311,8 @@ def train(model_name, variant_name, seed, args, training, held_out):
         0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, steps - warmup))))
     order = torch.Generator().manual_seed(seed + 1)
     hooks = variant(variant_name, args, seed)
-    peak = 0
+    bounds = getattr(hooks, "bounds", None)
+    peak = step = 0
     start = time.perf_counter()
     for _ in range(args.epochs):
         permutation = torch.randperm(len(x), generator=order)
@@ -311,19 +320,29 @@ def train(model_name, variant_name, seed, args, training, held_out):
             rows = permutation[first:first + args.batch]
             optimizer.zero_grad()
             hooks.reset_peaks()
-            with hooks:  # the model only: the loss's saved log-probabilities stay exact (docs/python.md)
-                logits = model(x[rows])
-            peak = max(peak, hooks.peak_bytes)
-            F.cross_entropy(logits, y[rows]).backward()
+            if bounds is not None:  # per-layer bounds: checks, then the step (the model under the hooks)
+                bounds.train_step(step, model, F.cross_entropy, x[rows], y[rows])
+                peak = max(peak, hooks.peak_bytes)
+            else:
+                with hooks:  # the model only: the loss's saved log-probabilities stay exact (docs/python.md)
+                    logits = model(x[rows])
+                peak = max(peak, hooks.peak_bytes)
+                F.cross_entropy(logits, y[rows]).backward()
             optimizer.step()
             schedule.step()
+            step += 1
     seconds = time.perf_counter() - start
+    extra = {}
+    if bounds is not None:
+        extra = dict(check_peak_bytes=bounds.check_peak_bytes,
+                     final_bounds={f"{n}: {name}": bounds.bound(n) for n, name in bounds.layers().items()},
+                     bound_changes=len(bounds.log()))
     with torch.no_grad():
         loss = sum(F.cross_entropy(model(x[i:i + 1000]), y[i:i + 1000], reduction="sum").item()
                    for i in range(0, len(x), 1000)) / len(x)
         accuracy = (model(held_out[0]).argmax(1) == held_out[1]).double().mean().item()
     return dict(model=model_name, variant=variant_name, seed=seed, loss=loss, accuracy=accuracy,
-                peak_bytes=peak, seconds=seconds)
+                peak_bytes=peak, seconds=seconds, **extra)
 
 
 def report(model_name, variants, rows):
@@ -343,6 +362,12 @@ def report(model_name, variants, rows):
             cells.append(f"{r['loss']:.5f} ({100 * r['gap']:+.2f}%) {100 * r['accuracy']:.2f}% "
                          f"{r['peak_bytes'] / 1e3:.1f} ({r['memory_ratio']:.2f}x)")
         print(f"  {seed:>4}" + "".join(f"  {c:>42}" for c in cells))
+        for v in variants:
+            if "final_bounds" in by[(v, seed)]:
+                r = by[(v, seed)]
+                print(f"        {v}: {r['bound_changes']} changes; final bounds "
+                      + ", ".join(f"{name} {bound:g}" for name, bound in r["final_bounds"].items())
+                      + f"; a check held {r['check_peak_bytes'] / 1e3:.1f} KB")
     print("  mean", end="")
     for v in variants:
         gaps = [by[(v, s)]["gap"] for s in seeds]
@@ -363,7 +388,8 @@ def main():
     parser.add_argument("--models", default="mlp,cnn,transformer")
     parser.add_argument("--variants", default="plain,kompress,fp16,actnn2",
                         help="plain first; kompress@REL: kompress at that relative bound instead of --rel; "
-                             "kompress@REL/SOFTMAX_REL: softmax's outputs at the second")
+                             "kompress@REL/SOFTMAX_REL: softmax's outputs at the second; layers@INITIAL/CEILING: "
+                             "kompress.torch.LayerBounds from INITIAL up to CEILING")
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--train", type=int, default=8000)
@@ -376,6 +402,10 @@ def main():
     parser.add_argument("--no-exact-sign", dest="exact_sign", action="store_false",
                         help="kompress without sign bits (safe where no backward takes a mask from a saved tensor)")
     parser.add_argument("--min-numel", type=int, default=4096, help="smaller tensors are kept as they are")
+    parser.add_argument("--tolerance", type=float, default=0.05,
+                        help="layers@: the parameter gradients' deviation a layer's bound may cause")
+    parser.add_argument("--check-every", type=int, default=50, help="layers@: steps between checks")
+    parser.add_argument("--check-batch", type=int, default=16, help="layers@: the rows a check runs")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
     parser.add_argument("--quick", action="store_true", help="1 epoch on the first 1024 images, 512 held out, seed 1")
     parser.add_argument("--max-loss-gap", type=float, default=None,
@@ -409,7 +439,7 @@ def main():
           f"{sum(r['seconds'] for r in results):.0f} s of training")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(dict(args=vars(args), runs=results, means=summaries), indent=1))
-    failed = [f"{m} ({v})" for m, s in summaries.items() for v in s if v.startswith("kompress")
+    failed = [f"{m} ({v})" for m, s in summaries.items() for v in s if v.startswith(("kompress", "layers"))
               and args.max_loss_gap is not None and s[v]["gap"] > args.max_loss_gap]
     if failed:
         print(f"activation_training: kompress's final loss more than {args.max_loss_gap:.1%} above plain's on "

@@ -3,7 +3,8 @@
 - ``allreduce_hook`` / ``AllreduceHookState``: a DDP communication hook that sums gradient
   buckets with kompress's error-bounded allreduce.
 - ``compressed_activations``: saved-tensor hooks keeping activations compressed in a
-  kompress Stash between forward and backward.
+  kompress Stash between forward and backward; ``LayerBounds`` gives each saved activation
+  its own bound, chosen from the training.
 - ``EmbeddingAllToAll``: the DLRM embedding exchange as a module (autograd function inside).
 
 docs/python.md is the guide.
@@ -20,7 +21,8 @@ import kompress as _k
 from kompress._group_allreduce import GroupAllreduce as _GroupAllreduce, GroupReport, _usable
 from kompress._group_exchange import GroupEmbeddingExchange as _GroupEmbeddingExchange
 
-__all__ = ["AllreduceHookState", "allreduce_hook", "GroupReport", "compressed_activations", "EmbeddingAllToAll"]
+__all__ = ["AllreduceHookState", "allreduce_hook", "GroupReport", "compressed_activations", "LayerBounds",
+           "EmbeddingAllToAll"]
 
 
 # --- DDP communication hook ---------------------------------------------------------------
@@ -192,6 +194,20 @@ class _Narrowed:
         self.values, self.dtype = values, dtype
 
 
+class _Kept:
+    """An activation kept as it is while a LayerBounds schedule numbers the saves (one too small
+    to compress, or one a check pass keeps exact), registered so that saving it again, or a view
+    of it, finds it as a compressed one would be found."""
+
+    __slots__ = ("tensor", "key", "shape", "owner", "__weakref__")
+
+    def __init__(self, tensor, key, owner):
+        self.tensor, self.key, self.shape, self.owner = tensor, key, tensor.shape, owner
+
+    def __del__(self):
+        self.owner._forget(self)
+
+
 _NARROWER = (_torch.int8, _torch.int16, _torch.int32)
 
 
@@ -278,6 +294,10 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         self._live = {}            # storage key -> weakrefs of the tensor and its _Saved
         self._passed = {}          # storage key -> bytes of activations passed through
         self.peak_bytes = 0
+        self._schedule = None      # a LayerBounds numbering the saves and giving their bounds
+        self._site = 0             # with a schedule: the number the next distinct float save gets
+        self._only_site = None     # with a schedule: None (every save by size), -1 (none), n (only save n)
+        self._site_names = {}      # with a schedule: save number -> what it is ("ReluBackward0 (128, 1024)")
         super().__init__(self._pack, self._unpack)
 
     def __enter__(self):
@@ -356,8 +376,10 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         if self._is_parameter(t):
             return t
         key = self._key(t)
-        if t.dtype not in (_torch.float32, _torch.float64) or t.device.type != self.device or \
-                t.numel() < self.min_numel:
+        floating = t.dtype in (_torch.float32, _torch.float64) and t.device.type == self.device
+        # A schedule numbers every distinct float save, small ones too, so that a check pass on a
+        # few rows numbers them as the full batch does.
+        if not floating or (t.numel() < self.min_numel and self._schedule is None):
             narrow = (_narrowest(t) if self.narrow_integers and t.device.type == "cpu"
                       and t.numel() >= self.min_numel else None)
             self._passed[key] = t.numel() * (t.element_size() if narrow is None else narrow.itemsize)
@@ -371,36 +393,198 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         view = self._view_of_saved(t)
         if view is not None:
             return view
+        site = None
+        if self._schedule is not None:
+            site, self._site = self._site, self._site + 1
+            if self._only_site is None:
+                self._site_names.setdefault(site, f"{t.grad_fn.name() if t.grad_fn is not None else 'no grad_fn'} "
+                                                  f"{tuple(t.shape)}")
+            compress = t.numel() >= self.min_numel if self._only_site is None else site == self._only_site
+            if not compress:
+                kept = _Kept(t, key, self)
+                self._passed[key] = t.numel() * t.element_size()
+                self._remember(t, kept)
+                self._note()
+                return kept
         values = t.detach()
         contiguous = values.is_contiguous()
         if not contiguous:
             values = values.contiguous()
         saved = _Saved(key)
-        abs_bound, rel_bound = self._bound_of(t)
+        abs_bound, rel_bound = self._bound_of(t) if site is None else self._schedule._bound_args(site)
         # A lossless bound restores every value exactly: its signs need no bits.
         keep_sign = self.exact_sign and (abs_bound if abs_bound is not None else rel_bound) != 0
-        saved.handle = self.stash.save(values, abs=abs_bound, rel=rel_bound, codec=self.codec,
+        saved.handle = self.stash.save(values, abs=abs_bound, rel=rel_bound, codec=self.codec, layer=site,
                                        keep_sign=keep_sign, rounding=self.rounding)
         saved.stash = self.stash
         saved.shape, saved.dtype, saved.device = values.shape, values.dtype, values.device
         saved.bound = self.stash.info(saved.handle).absolute_bound
         saved.owner = self
-        self._live[key] = (_weakref.ref(t), _weakref.ref(saved))
-        if contiguous:  # its memory maps one to one onto the restored tensor's: views of it are found
-            self._live[("storage", key[0])] = self._live[key]
+        self._remember(t, saved, contiguous)
         self._note()
         return saved
+
+    def _remember(self, t, saved, contiguous=None):
+        """Registers t's save, so that saving t again, or a view of it, finds it."""
+        self._live[saved.key] = (_weakref.ref(t), _weakref.ref(saved))
+        if contiguous if contiguous is not None else t.is_contiguous():
+            # its memory maps one to one onto the restored tensor's: views of it are found
+            self._live[("storage", saved.key[0])] = self._live[saved.key]
 
     def _unpack(self, saved):
         if isinstance(saved, _Narrowed):
             return saved.values.to(saved.dtype)
+        if isinstance(saved, _Kept):
+            return saved.tensor
         if isinstance(saved, _ViewOf):
-            return self._unpack(saved.saved).view(-1).as_strided(saved.shape, saved.stride, saved.offset)
+            base = self._unpack(saved.saved)   # a restored tensor, or a kept one at its own offset
+            return base.as_strided(saved.shape, saved.stride, base.storage_offset() + saved.offset)
         if not isinstance(saved, _Saved):
             return saved
         out = _torch.empty(saved.shape, dtype=saved.dtype, device=saved.device)
         self.stash.restore(saved.handle, out)   # keep_sign: on the saved side of 0 already
         return out
+
+
+class LayerBounds:
+    """Per-layer bounds for ``compressed_activations``, chosen from the training itself
+    (kompress::layer_bounds; docs/python.md, "Per-layer bounds").
+
+    A layer here is one of the activations a forward pass saves, numbered in the order they are
+    saved (the n-th distinct float tensor; the hooks' ``layers()`` names them). Every layer starts
+    at the hooks' bound (``abs`` or ``rel``, a number). On a check step, before the step's own
+    forward pass, ``check_batch`` of the batch's rows are run once with every activation exact
+    and once per layer with only that layer compressed at its bound, and each parameter
+    gradient's deviation ``||g' - g|| / ||g||`` is measured; a layer whose largest deviation stays
+    within ``tolerance`` has its bound multiplied by ``growth`` (up to ``ceiling``), one beyond it
+    steps back and settles. The first check step repeats this until every layer has settled, so
+    the training runs at the chosen bounds from its first step; later ones (every
+    ``check_every`` steps) check every layer once and tighten those that drift. Every restored
+    value is within the bound its layer had when it was saved; ``log()`` lists each change.
+
+    A check holds the exact activations of ``check_batch`` rows (``check_peak_bytes``) and runs
+    one forward and backward pass on them per layer; it changes no gradient, parameter, buffer
+    (batch-norm statistics are put back) or random state of the step.
+
+        hooks = kompress.torch.compressed_activations(rel=5e-2, rounding="stochastic")
+        bounds = kompress.torch.LayerBounds(hooks, ceiling=2e-1, tolerance=0.05)
+        for step, (x, y) in enumerate(loader):
+            optimizer.zero_grad()
+            loss = bounds.train_step(step, model, F.cross_entropy, x, y)
+            optimizer.step()
+    """
+
+    def __init__(self, hooks: compressed_activations, *, ceiling: float, floor: float | None = None,
+                 growth: float = 2.0, tolerance: float = 0.05, check_every: int = 50, check_batch: int = 16):
+        who = "kompress.torch.LayerBounds"
+        if not isinstance(hooks, compressed_activations):
+            raise TypeError(f"{who}: hooks must be a kompress.torch.compressed_activations")
+        if hooks._schedule is not None:
+            raise _k.InvalidArgument(f"{who}: the hooks already have a LayerBounds")
+        if callable(hooks.abs) or callable(hooks.rel):
+            raise _k.InvalidArgument(f"{who}: the hooks' bound must be a number, not a callable (it is every "
+                                     "layer's first bound)")
+        if not isinstance(check_batch, _numbers.Integral) or check_batch < 1:
+            raise _k.InvalidArgument(f"{who}: check_batch must be an int >= 1 (got {check_batch!r})")
+        if not isinstance(check_every, _numbers.Integral) or check_every < 1:
+            raise _k.InvalidArgument(f"{who}: check_every must be an int >= 1 (got {check_every!r})")
+        self._mode = "abs" if hooks.abs is not None else "rel"
+        self._bounds = _k._kompress._LayerBounds(hooks.abs, hooks.rel if hooks.abs is None else None,
+                                                 float(ceiling), None if floor is None else float(floor),
+                                                 float(growth), float(tolerance), int(check_every))
+        self.hooks = hooks
+        self.check_batch = int(check_batch)
+        self.check_peak_bytes = 0
+        hooks._schedule = self
+
+    def bound(self, layer: int) -> float:
+        """The bound (in the hooks' mode) layer ``layer``'s next save gets."""
+        return self._bounds.bound(layer)
+
+    def layers(self) -> dict:
+        """Layer number -> what it is: the autograd function that made the tensor and its shape."""
+        return dict(self.hooks._site_names)
+
+    def log(self) -> list:
+        """Every change of a layer's bound: dicts of step, layer, name, from, to, deviation."""
+        names = self.hooks._site_names
+        return [dict(step=step, layer=layer, name=names.get(layer, "?"), **{"from": before}, to=after,
+                     deviation=deviation) for step, layer, before, after, deviation in self._bounds.log()]
+
+    def _bound_args(self, site):
+        value = self._bounds.bound(site)
+        return (value, None) if self._mode == "abs" else (None, value)
+
+    def train_step(self, step: int, model, loss_fn, inputs, targets):
+        """One training step's forward and backward pass under the hooks (the model inside them,
+        ``loss_fn(output, targets)`` outside), after a check when one is due; returns the loss,
+        detached. Gradients accumulate into the parameters' ``.grad`` as ``loss.backward()``'s."""
+        if self._bounds.check_due(step):
+            self._check(step, model, loss_fn, inputs, targets)
+        loss = self._run(model, loss_fn, inputs, targets, only=None)
+        loss.backward()
+        return loss.detach()
+
+    def _run(self, model, loss_fn, inputs, targets, only):
+        hooks = self.hooks
+        hooks._site, hooks._only_site = 0, only
+        try:
+            with hooks:
+                output = model(inputs)
+        finally:
+            hooks._only_site = None
+        return loss_fn(output, targets)
+
+    def _check(self, step, model, loss_fn, inputs, targets):
+        hooks = self.hooks
+        x, y = inputs[:self.check_batch], targets[:self.check_batch]
+        parameters = [p for p in model.parameters() if p.requires_grad]
+        buffers = [b.detach().clone() for b in model.buffers()]
+        random = _torch.random.get_rng_state()
+        cuda_random = _torch.cuda.get_rng_state_all() if _torch.cuda.is_available() else None
+        passed, peak = dict(hooks._passed), hooks.peak_bytes
+
+        def gradients(only):
+            _torch.random.set_rng_state(random)
+            if cuda_random is not None:
+                _torch.cuda.set_rng_state_all(cuda_random)
+            hooks._passed.clear()
+            hooks.peak_bytes = 0
+            loss = self._run(model, loss_fn, x, y, only)
+            self.check_peak_bytes = max(self.check_peak_bytes, hooks.peak_bytes)
+            return _torch.autograd.grad(loss, parameters, allow_unused=True)
+
+        try:
+            exact = gradients(-1)
+            layers = hooks._site
+            periodic = all(self._bounds.settled(n) for n in range(layers))
+            while True:
+                for layer in range(layers):
+                    if periodic or not self._bounds.settled(layer):
+                        self._bounds.report(step, layer, _deviation(exact, gradients(layer)))
+                periodic = False
+                if all(self._bounds.settled(n) for n in range(layers)):
+                    break
+        finally:
+            with _torch.no_grad():
+                for b, kept in zip(model.buffers(), buffers):
+                    b.copy_(kept)
+            _torch.random.set_rng_state(random)
+            if cuda_random is not None:
+                _torch.cuda.set_rng_state_all(cuda_random)
+            hooks._passed, hooks.peak_bytes = passed, peak
+
+
+def _deviation(exact, approx):
+    """The largest ||g' - g|| / ||g|| over the parameters (0 where both are 0, inf where only g is)."""
+    worst = 0.0
+    for g, h in zip(exact, approx):
+        if g is None or h is None:
+            continue
+        norm = float(_torch.linalg.vector_norm(g.double()))
+        difference = float(_torch.linalg.vector_norm((h - g).double()))
+        worst = max(worst, difference / norm if norm > 0 else (0.0 if difference == 0 else _math.inf))
+    return worst
 
 
 # --- the DLRM embedding exchange ----------------------------------------------------------

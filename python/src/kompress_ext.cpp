@@ -1439,6 +1439,32 @@ NB_MODULE(_kompress, m) {
       .def_prop_ro("device", &py_stash::device)
       .def_prop_ro("closed", &py_stash::closed);
 
+  // Per-layer bounds (the Python side, kompress.torch.LayerBounds, names the layers).
+  nb::class_<kompress::layer_bounds>(m, "_LayerBounds")
+      .def("__init__",
+           [](kompress::layer_bounds* self, std::optional<double> abs, std::optional<double> rel, double ceiling,
+              std::optional<double> floor, double growth, double tolerance, std::uint64_t check_every) {
+             const auto initial = make_bound("kompress.torch.LayerBounds", abs, rel);
+             const auto same_mode = [&](double value) { return kompress::error_bound{initial.mode, value}; };
+             new (self) kompress::layer_bounds({.initial = initial,
+                                                .ceiling = same_mode(ceiling),
+                                                .floor = floor ? std::optional(same_mode(*floor)) : std::nullopt,
+                                                .growth = growth,
+                                                .tolerance = tolerance,
+                                                .check_every = check_every});
+           },
+           "abs"_a.none(), "rel"_a.none(), "ceiling"_a, "floor"_a.none(), "growth"_a, "tolerance"_a,
+           "check_every"_a)
+      .def("bound", [](const kompress::layer_bounds& b, std::uint32_t layer) { return b.bound(layer).value; })
+      .def("settled", &kompress::layer_bounds::settled)
+      .def("check_due", &kompress::layer_bounds::check_due)
+      .def("report", &kompress::layer_bounds::report)
+      .def("log", [](const kompress::layer_bounds& b) {
+        std::vector<std::tuple<std::uint64_t, std::uint32_t, double, double, double>> changes;
+        for (const auto& c : b.log()) changes.emplace_back(c.step, c.layer, c.from.value, c.to.value, c.deviation);
+        return changes;
+      });
+
   // DLRM.
   nb::class_<kompress::dlrm::exchange_options>(m, "_ExchangeOptions")
       .def(nb::init<>())

@@ -82,6 +82,7 @@ kompress_python_test(process_group test_process_group.py TIMEOUT 600)
 set_tests_properties(python.process_group PROPERTIES PROCESSORS 2)
 kompress_python_test(stash test_stash.py SAMPLE)
 kompress_python_test(saved_tensors test_saved_tensors.py TIMEOUT 300 SAMPLE)
+kompress_python_test(layer_bounds test_layer_bounds.py)
 # Which devices the package takes; the CUDA tensor tests run where a CUDA build meets a GPU.
 kompress_python_test(devices test_devices.py TIMEOUT 600 SAMPLE)
 

@@ -26,6 +26,7 @@ TEST_CASE("layer_bounds: a tolerant layer climbs to the ceiling, a sensitive one
                                  .check_every = 10});
   CHECK(bounds.bound(0).value == 1e-2);
   CHECK(bounds.bound(0).mode == kompress::bound_mode::relative);
+  CHECK_FALSE(bounds.settled(0));
   // Layer 0 tolerates anything; layer 1 drifts beyond the tolerance from 4e-2 on.
   const auto deviation_of = [&](std::uint32_t layer) {
     return layer == 0 ? 0.01 : (bounds.bound(1).value >= 4e-2 ? 0.2 : 0.02);
@@ -36,9 +37,13 @@ TEST_CASE("layer_bounds: a tolerant layer climbs to the ceiling, a sensitive one
     if (!bounds.check_due(step)) continue;
     checks.push_back(step);
     for (std::uint32_t layer : {0u, 1u}) bounds.report(step, layer, deviation_of(layer));
+    if (step == 0) CHECK_FALSE(bounds.settled(0));  // raised once, still climbing
   }
   CHECK(bounds.bound(0).value == 1e-1);  // 1e-2, 2e-2, 4e-2, 8e-2, then the ceiling exactly
   CHECK(bounds.bound(1).value == 2e-2);  // 4e-2 drifted: back one step, settled
+  CHECK(bounds.settled(0));
+  CHECK(bounds.settled(1));
+  CHECK_FALSE(bounds.settled(2));
   // Checked every step until both settled (after step 3: layer 1 drifts at step 2, layer 0
   // reaches the ceiling at step 3), then every 10 steps.
   CHECK(checks == std::vector<std::uint64_t>{0, 1, 2, 3, 10, 20, 30});

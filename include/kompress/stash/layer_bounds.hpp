@@ -91,6 +91,13 @@ class layer_bounds {
     return found == layers_.end() ? options_.initial : found->second.bound;
   }
 
+  /// Whether `layer`'s bound has settled (reached the ceiling, or stepped back once); a layer
+  /// not reported yet has not.
+  bool settled(std::uint32_t layer) const {
+    const auto found = layers_.find(layer);
+    return found != layers_.end() && found->second.settled;
+  }
+
   /// Whether `step` is a check step: the caller then computes every layer's gradient from
   /// exact activations too and reports each layer's deviation.
   bool check_due(std::uint64_t step) const {
