@@ -202,7 +202,9 @@ class _Kept:
     __slots__ = ("tensor", "key", "shape", "owner", "__weakref__")
 
     def __init__(self, tensor, key, owner):
-        self.tensor, self.key, self.shape, self.owner = tensor, key, tensor.shape, owner
+        # Detached: the tensor's own lifetime (which the deduplication follows) stays what it is
+        # with a compressed save, and a saved output does not hold its grad_fn in a cycle.
+        self.tensor, self.key, self.shape, self.owner = tensor.detach(), key, tensor.shape, owner
 
     def __del__(self):
         self.owner._forget(self)

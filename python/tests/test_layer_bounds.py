@@ -143,6 +143,8 @@ def test_saves_are_numbered_alike_in_the_checks_few_rows_and_the_full_batch():
     in_the_check = hooks._site
     bounds.train_step(1, model, torch.nn.functional.mse_loss, x, y)
     assert hooks._site == in_the_check == len(bounds.layers())
+    # Every save of the step and of the check was released with its graph (nothing held in a cycle).
+    assert hooks.stats().entries == 0 and not hooks._live
     names = list(bounds.layers().values())
     assert sum(n.startswith("ReluBackward0") for n in names) == 1
     assert sum(n.startswith("SoftmaxBackward0") for n in names) == 1
