@@ -336,7 +336,7 @@ def train(model_name, variant_name, seed, args, training, held_out):
     if bounds is not None:
         extra = dict(check_peak_bytes=bounds.check_peak_bytes,
                      final_bounds={f"{n}: {name}": bounds.bound(n) for n, name in bounds.layers().items()},
-                     bound_changes=len(bounds.log()))
+                     bound_changes=len(bounds.log()), bound_log=bounds.log())
     with torch.no_grad():
         loss = sum(F.cross_entropy(model(x[i:i + 1000]), y[i:i + 1000], reduction="sum").item()
                    for i in range(0, len(x), 1000)) / len(x)
