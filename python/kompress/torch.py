@@ -546,10 +546,13 @@ class LayerBounds:
         cuda_random = _torch.cuda.get_rng_state_all() if _torch.cuda.is_available() else None
         passed, peak = dict(hooks._passed), hooks.peak_bytes
 
-        def gradients(only):
+        def restore_random():
             _torch.random.set_rng_state(random)
             if cuda_random is not None:
                 _torch.cuda.set_rng_state_all(cuda_random)
+
+        def gradients(only):
+            restore_random()
             hooks._passed.clear()
             hooks.peak_bytes = 0
             loss = self._run(model, loss_fn, x, y, only)
@@ -571,9 +574,7 @@ class LayerBounds:
             with _torch.no_grad():
                 for b, kept in zip(model.buffers(), buffers):
                     b.copy_(kept)
-            _torch.random.set_rng_state(random)
-            if cuda_random is not None:
-                _torch.cuda.set_rng_state_all(cuda_random)
+            restore_random()
             hooks._passed, hooks.peak_bytes = passed, peak
 
 
