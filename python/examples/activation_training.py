@@ -10,7 +10,7 @@ Per model and seed it prints each variant's final training loss (its final weigh
 training set) and gap to the plain run's, held-out accuracy, and saved-activation memory: the
 bytes every variant holds at the end of each step's forward (the largest over the run), what
 it passes through included (parameters aside): every variant but plain keeps integer tensors
-(max pooling's indices) in the narrowest type that holds them, as kompress's hooks do, so that
+(max pooling's indices) exactly as kompress's hooks do (kompress.torch.pack_integers), so that
 they differ only in how they keep floats. Then the means over the seeds. The recipe is bench/stash_training.cpp's:
 Adam, the learning rate rising linearly over the first fifth of the steps, then a cosine decay
 to 0; batch 128; the first 8000 MNIST test-set images train, the last 2000 evaluate.
@@ -103,9 +103,9 @@ class Kept(torch.autograd.graph.saved_tensors_hooks):
     least min_numel values as encode() makes them and count those sizes; a tensor saved twice (a
     ReLU's output that the next layer saves too), or a view of one already kept (softmax's output
     reshaped for the next product), is kept once, as kompress's hooks do. With narrow_integers,
-    integer tensors (max pooling's indices) are kept in the narrowest type that holds their
-    values, as kompress's hooks keep them: the variants then differ only in how they keep
-    floats. Everything else passes through, counted at its size."""
+    integer tensors (max pooling's indices) are kept exactly as kompress's hooks keep them
+    (kompress.torch.pack_integers): the variants then differ only in how they keep floats.
+    Everything else passes through, counted at its size."""
 
     def __init__(self, min_numel, narrow_integers=True):
         self.min_numel = min_numel
@@ -141,11 +141,9 @@ class Kept(torch.autograd.graph.saved_tensors_hooks):
         elif t.dtype == torch.float32 and t.numel() >= self.min_numel:
             kept, size = self.encode(t.detach(), computed=t.grad_fn is not None)
             packed = (self, "kept", t.shape, kept)
-        elif self.narrow_integers and t.dtype == torch.int64 and t.numel() >= self.min_numel:
-            low, high = (int(v) for v in torch.aminmax(t))
-            narrow = next(d for d in (torch.int8, torch.int16, torch.int32, torch.int64)
-                          if torch.iinfo(d).min <= low and high <= torch.iinfo(d).max)
-            packed, size = (self, "integers", t.to(narrow), t.dtype), t.numel() * narrow.itemsize
+        elif self.narrow_integers and t.dtype == torch.int64 and t.numel() >= self.min_numel and \
+                (integers := kompress.torch.pack_integers(t)) is not None:
+            packed, size = (self, "integers", integers), integers.nbytes
         else:
             packed, size = t, t.numel() * t.element_size()
         if entry is None or entry[0]() is None:
@@ -161,7 +159,7 @@ class Kept(torch.autograd.graph.saved_tensors_hooks):
             owner, _, shape, kept = packed
             return owner.decode(kept).view(shape)
         if packed[1] == "integers":
-            return packed[2].to(packed[3])
+            return packed[2].unpack()
         _, _, base, shape, stride, offset = packed
         return Kept.unpack(base).view(-1).as_strided(shape, stride, offset)
 

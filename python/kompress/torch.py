@@ -22,7 +22,7 @@ from kompress._group_allreduce import GroupAllreduce as _GroupAllreduce, GroupRe
 from kompress._group_exchange import GroupEmbeddingExchange as _GroupEmbeddingExchange
 
 __all__ = ["AllreduceHookState", "allreduce_hook", "GroupReport", "compressed_activations", "LayerBounds",
-           "EmbeddingAllToAll"]
+           "pack_integers", "PackedIntegers", "EmbeddingAllToAll"]
 
 
 # --- DDP communication hook ---------------------------------------------------------------
@@ -185,15 +185,6 @@ class _ViewOf:
         self.saved, self.shape, self.stride, self.offset = saved, shape, stride, offset
 
 
-class _Narrowed:
-    """An integer activation stored in the narrowest signed type that holds its values."""
-
-    __slots__ = ("values", "dtype")
-
-    def __init__(self, values, dtype):
-        self.values, self.dtype = values, dtype
-
-
 class _Kept:
     """An activation kept as it is while a LayerBounds schedule numbers the saves (one too small
     to compress, or one a check pass keeps exact), registered so that saving it again, or a view
@@ -227,6 +218,103 @@ def _narrowest(t):
     return None
 
 
+class PackedIntegers:
+    """An integer tensor kept exactly in fewer bytes, by :func:`pack_integers`; ``unpack()``
+    gives it back, same values, shape, type and device. ``nbytes``: the bytes it holds."""
+
+    __slots__ = ("_values", "_dtype", "_shape", "_window", "nbytes")
+
+    def __init__(self, values, dtype, shape, window=None):
+        self._values, self._dtype, self._shape, self._window = values, dtype, shape, window
+        self.nbytes = values.numel() * values.element_size()
+
+    def unpack(self):
+        if self._window is None:
+            return self._values.to(self._dtype)
+        width, stride, padding, extent, bits = self._window
+        count = self._shape.numel()
+        shifts = _torch.arange(0, 8, bits, dtype=_torch.uint8, device=self._values.device)
+        codes = ((self._values.unsqueeze(1) >> shifts) & ((1 << bits) - 1)).reshape(-1)[:count]
+        # 32-bit arithmetic wherever the values fit it, as on packing
+        math = _torch.int32 if width * (self._shape[-2] * stride + extent) < 2**30 else _torch.int64
+        codes = codes.to(math).reshape(-1, *self._shape[-2:])
+        rows, columns = _window_origins(self._shape, stride, padding, math, self._values.device)
+        return ((rows + codes // extent) * width + columns + codes % extent).to(self._dtype).reshape(self._shape)
+
+
+def _window_origins(shape, stride, padding, dtype, device):
+    """Each output position's window origin (row, column) in its input plane, as (rows, 1) and
+    (1, columns) tensors."""
+    rows = _torch.arange(shape[-2], dtype=dtype, device=device).view(-1, 1) * stride - padding
+    columns = _torch.arange(shape[-1], dtype=dtype, device=device).view(1, -1) * stride - padding
+    return rows, columns
+
+
+def _window_offsets(planes, width, stride, padding):
+    """(row offsets, column offsets) of flat indices into planes of `width` columns, from the
+    window origins of a pooling of `stride` and `padding`."""
+    rows, columns = _window_origins(planes.shape, stride, padding, planes.dtype, planes.device)
+    return planes // width - rows, planes % width - columns
+
+
+def _pooling_window(planes):
+    """(width, stride, padding, extent, row offsets, column offsets) such that every index lies in
+    its output position's window of extent x extent values, with the smallest extent (at most
+    16), or None. The
+    candidate plane widths of each stride and padding are screened together on the first plane,
+    then the best checked on all of them."""
+    ho, wo = planes.shape[-2:]
+    found = []
+    for stride in (2, 1, 3, 4):
+        for padding in range(0, stride + 1):
+            low = max(1, stride * (wo - 1) + 1 - 2 * padding)
+            widths = _torch.arange(low, stride * wo + 2 * padding + 2 * stride + 1, dtype=planes.dtype,
+                                   device=planes.device)
+            r, c = _window_offsets(planes[0], widths.view(-1, 1, 1), stride, padding)
+            low_offsets = _torch.minimum(r.amin(dim=(1, 2)), c.amin(dim=(1, 2))).tolist()
+            extents = (_torch.maximum(r.amax(dim=(1, 2)), c.amax(dim=(1, 2))) + 1).tolist()
+            found += [(e, int(w), stride, padding) for w, lo, e in zip(widths.tolist(), low_offsets, extents)
+                      if lo >= 0 and e <= 16]
+    for extent, width, stride, padding in sorted(found):
+        r, c = _window_offsets(planes, width, stride, padding)
+        if int(_torch.minimum(r.min(), c.min())) >= 0:
+            extent = max(extent, int(_torch.maximum(r.max(), c.max())) + 1)
+            if extent <= 16:
+                return width, stride, padding, extent, r, c
+    return None
+
+
+def pack_integers(t):
+    """``t`` kept exactly in fewer bytes, as a :class:`PackedIntegers`, or None where nothing
+    smaller holds it. Max pooling's indices (int64 flat positions in each input plane, one per
+    output position of the last two dimensions) are recognised by their values: where every
+    index lies in its output position's k x k window for some plane width, stride (1 to 4, the
+    same along both dimensions) and padding,
+    each is kept as its place in the window, in 2 (k <= 2), 4 (k <= 4) or 8 bits (k <= 16), its
+    position giving the rest. Other int16/32/64 tensors are kept in the narrowest signed type
+    that holds their values. Reads the values (a synchronisation on a GPU)."""
+    if t.dtype not in (_torch.int16, _torch.int32, _torch.int64) or t.numel() == 0:
+        return None
+    t = t.detach()
+    if t.dim() >= 2 and t.shape[-1] > 1 and t.shape[-2] > 1:
+        low, high = (int(v) for v in _torch.aminmax(t))
+        planes = t.reshape(-1, *t.shape[-2:])
+        if -2**30 < low and high < 2**30:  # 32-bit division is the faster
+            planes = planes.to(_torch.int32)
+        window = _pooling_window(planes)
+        if window is not None:
+            width, stride, padding, extent, r, c = window
+            bits = 2 if extent <= 2 else 4 if extent <= 4 else 8
+            codes = (r * extent + c).to(_torch.uint8).reshape(-1)
+            per_byte = 8 // bits
+            codes = _torch.nn.functional.pad(codes, (0, -codes.numel() % per_byte)).view(-1, per_byte)
+            shifts = _torch.arange(0, 8, bits, dtype=_torch.uint8, device=t.device)
+            packed = (codes << shifts).sum(dim=1, dtype=_torch.uint8)
+            return PackedIntegers(packed, t.dtype, t.shape, (width, stride, padding, extent, bits))
+    narrow = _narrowest(t)
+    return None if narrow is None else PackedIntegers(t.to(narrow), t.dtype, t.shape)
+
+
 class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
     """Keeps the activations autograd saves for backward compressed in a kompress Stash.
 
@@ -234,7 +322,7 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
     tensor on the stash's device that autograd saves with at least ``min_numel`` elements is
     compressed into the stash in the forward pass and restored, every value within the bound,
     when backward needs it; its stash entry is dropped when the graph releases it. Integer CPU
-    tensors are kept exactly in their narrowest type (``narrow_integers``); boolean tensors,
+    tensors are kept exactly in fewer bytes (``narrow_integers``); boolean tensors,
     smaller tensors, parameters (leaves that require grad, and views of them) and tensors on
     another device pass through untouched. A tensor saved twice (a ReLU's output that the next
     Linear also saves), or a view of one saved (softmax's output reshaped), is stored once.
@@ -256,9 +344,10 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
             then see exactly the mask the plain run sees. Costs 1/32 (float32) of the raw size,
             counted in the stash's stored bytes (``stats().sign_bytes``); on a tensor without
             negative values (a ReLU's output) its zeros are stored as those bits alone.
-        narrow_integers: keep int16/32/64 CPU tensors of at least ``min_numel`` elements (max
-            pooling's indices) in the narrowest signed type that holds their values, exactly,
-            and restore them in their own type.
+        narrow_integers: keep int16/32/64 CPU tensors of at least ``min_numel`` elements
+            exactly in fewer bytes, as :func:`pack_integers` does (max pooling's indices as their
+            place in the window, 2 bits each for a 2 x 2 pooling; others in the narrowest signed
+            type that holds their values), and restore them in their own type.
         codec: each save's codec: None (the stash's, 'fast' for a stash made here), 'fast',
             'ratio' or 'auto' (measured per save), as kompress.Stash.save.
         rounding: each save's rounding: None (the stash's, 'nearest' for a stash made here),
@@ -382,11 +471,11 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         # A schedule numbers every distinct float save, small ones too, so that a check pass on a
         # few rows numbers them as the full batch does.
         if not floating or (t.numel() < self.min_numel and self._schedule is None):
-            narrow = (_narrowest(t) if self.narrow_integers and t.device.type == "cpu"
+            packed = (pack_integers(t) if self.narrow_integers and t.device.type == "cpu"
                       and t.numel() >= self.min_numel else None)
-            self._passed[key] = t.numel() * (t.element_size() if narrow is None else narrow.itemsize)
+            self._passed[key] = t.numel() * t.element_size() if packed is None else packed.nbytes
             self._note()
-            return t if narrow is None else _Narrowed(t.detach().to(narrow), t.dtype)
+            return t if packed is None else packed
         # Deduplicate only while the first tensor lives: once it is freed, a new tensor may
         # take its memory with the same shape, and the key alone would mistake one for the other.
         entry = self._live.get(key)
@@ -434,8 +523,8 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
             self._live[("storage", saved.key[0])] = self._live[saved.key]
 
     def _unpack(self, saved):
-        if isinstance(saved, _Narrowed):
-            return saved.values.to(saved.dtype)
+        if isinstance(saved, PackedIntegers):
+            return saved.unpack()
         if isinstance(saved, _Kept):
             return saved.tensor
         if isinstance(saved, _ViewOf):

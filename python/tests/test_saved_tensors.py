@@ -115,10 +115,10 @@ def test_restored_activations_are_within_the_bound_and_pass_through_rules():
     # Passed through untouched: small tensors, parameters and their views, other types.
     for t in (torch.arange(500), h[:2, :10], w, w.t(), h.detach().to(torch.float16), h > 0):
         assert hooks._pack(t) is t
-    # Integers, exactly, in the narrowest type that holds them (int16 here).
+    # Integers, exactly, in fewer bytes: here the narrowest type that holds them (int16).
     indices = torch.arange(5000)
     narrow = hooks._pack(indices)
-    assert narrow.values.dtype == torch.int16 and torch.equal(hooks._unpack(narrow), indices)
+    assert narrow.nbytes == 2 * 5000 and torch.equal(hooks._unpack(narrow), indices)
     del saved
     assert hooks.stats().entries == 0, "the entry is dropped with the last reference"
     # In a graph: backward works and leaves nothing in the stash.
@@ -155,11 +155,10 @@ def test_where_the_hooks_apply():
     assert region < eager, (region, eager)
 
 
-def test_saved_bytes_count_integer_tensors_kept_narrow_and_exact():
+def test_saved_bytes_count_integer_tensors_kept_exactly_in_fewer_bytes():
     """Max pooling saves its argmax as int64, as many as its outputs: memory an honest count of
-    the saved activations includes although no stash holds it. The hooks keep such tensors in
-    the narrowest integer type that holds their values (int8 here: an index into an 8 x 8
-    plane) and restore them exactly."""
+    the saved activations includes although no stash holds it. The hooks keep each index as its
+    place in its 2 x 2 window (2 bits) and restore them exactly."""
     x = torch.from_numpy(load_array("act_cnn_s3_relu_out").reshape(-1, 64, 8, 8)[:4].copy()).requires_grad_()
     plain = {}
 
@@ -174,8 +173,8 @@ def test_saved_bytes_count_integer_tensors_kept_narrow_and_exact():
     indices = [n for d, n in plain.values() if d == torch.int64]
     assert len(indices) == 1, "the indices were saved (else this proves nothing)"
     values = indices[0]
-    for narrow, size in ((False, 8), (True, 1)):
-        hooks = kompress.torch.compressed_activations(rel=1e-2, min_numel=16, narrow_integers=narrow)
+    for packed, size in ((False, 8), (True, 0.25)):
+        hooks = kompress.torch.compressed_activations(rel=1e-2, min_numel=16, narrow_integers=packed)
         hooks.reset_peaks()
         with hooks:
             y = torch.nn.functional.max_pool2d(x * 2, 2)
@@ -183,6 +182,63 @@ def test_saved_bytes_count_integer_tensors_kept_narrow_and_exact():
         x.grad = None
         y.sum().backward()
         assert torch.equal(x.grad, exact), "the indices come back exactly"
+
+
+def _pooling_indices(shape, *args, **kwargs):
+    generator = torch.Generator().manual_seed(sum(shape))
+    x = torch.randn(shape, generator=generator)
+    return torch.nn.functional.max_pool2d(x, *args, return_indices=True, **kwargs)[1]
+
+
+@pytest.mark.parametrize("shape, args, kwargs, bits", [
+    ((16, 8, 28, 28), (2,), {}, 2),                           # the CNN's
+    ((2, 3, 15, 17), (2,), {"ceil_mode": True}, 2),           # odd planes, windows cut at the edge
+    ((4, 3, 15, 17), (3, 2, 1), {}, 4),                       # ResNet's stem pooling
+    ((2, 5, 9, 9), (3, 1, 1), {}, 4),
+    ((2, 3, 16, 16), (4,), {}, 4),
+    ((2, 3, 31, 29), (3,), {}, 4),
+    ((2, 3, 12, 12), (2,), {"dilation": 2}, 4),               # offsets 0 and 2: extent 3
+    ((2, 3, 8, 8), (5, 2, 2), {}, 8),
+    ((3, 40, 40), ((2, 3), 2), {}, 4),                        # no batch dimension, a 2 x 3 window
+    ((3, 40, 40), ((2, 3), (2, 3)), {}, 16),                  # strides that differ: int16
+])
+def test_pack_integers_keeps_pooling_indices_as_places_in_their_windows(shape, args, kwargs, bits):
+    indices = _pooling_indices(shape, *args, **kwargs)
+    packed = kompress.torch.pack_integers(indices)
+    assert packed.nbytes == -(-indices.numel() * bits // 8)
+    restored = packed.unpack()
+    assert restored.dtype == indices.dtype and restored.shape == indices.shape and torch.equal(restored, indices)
+    # The same through a non-contiguous view and as int32.
+    view = indices[..., ::2, :]
+    assert torch.equal(kompress.torch.pack_integers(view).unpack(), view)
+    as_int32 = indices.to(torch.int32)
+    again = kompress.torch.pack_integers(as_int32)
+    assert again.nbytes == packed.nbytes and torch.equal(again.unpack(), as_int32)
+
+
+def test_pack_integers_checks_every_plane_and_falls_back_to_the_narrowest_type():
+    """The window is chosen on the first plane and checked on all: a later plane whose indices
+    leave it makes another window, or the narrowest type, hold them, never a wrong value."""
+    indices = _pooling_indices((4, 6, 16, 16), 2)
+    broken = indices.clone()
+    broken[3, 5, 7, 7] = 0          # no 2 x 2 window at output (7, 7) holds index 0
+    packed = kompress.torch.pack_integers(broken)
+    assert torch.equal(packed.unpack(), broken)
+    assert packed.nbytes == 2 * broken.numel(), "int16 where no window holds every index"
+    for t, nbytes in ((torch.arange(5000), 10000),                       # 1-D: narrowest type
+                      (torch.randint(-5, 1000, (64, 33)), 2 * 64 * 33),  # no window: int16
+                      (torch.full((8, 8), 1 << 40), None),               # nothing narrower
+                      (torch.randint(0, 7, (8, 8), dtype=torch.int16), 64)):
+        packed = kompress.torch.pack_integers(t)
+        if nbytes is None:
+            assert packed is None
+        else:
+            assert packed.nbytes == nbytes and torch.equal(packed.unpack(), t)
+    # Values beyond 32 bits (searched in 64-bit arithmetic) that no window holds: left as they are.
+    assert kompress.torch.pack_integers(_pooling_indices((1, 2, 8, 8), 2) + (1 << 40)) is None
+    for t in (torch.zeros(0, dtype=torch.int64), torch.ones(4, 4), torch.ones(4, 4, dtype=torch.bool),
+              torch.ones(4, 4, dtype=torch.uint8)):
+        assert kompress.torch.pack_integers(t) is None
     assert kompress.torch._narrowest(torch.tensor([0, 1 << 40, -5])) is None
     assert kompress.torch._narrowest(torch.tensor([0, 1 << 20], dtype=torch.int32)) is None
     assert kompress.torch._narrowest(torch.tensor([0, 1 << 20])) == torch.int32
