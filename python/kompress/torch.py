@@ -254,15 +254,17 @@ def _window_offsets(planes, width, stride, padding):
     """(row offsets, column offsets) of flat indices into planes of `width` columns, from the
     window origins of a pooling of `stride` and `padding`."""
     rows, columns = _window_origins(planes.shape, stride, padding, planes.dtype, planes.device)
-    return planes // width - rows, planes % width - columns
+    row = planes // width
+    return row - rows, planes - row * width - columns
 
 
 def _pooling_window(planes):
     """(width, stride, padding, extent, row offsets, column offsets) such that every index lies in
     its output position's window of extent x extent values, with the smallest extent (at most
     16), or None. The
-    candidate plane widths of each stride and padding are screened together on the first plane,
-    then the best checked on all of them."""
+    candidate plane widths of each stride and padding are screened together on the first plane's
+    top-left corner (a large tensor of token ids costs little), then the best checked on every
+    plane."""
     ho, wo = planes.shape[-2:]
     found = []
     for stride in (2, 1, 3, 4):
@@ -270,7 +272,7 @@ def _pooling_window(planes):
             low = max(1, stride * (wo - 1) + 1 - 2 * padding)
             widths = _torch.arange(low, stride * wo + 2 * padding + 2 * stride + 1, dtype=planes.dtype,
                                    device=planes.device)
-            r, c = _window_offsets(planes[0], widths.view(-1, 1, 1), stride, padding)
+            r, c = _window_offsets(planes[0, :8, :64], widths.view(-1, 1, 1), stride, padding)
             low_offsets = _torch.minimum(r.amin(dim=(1, 2)), c.amin(dim=(1, 2))).tolist()
             extents = (_torch.maximum(r.amax(dim=(1, 2)), c.amax(dim=(1, 2))) + 1).tolist()
             found += [(e, int(w), stride, padding) for w, lo, e in zip(widths.tolist(), low_offsets, extents)
