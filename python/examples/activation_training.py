@@ -243,7 +243,7 @@ class Compressed:
         if softmax_rel is not None:
             rel = per_tensor(rel, softmax_rel)
         self.hooks = kompress.torch.compressed_activations(rel=rel, rounding=args.rounding, min_numel=args.min_numel,
-                                                           exact_sign=args.exact_sign, stash=stash)
+                                                           exact_sign=args.exact_sign, codec=args.codec, stash=stash)
         self.bounds = None if ceiling is None else kompress.torch.LayerBounds(
             self.hooks, ceiling=ceiling, tolerance=args.tolerance, check_every=args.check_every,
             check_batch=args.check_batch)
@@ -396,6 +396,8 @@ def main():
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--rel", type=float, default=5e-2, help="kompress's bound, relative to each tensor's range")
     parser.add_argument("--rounding", default="stochastic", choices=("nearest", "stochastic"))
+    parser.add_argument("--codec", default="fast", choices=("fast", "ratio", "auto"),
+                        help="kompress's codec (with stochastic rounding both restore the same values)")
     parser.add_argument("--segment-bytes", type=int, default=16 << 10)
     parser.add_argument("--no-exact-sign", dest="exact_sign", action="store_false",
                         help="kompress without sign bits (safe where no backward takes a mask from a saved tensor)")
@@ -431,7 +433,7 @@ def main():
                 for seed in args.seeds.split(",") for v in variants]
         summaries[model_name] = report(model_name, variants, rows)
         results += rows
-    print(f"\nkompress: REL {args.rel:g} unless named, {args.rounding} rounding, "
+    print(f"\nkompress: REL {args.rel:g} unless named, the {args.codec} codec, {args.rounding} rounding, "
           f"{'with' if args.exact_sign else 'without'} sign bits, {args.segment_bytes}-byte segments; "
           f"{args.epochs} epochs x {args.train} images, batch {args.batch}, {args.threads} thread(s); "
           f"{sum(r['seconds'] for r in results):.0f} s of training")
