@@ -220,7 +220,9 @@ def _narrowest(t):
 
 class PackedIntegers:
     """An integer tensor kept exactly in fewer bytes, by :func:`pack_integers`; ``unpack()``
-    gives it back, same values, shape, type and device. ``nbytes``: the bytes it holds."""
+    gives it back, same values, shape, type and device. ``nbytes``: the bytes it holds.
+    Unpacking computes in 32 bits where every value fits: each is below width * (rows * stride +
+    extent)."""
 
     __slots__ = ("_values", "_dtype", "_shape", "_window", "nbytes")
 
@@ -235,7 +237,6 @@ class PackedIntegers:
         count = self._shape.numel()
         shifts = _torch.arange(0, 8, bits, dtype=_torch.uint8, device=self._values.device)
         codes = ((self._values.unsqueeze(1) >> shifts) & ((1 << bits) - 1)).reshape(-1)[:count]
-        # 32-bit arithmetic wherever the values fit it, as on packing
         math = _torch.int32 if width * (self._shape[-2] * stride + extent) < 2**30 else _torch.int64
         codes = codes.to(math).reshape(-1, *self._shape[-2:])
         rows, columns = _window_origins(self._shape, stride, padding, math, self._values.device)
@@ -261,10 +262,9 @@ def _window_offsets(planes, width, stride, padding):
 def _pooling_window(planes):
     """(width, stride, padding, extent, row offsets, column offsets) such that every index lies in
     its output position's window of extent x extent values, with the smallest extent (at most
-    16), or None. The
-    candidate plane widths of each stride and padding are screened together on the first plane's
-    top-left corner (a large tensor of token ids costs little), then the best checked on every
-    plane."""
+    16), or None. The candidate plane widths of each stride and padding are screened together on
+    the first plane's top-left corner (a large tensor of token ids costs little), then the best
+    checked on every plane."""
     ho, wo = planes.shape[-2:]
     found = []
     for stride in (2, 1, 3, 4):
@@ -291,9 +291,8 @@ def pack_integers(t):
     smaller holds it. Max pooling's indices (int64 flat positions in each input plane, one per
     output position of the last two dimensions) are recognised by their values: where every
     index lies in its output position's k x k window for some plane width, stride (1 to 4, the
-    same along both dimensions) and padding,
-    each is kept as its place in the window, in 2 (k <= 2), 4 (k <= 4) or 8 bits (k <= 16), its
-    position giving the rest. Other int16/32/64 tensors are kept in the narrowest signed type
+    same along both dimensions) and padding, each is kept as its place in the window, in 2
+    (k <= 2), 4 (k <= 4) or 8 bits (k <= 16), its position giving the rest. Other int16/32/64 tensors are kept in the narrowest signed type
     that holds their values. Reads the values (a synchronisation on a GPU)."""
     if t.dtype not in (_torch.int16, _torch.int32, _torch.int64) or t.numel() == 0:
         return None
