@@ -204,11 +204,13 @@ class _Kept:
 _NARROWER = (_torch.int8, _torch.int16, _torch.int32)
 
 
-def _narrowest(t):
-    """The narrowest of int8, int16 and int32 narrower than t's type holding t's values, or None."""
+def _narrowest(t, low=None, high=None):
+    """The narrowest of int8, int16 and int32 narrower than t's type holding t's values (whose
+    range is [low, high] when the caller has read it already), or None."""
     if t.dtype not in (_torch.int16, _torch.int32, _torch.int64) or t.numel() == 0:
         return None
-    low, high = (int(v) for v in _torch.aminmax(t))
+    if low is None:
+        low, high = (int(v) for v in _torch.aminmax(t))
     for dtype in _NARROWER:
         if dtype.itemsize >= t.dtype.itemsize:
             return None
@@ -292,13 +294,14 @@ def pack_integers(t):
     output position of the last two dimensions) are recognised by their values: where every
     index lies in its output position's k x k window for some plane width, stride (1 to 4, the
     same along both dimensions) and padding, each is kept as its place in the window, in 2
-    (k <= 2), 4 (k <= 4) or 8 bits (k <= 16), its position giving the rest. Other int16/32/64 tensors are kept in the narrowest signed type
-    that holds their values. Reads the values (a synchronisation on a GPU)."""
+    (k <= 2), 4 (k <= 4) or 8 bits (k <= 16), its position giving the rest. Other int16/32/64
+    tensors are kept in the narrowest signed type that holds their values. Reads the values (a
+    synchronisation on a GPU)."""
     if t.dtype not in (_torch.int16, _torch.int32, _torch.int64) or t.numel() == 0:
         return None
     t = t.detach()
+    low, high = (int(v) for v in _torch.aminmax(t))
     if t.dim() >= 2 and t.shape[-1] > 1 and t.shape[-2] > 1:
-        low, high = (int(v) for v in _torch.aminmax(t))
         planes = t.reshape(-1, *t.shape[-2:])
         if -2**30 < low and high < 2**30:  # 32-bit division is the faster
             planes = planes.to(_torch.int32)
@@ -312,7 +315,7 @@ def pack_integers(t):
             shifts = _torch.arange(0, 8, bits, dtype=_torch.uint8, device=t.device)
             packed = (codes << shifts).sum(dim=1, dtype=_torch.uint8)
             return PackedIntegers(packed, t.dtype, t.shape, (width, stride, padding, extent, bits))
-    narrow = _narrowest(t)
+    narrow = _narrowest(t, low, high)
     return None if narrow is None else PackedIntegers(t.to(narrow), t.dtype, t.shape)
 
 
