@@ -17,6 +17,9 @@
 //                codec's throughput, fixed cost per call and ratio measured at start on rank 0
 //                (calls of 4 MiB and 16 KiB of the data at --bound, real time; throughput times
 //                --compute-speedup)
+//   auto-init    auto as a persistent collective (kompress::allreduce_init and siblings, set up
+//                once before the calls, each call its run()): the agreement and the decision
+//                are made once, and a raw call is MPI's own blocking collective
 //   homomorphic  allreduce and reduce_scatter: compressed with reduction_method::homomorphic
 //   hier, hier-auto  allreduce, reduce_scatter and allgather over kompress::node_groups of
 //                --ranks-per-node consecutive ranks (the hierarchical collectives: raw within a
@@ -108,7 +111,8 @@ struct options {
   std::fprintf(stderr,
                "bench_collectives_at_scale: %s\n"
                "usage: bench_collectives_at_scale --op allreduce|alltoall|allgather|reduce_scatter --bytes N[KMG]\n"
-               "       [--bound REL] [--data FILE] [--variants plain,raw,compressed,ring,halving,auto,homomorphic]\n"
+               "       [--bound REL] [--data FILE]\n"
+               "       [--variants plain,raw,compressed,ring,halving,auto,auto-init,homomorphic,hier,hier-auto]\n"
                "       [--reps N] [--ranks-per-node K] [--exchange-window W]\n"
                "       [--link-gbps G] [--compute-speedup K | --gpu-codec CSV [--gpu-kernel-gbs G]] [--check]\n"
                "       [--shared] [--csv PATH]\n"
@@ -149,7 +153,7 @@ options parse(int argc, char** argv) {
     usage("--op takes allreduce, alltoall, allgather or reduce_scatter");
   for (const auto& v : o.variants)
     if (v != "plain" && v != "raw" && v != "compressed" && v != "ring" && v != "halving" && v != "auto" &&
-        v != "homomorphic" && v != "hier" && v != "hier-auto")
+        v != "auto-init" && v != "homomorphic" && v != "hier" && v != "hier-auto")
       usage("unknown variant " + v);
     else if (v.starts_with("hier") && o.op == "alltoall")
       usage("the hier variants are allreduce's, reduce_scatter's and allgather's");
@@ -464,6 +468,17 @@ kompress::collective_report run_kompress(const options& o, const kompress::colle
   return kompress::reduce_scatter(exec, send.view(), recv.view(), comm, copts, &workspace);
 }
 
+/// The persistent form of the call run_kompress makes (flat, on MPI_COMM_WORLD).
+kompress::persistent_request init_kompress(const options& o, const kompress::collective_options& copts,
+                                           const buffer& send, const buffer& recv) {
+  const host_exec exec;
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  if (o.op == "allreduce") return kompress::allreduce_init(exec, send.view(), recv.view(), comm, copts);
+  if (o.op == "alltoall") return kompress::alltoall_init(exec, send.view(), recv.view(), comm, copts);
+  if (o.op == "allgather") return kompress::allgather_init(exec, send.view(), recv.view(), comm, copts);
+  return kompress::reduce_scatter_init(exec, send.view(), recv.view(), comm, copts);
+}
+
 double slowest_rank(double seconds) {
   MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return seconds;
@@ -597,8 +612,9 @@ int main(int argc, char** argv) {
       copts.exchange_window = o.exchange_window;
       const bool hierarchical = variant.starts_with("hier");
       copts.mode = variant == "raw"                             ? kompress::transfer_mode::raw
-                   : variant == "auto" || variant == "hier-auto" ? kompress::transfer_mode::automatic
-                                                                 : kompress::transfer_mode::compressed;
+                   : variant == "auto" || variant == "auto-init" || variant == "hier-auto"
+                       ? kompress::transfer_mode::automatic
+                       : kompress::transfer_mode::compressed;
       // The simulated hosts have one network link: the K ranks of a node share it, so each of
       // the K allreduces across nodes gets a K-th of it (kompress::cost_model: the link a
       // rank's messages get).
@@ -606,8 +622,13 @@ int main(int argc, char** argv) {
       if (variant == "homomorphic") copts.reduction = kompress::reduction_method::homomorphic;
       if (variant == "ring") copts.schedule = kompress::collective_schedule::ring;
       if (variant == "halving") copts.schedule = kompress::collective_schedule::halving_doubling;
+      // Set up once, as a loop would before its first call; destroyed (collectively) with the
+      // iteration, on every rank.
+      std::optional<kompress::persistent_request> persistent;
+      if (variant == "auto-init") persistent.emplace(init_kompress(o, copts, send, recv));
       const auto call = [&] {
         if (variant == "plain") run_plain(o, send, recv, send_count, p);
+        else if (persistent) r.report = persistent->run();
         else if (hierarchical) r.report = run_kompress(o, copts, own_send ? *own_send : send, recv, workspace, &groups,
                                                   &hierarchical_scratch);
         else r.report = run_kompress(o, copts, send, recv, workspace);
