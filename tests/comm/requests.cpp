@@ -1,8 +1,8 @@
 // Several nonblocking and persistent requests in flight at once, one-shot, pipelined and on a
 // workspace, completed in any order (by wait() and by test()), against plain MPI; and the
 // persistent request's lifecycle: start on an active request, wait or test before any start,
-// moved-from and empty requests, a request destroyed while active. Run under mpiexec -n 1, 2, 3
-// and 4.
+// moved-from and empty requests, a request destroyed while active; automatic mode's timed choice
+// between a raw and a compressed round at init. Run under mpiexec -n 1, 2, 3 and 4.
 
 #include <kompress/comm.hpp>
 
@@ -12,9 +12,12 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <thread>
 #include <vector>
 
 using namespace kompress::test;  // support/mpi_checks.hpp, comm/checks.hpp
@@ -158,4 +161,58 @@ TEST_CASE("persistent requests: start on an active request, wait or test before 
   kompress::persistent_request empty;
   CHECK(!empty.valid());
   CHECK_THROWS_AS(empty.report(), kompress::invalid_argument);
+}
+
+namespace {
+
+/// A round that takes `seconds` on this rank (a sleep), and counts its rounds: the candidates
+/// faster_of times, with times chosen per rank.
+class timed_round final : public kompress::detail::persistent_operation {
+ public:
+  timed_round(double seconds, int* rounds) : seconds_(seconds), rounds_(rounds) {}
+  void start() override {}
+  bool progress(bool) override { return true; }
+  void run() override {
+    ++*rounds_;
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds_));
+  }
+  const kompress::collective_report& report() const override { return report_; }
+
+ private:
+  double seconds_;
+  int* rounds_;
+  kompress::collective_report report_;
+};
+
+/// Which candidate faster_of keeps (true: the compressed one) where this rank's raw and
+/// compressed rounds take these times; every candidate's rounds are counted.
+bool keeps_compressed(double raw_seconds, double compressed_seconds, int& raw_rounds, int& compressed_rounds) {
+  auto raw = std::make_unique<timed_round>(raw_seconds, &raw_rounds);
+  auto compressed = std::make_unique<timed_round>(compressed_seconds, &compressed_rounds);
+  const kompress::detail::persistent_operation* compressed_op = compressed.get();
+  const auto kept = kompress::detail::faster_of(std::move(raw), std::move(compressed), MPI_COMM_WORLD, "test");
+  return kept.get() == compressed_op;
+}
+
+}  // namespace
+
+TEST_CASE("persistent requests: automatic mode keeps the faster round, as the slowest rank timed it") {
+  const int me = rank_of();
+  int raw_rounds = 0, compressed_rounds = 0;
+  // Everywhere faster compressed: kept, after one untimed and three timed rounds of each.
+  CHECK(keeps_compressed(0.012, 0.002, raw_rounds, compressed_rounds));
+  CHECK(raw_rounds == 4);
+  CHECK(compressed_rounds == 4);
+  // Everywhere faster raw, and a tie within the 5% margin: raw.
+  CHECK_FALSE(keeps_compressed(0.002, 0.012, raw_rounds, compressed_rounds));
+  CHECK_FALSE(keeps_compressed(0.010, 0.0098, raw_rounds, compressed_rounds));
+  // Faster compressed on every rank but the last, where it is slow: the slowest rank's times
+  // decide, and every rank keeps raw.
+  const bool last = me == size_of() - 1;
+  CHECK_FALSE(keeps_compressed(0.010, last ? 0.030 : 0.001, raw_rounds, compressed_rounds));
+  // Rounds past a second in all: the pairs stop after that, on every rank alike.
+  raw_rounds = compressed_rounds = 0;
+  CHECK(keeps_compressed(me == 0 ? 0.5 : 0.25, 0.02, raw_rounds, compressed_rounds));
+  CHECK(raw_rounds == 3);  // untimed, then pairs to 0.52 s and 1.04 s (rank 0's times decide)
+  CHECK(compressed_rounds == 3);
 }

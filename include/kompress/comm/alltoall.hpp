@@ -24,7 +24,9 @@
 
 #include <climits>
 #include <concepts>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <ranges>
 #include <tuple>
@@ -243,25 +245,12 @@ std::unique_ptr<operation> start_alltoall(const Exec& exec, const SendView& send
       options, workspace, nonblocking, who);
 }
 
-/// alltoall_init and alltoallv_init: agreed once; when no message may be compressed (and
-/// raw_exchange_takes_engine says no), rounds are MPI's own persistent alltoall(v), else
-/// kompress's engine on the request's own scratch and communicator.
-template <class Exec, class SendView, class RecvView, class MakeLayout>
-std::unique_ptr<persistent_operation> init_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
-                                                    MakeLayout&& make_layout, bool uniform, MPI_Comm comm,
-                                                    const collective_options& options, const char* who) {
+/// The rounds of an alltoall(v) that sends every block raw: MPI's own persistent alltoall(v).
+template <class Exec, class SendView, class RecvView>
+std::unique_ptr<persistent_operation> mpi_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
+                                                   const agreed_exchange& agreed, bool uniform, MPI_Comm comm,
+                                                   const collective_options& options, const char* who) {
   using T = typename SendView::non_const_value_type;
-  Kokkos::Profiling::ScopedRegion region(who);
-  small_call<T> unused;
-  const agreed_exchange agreed = agree_exchange(exec, send, recv, std::forward<MakeLayout>(make_layout), uniform, comm,
-                                                options, nullptr, true, true, who, unused);
-  if (!exchange_sends_raw(agreed, sizeof(T)) || raw_exchange_takes_engine(agreed.shape))
-    return std::make_unique<persistent_engine_collective<Exec>>(
-        exec, comm,
-        [=](workspace_slot& slot) {
-          return launch_exchange(exec, send, recv, agreed, &slot, options, slot.comm, true, who);
-        },
-        who);
   const collective_report report = raw_exchange_report(agreed, sizeof(T), options);
   if (uniform) {
     const mpi_alltoall<T> call{send.data(), recv.data(), int(agreed.layout.send_counts[0]), comm};
@@ -279,6 +268,44 @@ std::unique_ptr<persistent_operation> init_exchange(const Exec& exec, const Send
                               comm};
   return std::make_unique<persistent_mpi_collective<Exec, SendView, RecvView, mpi_alltoallv<T>>>(exec, send, recv,
                                                                                                  call, report, who);
+}
+
+/// alltoall_init and alltoallv_init: agreed once; when no message may be compressed (and
+/// raw_exchange_takes_engine says no), rounds are MPI's own persistent alltoall(v), else
+/// kompress's engine on the request's own scratch and communicator. Automatic mode times the
+/// two where times_automatic_choice says and keeps the faster (faster_of).
+template <class Exec, class SendView, class RecvView, class MakeLayout>
+std::unique_ptr<persistent_operation> init_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
+                                                    MakeLayout&& make_layout, bool uniform, MPI_Comm comm,
+                                                    const collective_options& options, const char* who) {
+  using T = typename SendView::non_const_value_type;
+  Kokkos::Profiling::ScopedRegion region(who);
+  small_call<T> unused;
+  const agreed_exchange agreed = agree_exchange(exec, send, recv, std::forward<MakeLayout>(make_layout), uniform, comm,
+                                                options, nullptr, true, true, who, unused);
+  const auto engine = [&](const agreed_exchange& on) -> std::unique_ptr<persistent_operation> {
+    return std::make_unique<persistent_engine_collective<Exec>>(
+        exec, comm,
+        [=](workspace_slot& slot) {
+          return launch_exchange(exec, send, recv, on, &slot, options, slot.comm, true, who);
+        },
+        who);
+  };
+  const bool model_says_raw = exchange_sends_raw(agreed, sizeof(T));
+  if (raw_exchange_takes_engine(agreed.shape)) return engine(agreed);
+  // The largest send buffer of any rank decides, so that every rank decides alike (alltoallv's
+  // differ); the mode, staging and size it is asked under are agreed.
+  std::uint64_t largest = send.size() * sizeof(T);
+  if (times_automatic_choice(options, agreed.how, agreed.shape, std::numeric_limits<std::size_t>::max()))
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, &largest, 1, MPI_UINT64_T, MPI_MAX, comm), who, "MPI_Allreduce");
+  if (times_automatic_choice(options, agreed.how, agreed.shape, largest)) {
+    agreed_exchange compressed = agreed;  // as init_ring_collective's
+    if (model_says_raw) compressed.rule.mode = transfer_mode::compressed;
+    return faster_of(mpi_exchange(exec, send, recv, agreed, uniform, comm, options, who), engine(compressed), comm,
+                     who);
+  }
+  if (!model_says_raw) return engine(agreed);
+  return mpi_exchange(exec, send, recv, agreed, uniform, comm, options, who);
 }
 
 template <class Exec, class SendView, class RecvView, class... Counts>

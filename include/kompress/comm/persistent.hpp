@@ -7,12 +7,13 @@
 // MPI_Allreduce) from calls of 4-64 KiB, where it costs about as much as the data itself
 // (docs/collectives.md, "Persistent collectives").
 //
-// Raw transfers (raw mode, automatic mode where the cost model says raw, one rank) run MPI's
+// Raw transfers (raw mode, automatic mode where MPI's round timed faster, one rank) run MPI's
 // own collective on the caller's Views: the persistent form (MPI_Allreduce_init and its
 // siblings) where the MPI library is MPI-4, else the nonblocking one (MPI_Iallreduce...) per
 // start; on two ranks, up to 1 MiB, one exchange with the peer instead (persistent_pair_exchange;
 // alltoall(v): the engine). Compressed transfers run kompress's engine on scratch and a
-// duplicated communicator the request owns.
+// duplicated communicator the request owns. Automatic mode times a few rounds of each at init
+// and keeps the faster (faster_of below): a round measured, not the cost model's estimate.
 
 #include <kompress/comm/options.hpp>
 #include <kompress/comm/request.hpp>
@@ -97,6 +98,48 @@ class persistent_engine_collective final : public persistent_operation {
   collective_report empty_;
   bool active_ = false;
 };
+
+/// Whether automatic mode's init times its two ways of running a round (MPI's own collective
+/// on the Views, kompress's compressed engine) instead of trusting the cost model: where MPI
+/// reads the Views (not staged), on more than one rank, and for at least a message's worth of
+/// bytes (below the model's min_message_bytes latency decides, and MPI's call is kept).
+/// `bytes`: the largest send buffer of any rank (every rank must decide alike).
+inline bool times_automatic_choice(const collective_options& options, const transport& how, comm_shape shape,
+                                   std::size_t bytes) {
+  return options.mode == transfer_mode::automatic && !how.staged && shape.size > 1 && bytes > 0 &&
+         bytes >= options.cost.min_message_bytes;
+}
+
+/// Automatic mode's choice for a persistent collective, by measurement: each candidate runs one
+/// untimed round (scratch first touched, MPI's first messages), then up to three timed pairs of
+/// rounds, alternating, while they take under a second in all. The slowest rank's time of each
+/// round decides (one MPI_Allreduce per pair, so every rank sees the same times, stops after the
+/// same pair and keeps the same candidate): `compressed` where its best round beat `raw`'s by
+/// 5%, else `raw`. Collective over `comm`; the rounds read the send View and write the result,
+/// as start() would. The cost model misjudges where MPI's own algorithm is far from the link's
+/// rate (an alltoall through a congested tree) or latency dominates: a round measured is what
+/// the loop will pay (docs/collectives.md, "Persistent collectives").
+inline std::unique_ptr<persistent_operation> faster_of(std::unique_ptr<persistent_operation> raw,
+                                                       std::unique_ptr<persistent_operation> compressed,
+                                                       MPI_Comm comm, const char* who) {
+  const auto round = [](persistent_operation& op) {
+    const double start = MPI_Wtime();  // simulated time under a simulator (SMPI), as MPI's are
+    op.run();
+    return MPI_Wtime() - start;
+  };
+  round(*raw);
+  round(*compressed);
+  double best[2] = {1e300, 1e300}, spent = 0.0;  // raw, compressed
+  for (int pair = 0; pair < 3 && spent < 1.0; ++pair) {
+    double t[2] = {round(*raw), round(*compressed)};
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, comm), who, "MPI_Allreduce");
+    best[0] = std::min(best[0], t[0]);
+    best[1] = std::min(best[1], t[1]);
+    spent += t[0] + t[1];
+  }
+  constexpr double margin = 1.05;  // noise between rounds; a tie keeps MPI's call
+  return best[1] * margin < best[0] ? std::move(compressed) : std::move(raw);
+}
 
 }  // namespace detail
 

@@ -158,7 +158,8 @@ std::unique_ptr<operation> start_ring_collective(const Call& call, MPI_Comm comm
 
 /// Every persistent ring collective: agreed once; compressed rounds are the ring on the
 /// request's own scratch and communicator, raw ones MPI's persistent collective, or on two
-/// ranks one exchange with the peer (small_calls.hpp).
+/// ranks one exchange with the peer (small_calls.hpp). Automatic mode times the two where
+/// times_automatic_choice says and keeps the faster (faster_of).
 template <class Call>
 std::unique_ptr<persistent_operation> init_ring_collective(const Call& call, MPI_Comm comm) {
   using Exec = std::remove_cvref_t<decltype(call.exec)>;
@@ -167,18 +168,30 @@ std::unique_ptr<persistent_operation> init_ring_collective(const Call& call, MPI
   Kokkos::Profiling::ScopedRegion region(call.who);
   small_call<typename Call::value_type> unused;
   const agreed_ring agreed = agree_ring_call(call, comm, nullptr, true, true, unused);
-  if (!call.sends_raw(agreed))
+  const auto engine = [&](const agreed_ring& on) -> std::unique_ptr<persistent_operation> {
     return std::make_unique<persistent_engine_collective<Exec>>(
-        call.exec, comm,
-        [=](workspace_slot& slot) { return call.ring(agreed, &slot, slot.comm, true); }, call.who);
-  const auto mpi = call.mpi(comm);
-  const collective_report report = call.raw_report(agreed.shape);
-  const small_call<typename Call::value_type> pair = call.small_call_of(agreed);
-  if (pair_rounds(agreed.shape, pair))
-    return std::make_unique<persistent_pair_exchange<Exec, send_view, recv_view, decltype(mpi)>>(
-        call.exec, call.send, call.recv, comm, pair, mpi, report, call.who);
-  return std::make_unique<persistent_mpi_collective<Exec, send_view, recv_view, decltype(mpi)>>(
-      call.exec, call.send, call.recv, mpi, report, call.who);
+        call.exec, comm, [=](workspace_slot& slot) { return call.ring(on, &slot, slot.comm, true); }, call.who);
+  };
+  const auto raw = [&]() -> std::unique_ptr<persistent_operation> {
+    const auto mpi = call.mpi(comm);
+    const collective_report report = call.raw_report(agreed.shape);
+    const small_call<typename Call::value_type> pair = call.small_call_of(agreed);
+    if (pair_rounds(agreed.shape, pair))
+      return std::make_unique<persistent_pair_exchange<Exec, send_view, recv_view, decltype(mpi)>>(
+          call.exec, call.send, call.recv, comm, pair, mpi, report, call.who);
+    return std::make_unique<persistent_mpi_collective<Exec, send_view, recv_view, decltype(mpi)>>(
+        call.exec, call.send, call.recv, mpi, report, call.who);
+  };
+  const bool model_says_raw = call.sends_raw(agreed);
+  const std::size_t bytes = call.send.size() * sizeof(typename Call::value_type);
+  if (times_automatic_choice(call.options, agreed.how, agreed.shape, bytes)) {
+    // The compressed candidate: automatic mode's engine where the model compresses, else the
+    // engine compressing every message it may.
+    agreed_ring compressed = agreed;
+    if (model_says_raw) compressed.rule.mode = transfer_mode::compressed;
+    return faster_of(raw(), engine(compressed), comm, call.who);
+  }
+  return model_says_raw ? raw() : engine(agreed);
 }
 
 /// The absolute bound of `options` for a ring collective: ABS as given, REL against the value
