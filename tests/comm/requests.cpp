@@ -199,10 +199,10 @@ bool keeps_compressed(double raw_seconds, double compressed_seconds, int& raw_ro
 TEST_CASE("persistent requests: automatic mode keeps the faster round, as the slowest rank timed it") {
   const int me = rank_of();
   int raw_rounds = 0, compressed_rounds = 0;
-  // Everywhere faster compressed: kept, after one untimed and three timed rounds of each.
+  // Everywhere faster compressed: kept, after one untimed and eight timed rounds of each.
   CHECK(keeps_compressed(0.012, 0.002, raw_rounds, compressed_rounds));
-  CHECK(raw_rounds == 4);
-  CHECK(compressed_rounds == 4);
+  CHECK(raw_rounds == 9);
+  CHECK(compressed_rounds == 9);
   // Everywhere faster raw, and a tie within the 5% margin: raw.
   CHECK_FALSE(keeps_compressed(0.002, 0.012, raw_rounds, compressed_rounds));
   CHECK_FALSE(keeps_compressed(0.010, 0.0098, raw_rounds, compressed_rounds));
@@ -210,9 +210,9 @@ TEST_CASE("persistent requests: automatic mode keeps the faster round, as the sl
   // decide, and every rank keeps raw.
   const bool last = me == size_of() - 1;
   CHECK_FALSE(keeps_compressed(0.010, last ? 0.030 : 0.001, raw_rounds, compressed_rounds));
-  // Rounds past a second in all: the pairs stop after that, on every rank alike.
+  // Rounds past half a second in all: the pairs stop after that, on every rank alike.
   raw_rounds = compressed_rounds = 0;
-  CHECK(keeps_compressed(me == 0 ? 0.5 : 0.25, 0.02, raw_rounds, compressed_rounds));
-  CHECK(raw_rounds == 3);  // untimed, then pairs to 0.52 s and 1.04 s (rank 0's times decide)
+  CHECK(keeps_compressed(me == 0 ? 0.3 : 0.15, 0.02, raw_rounds, compressed_rounds));
+  CHECK(raw_rounds == 3);  // untimed, then pairs to 0.32 s and 0.64 s (rank 0's times decide)
   CHECK(compressed_rounds == 3);
 }
