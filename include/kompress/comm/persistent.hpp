@@ -116,17 +116,16 @@ inline bool times_automatic_choice(const collective_options& options, const tran
 /// slowest rank's time of each round decides (one MPI_Allreduce per pair, so every rank sees
 /// the same times, stops after the same pair and keeps the same candidate): `compressed` where
 /// its best round beat `raw`'s by 5%, else `raw`. The best of several, because a compressed
-/// round's time varies by tens of percent from one to the next (the codec's caches; simulated,
-/// 0.53-1.15 ms for rounds of 0.6). Collective over `comm`; the rounds read the send View and write the result,
+/// round's time varies by tens of percent from one to the next (docs/scale.md, "Automatic mode
+/// set up once"). Collective over `comm`; the rounds read the send View and write the result,
 /// as start() would. The cost model misjudges where MPI's own algorithm is far from the link's
 /// rate (an alltoall through a congested tree) or latency dominates: a round measured is what
 /// the loop will pay (docs/collectives.md, "Persistent collectives").
 inline std::unique_ptr<persistent_operation> faster_of(std::unique_ptr<persistent_operation> raw,
                                                        std::unique_ptr<persistent_operation> compressed,
                                                        MPI_Comm comm, const char* who) {
-  // Each round starts together on every rank: without the barrier a round's time holds the
-  // ranks' skew from the one before (simulated, it made compressed rounds that run 1.5x faster
-  // than MPI's time as slow as them).
+  // Each round starts together on every rank, so that its time is the round's own and not the
+  // ranks' skew from the round before.
   const auto round = [&](persistent_operation& op) {
     check_mpi(MPI_Barrier(comm), who, "MPI_Barrier");
     const double start = MPI_Wtime();  // simulated time under a simulator (SMPI), as MPI's are
