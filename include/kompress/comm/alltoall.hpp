@@ -26,7 +26,6 @@
 #include <concepts>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <ranges>
 #include <tuple>
@@ -273,7 +272,7 @@ std::unique_ptr<persistent_operation> mpi_exchange(const Exec& exec, const SendV
 /// alltoall_init and alltoallv_init: agreed once; when no message may be compressed (and
 /// raw_exchange_takes_engine says no), rounds are MPI's own persistent alltoall(v), else
 /// kompress's engine on the request's own scratch and communicator. Automatic mode times the
-/// two where times_automatic_choice says and keeps the faster (faster_of).
+/// two where times_automatic_choice and worth_timing say and keeps the faster (faster_of).
 template <class Exec, class SendView, class RecvView, class MakeLayout>
 std::unique_ptr<persistent_operation> init_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
                                                     MakeLayout&& make_layout, bool uniform, MPI_Comm comm,
@@ -291,18 +290,18 @@ std::unique_ptr<persistent_operation> init_exchange(const Exec& exec, const Send
         },
         who);
   };
-  const bool model_says_raw = exchange_sends_raw(agreed, sizeof(T));
   if (raw_exchange_takes_engine(agreed.shape)) return engine(agreed);
-  // The largest send buffer of any rank decides, so that every rank decides alike (alltoallv's
-  // differ); the mode, staging and size it is asked under are agreed.
-  std::uint64_t largest = send.size() * sizeof(T);
-  if (times_automatic_choice(options, agreed.how, agreed.shape, std::numeric_limits<std::size_t>::max()))
+  const bool model_says_raw = exchange_sends_raw(agreed, sizeof(T));
+  if (times_automatic_choice(options, agreed.how, agreed.shape)) {
+    // alltoallv's send buffers differ: the largest of any rank decides, alike everywhere.
+    std::uint64_t largest = send.size() * sizeof(T);
     check_mpi(MPI_Allreduce(MPI_IN_PLACE, &largest, 1, MPI_UINT64_T, MPI_MAX, comm), who, "MPI_Allreduce");
-  if (times_automatic_choice(options, agreed.how, agreed.shape, largest)) {
-    agreed_exchange compressed = agreed;  // as init_ring_collective's
-    if (model_says_raw) compressed.rule.mode = transfer_mode::compressed;
-    return faster_of(mpi_exchange(exec, send, recv, agreed, uniform, comm, options, who), engine(compressed), comm,
-                     who);
+    if (worth_timing(options, largest)) {
+      agreed_exchange compressed = agreed;  // as init_ring_collective's
+      if (model_says_raw) compressed.rule.mode = transfer_mode::compressed;
+      return faster_of(mpi_exchange(exec, send, recv, agreed, uniform, comm, options, who), engine(compressed),
+                       comm, who);
+    }
   }
   if (!model_says_raw) return engine(agreed);
   return mpi_exchange(exec, send, recv, agreed, uniform, comm, options, who);

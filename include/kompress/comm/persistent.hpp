@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -99,15 +100,18 @@ class persistent_engine_collective final : public persistent_operation {
   bool active_ = false;
 };
 
-/// Whether automatic mode's init times its two ways of running a round (MPI's own collective
+/// Whether automatic mode's init may time its two ways of running a round (MPI's own collective
 /// on the Views, kompress's compressed engine) instead of trusting the cost model: where MPI
-/// reads the Views (not staged), on more than one rank, and for at least a message's worth of
-/// bytes (below the model's min_message_bytes latency decides, and MPI's call is kept).
-/// `bytes`: the largest send buffer of any rank (every rank must decide alike).
-inline bool times_automatic_choice(const collective_options& options, const transport& how, comm_shape shape,
-                                   std::size_t bytes) {
-  return options.mode == transfer_mode::automatic && !how.staged && shape.size > 1 && bytes > 0 &&
-         bytes >= options.cost.min_message_bytes;
+/// reads the Views (not staged) and on more than one rank. Agreed on every rank.
+inline bool times_automatic_choice(const collective_options& options, const transport& how, comm_shape shape) {
+  return options.mode == transfer_mode::automatic && !how.staged && shape.size > 1;
+}
+
+/// ... and whether a round is worth timing: at least a message's worth of bytes in
+/// `largest_send_bytes`, the largest send buffer of any rank, so that every rank decides alike
+/// (below the model's min_message_bytes latency decides, and MPI's call is kept).
+inline bool worth_timing(const collective_options& options, std::uint64_t largest_send_bytes) {
+  return largest_send_bytes > 0 && largest_send_bytes >= options.cost.min_message_bytes;
 }
 
 /// Automatic mode's choice for a persistent collective, by measurement: each candidate runs one

@@ -159,7 +159,7 @@ std::unique_ptr<operation> start_ring_collective(const Call& call, MPI_Comm comm
 /// Every persistent ring collective: agreed once; compressed rounds are the ring on the
 /// request's own scratch and communicator, raw ones MPI's persistent collective, or on two
 /// ranks one exchange with the peer (small_calls.hpp). Automatic mode times the two where
-/// times_automatic_choice says and keeps the faster (faster_of).
+/// times_automatic_choice and worth_timing say and keeps the faster (faster_of).
 template <class Call>
 std::unique_ptr<persistent_operation> init_ring_collective(const Call& call, MPI_Comm comm) {
   using Exec = std::remove_cvref_t<decltype(call.exec)>;
@@ -183,8 +183,8 @@ std::unique_ptr<persistent_operation> init_ring_collective(const Call& call, MPI
         call.exec, call.send, call.recv, mpi, report, call.who);
   };
   const bool model_says_raw = call.sends_raw(agreed);
-  const std::size_t bytes = call.send.size() * sizeof(typename Call::value_type);
-  if (times_automatic_choice(call.options, agreed.how, agreed.shape, bytes)) {
+  const std::uint64_t bytes = call.send.size() * sizeof(typename Call::value_type);  // agreed: alike everywhere
+  if (times_automatic_choice(call.options, agreed.how, agreed.shape) && worth_timing(call.options, bytes)) {
     // The compressed candidate: automatic mode's engine where the model compresses, else the
     // engine compressing every message it may.
     agreed_ring compressed = agreed;
