@@ -801,7 +801,8 @@ struct stash<ExecutionSpace>::state {
     entry.absolute_bound = std::max(entry.absolute_bound, abs_bound);
     if (!keep_sign) return 0;
     detail::stash_segment signs{.first_value = piece.first_value, .count = piece.count};
-    failed_bytes = place_signs(exec_, data + piece.first_value, abs_bound, signs, who);
+    failed_bytes = place_signs(exec_, data + piece.first_value, abs_bound,
+                               codec.rounding != rounding_mode::stochastic, signs, who);
     if (failed_bytes == 0) entry.segments.push_back(signs);
     else piece = signs;
     return failed_bytes;
@@ -901,7 +902,8 @@ struct stash<ExecutionSpace>::state {
           return positives_placement::no_room;
         }
       }
-      detail::reduce_small_positives(exec_, packed_values, packed.count, sign_range, count, bound);
+      detail::reduce_small_positives(exec_, packed_values, packed.count, sign_range, count, bound,
+                                      codec.rounding != rounding_mode::stochastic);
       exec_.fence("kompress::stash::save: sign bits packed");
       stream.stored_values = packed.count;
     } catch (...) {
@@ -922,17 +924,18 @@ struct stash<ExecutionSpace>::state {
     return positives_placement::placed;
   }
 
-  /// Packs the sign bits of segment.count values at `values` (stored within `abs_bound`) and
-  /// places them as place_segment places a stream (their size is exact: no worst case).
+  /// Packs the sign bits of segment.count values at `values` (stored within `abs_bound`; the
+  /// mean of the small positive values with `mean_of_small`, detail::pack_signs) and places
+  /// them as place_segment places a stream (their size is exact: no worst case).
   template <class T>
-  std::size_t place_signs(const ExecutionSpace& exec_, const T* values, double abs_bound,
+  std::size_t place_signs(const ExecutionSpace& exec_, const T* values, double abs_bound, bool mean_of_small,
                           detail::stash_segment& segment, const char* who) {
     const std::size_t bytes = detail::sign_bytes(segment.count);
     segment.signs = true;
     segment.stream_bytes = bytes;
     if (const std::optional<std::size_t> offset = pool->borrow(bytes)) {
       try {
-        detail::pack_signs(exec_, values, segment.count, pool->data() + *offset, abs_bound);
+        detail::pack_signs(exec_, values, segment.count, pool->data() + *offset, abs_bound, mean_of_small);
         exec_.fence("kompress::stash::save: sign bits packed");
       } catch (...) {
         pool->give_back(*offset, bytes);
@@ -944,7 +947,7 @@ struct stash<ExecutionSpace>::state {
       return 0;
     }
     std::lock_guard workspace_lock(workspace_mutex);
-    detail::pack_signs(exec_, values, segment.count, pool->workspace(), abs_bound);
+    detail::pack_signs(exec_, values, segment.count, pool->workspace(), abs_bound, mean_of_small);
     return store_from_workspace(exec_, segment, who);
   }
 

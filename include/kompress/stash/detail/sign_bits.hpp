@@ -6,7 +6,9 @@
 // the sum and the count of the values in (0, e] (e: the stream's absolute bound) as the real
 // and imaginary parts of one Kokkos::complex<double>. Restore gives a positive value that came
 // back <= 0 their mean, the expected value of what the quantizer rounded to 0, rather than a
-// fixed point of (0, e] that would shift every such value the same way.
+// fixed point of (0, e] that would shift every such value the same way. A stochastic save's
+// rounding is unbiased already: restore gives such a value the smallest positive one, and the
+// save writes zeros there instead of taking a sum it would not read.
 //
 // Where every value that is not positive is +0 (a ReLU's output), the bits also say where the
 // zeros are: the stash then compresses only the positive values, packed in order
@@ -64,14 +66,35 @@ KOKKOS_INLINE_FUNCTION T tree_sum32(T* v) {
 }
 
 /// Packs words[w] bit b = values[32 w + b] > 0 (NaN: 0) and reduces the sum and count of the
-/// values in (0, e] into the bytes after the words, e = `bound`. Enqueued on `exec`, nothing
-/// waits.
+/// values in (0, e] into the bytes after the words, e = `bound`; without `mean_of_small` (a
+/// stochastic save, whose restore does not read them) writes zeros there instead and the pass
+/// only packs bits. Enqueued on `exec`, nothing waits.
 template <class T, class ExecutionSpace>
-void pack_signs(const ExecutionSpace& exec, const T* values, std::size_t count, std::byte* out, double bound) {
+void pack_signs(const ExecutionSpace& exec, const T* values, std::size_t count, std::byte* out, double bound,
+                bool mean_of_small = true) {
   using memory_space = typename ExecutionSpace::memory_space;
   auto* const words = reinterpret_cast<std::uint32_t*>(out);
   const Kokkos::View<Kokkos::complex<double>, memory_space, Kokkos::MemoryUnmanaged> small_positives(
       reinterpret_cast<Kokkos::complex<double>*>(out + sign_words(count) * sizeof(std::uint32_t)));
+  if (!mean_of_small) {
+    Kokkos::parallel_for(
+        "kompress::stash::pack_signs: bits",
+        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, sign_words(count)),
+        KOKKOS_LAMBDA(const std::size_t w) {
+          const std::size_t first = 32 * w;
+          const std::size_t n = first >= count ? 0 : count - first < 32 ? count - first : 32;
+          KOMPRESS_IMPL_SIGN_LANES;
+          std::uint32_t bits = 0;
+          if (n == 32) {
+            for (std::size_t b = 0; b < 32; ++b) bits |= lanes[b] & (0u - std::uint32_t(values[first + b] > T(0)));
+          } else {
+            for (std::size_t b = 0; b < n; ++b) bits |= lanes[b] & (0u - std::uint32_t(values[first + b] > T(0)));
+          }
+          words[w] = bits;
+        });
+    Kokkos::deep_copy(exec, small_positives, Kokkos::complex<double>(0.0, 0.0));
+    return;
+  }
   Kokkos::parallel_reduce(
       "kompress::stash::pack_signs",
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, sign_words(count)),
@@ -348,14 +371,14 @@ positives_cut cut_positives(const ExecutionSpace& exec, std::byte* signs, std::s
 
 /// pack_signs's sum and count of the values in (0, bound], from the positive values alone
 /// (packed[0, positives), pack_positives's output), into the sign bits of `count` values at
-/// `signs`. Enqueued on `exec`.
+/// `signs`; zeros without `mean_of_small`, as pack_signs. Enqueued on `exec`.
 template <class T, class ExecutionSpace>
 void reduce_small_positives(const ExecutionSpace& exec, const T* packed, std::size_t positives, std::byte* signs,
-                            std::size_t count, double bound) {
+                            std::size_t count, double bound, bool mean_of_small = true) {
   using memory_space = typename ExecutionSpace::memory_space;
   const Kokkos::View<Kokkos::complex<double>, memory_space, Kokkos::MemoryUnmanaged> small_positives(
       reinterpret_cast<Kokkos::complex<double>*>(signs + sign_words(count) * sizeof(std::uint32_t)));
-  if (positives == 0) {
+  if (positives == 0 || !mean_of_small) {
     Kokkos::deep_copy(exec, small_positives, Kokkos::complex<double>(0.0, 0.0));
     return;
   }
