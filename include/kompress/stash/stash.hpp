@@ -875,7 +875,7 @@ struct stash<ExecutionSpace>::state {
       const bool beside = fits_beside(packed.count);
       T* const packed_values = reinterpret_cast<T*>(pool->workspace() + (beside ? workspace_bytes - packed_bytes : 0));
       if (packed.count > 0) {
-        detail::pack_positives(exec_, values, count, sign_range, packed_values);
+        detail::pack_positives(exec_, values, count, sign_range, packed_values, tuning.simd_save);
         const Kokkos::View<const T*, memory_space, Kokkos::MemoryUnmanaged> positives(packed_values, packed.count);
         std::optional<std::size_t> borrowed;  // in place: borrowed beside, reserved otherwise
         if (!beside) borrowed = pool->reserve(worst);

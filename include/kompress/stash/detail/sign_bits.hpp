@@ -294,10 +294,54 @@ packed_positives classify_signs(const ExecutionSpace& exec, const T* values, std
   return {std::size_t(total & 0xFFFFFFFFu), (total >> 32) == 0};
 }
 
+#ifdef KOMPRESS_HOST_X86_SIMD
+/// For each byte m, the lanes of its set bits in order, one per byte of the entry (the rest 0):
+/// the permutation that moves a group of 8 values' positive ones to its front.
+inline constexpr auto left_pack_lanes = [] {
+  struct table {
+    std::uint64_t lanes[256];
+  } t{};
+  for (unsigned m = 0; m < 256; ++m) {
+    std::uint64_t entry = 0;
+    int k = 0;
+    for (unsigned b = 0; b < 8; ++b)
+      if (m & (1u << b)) entry |= std::uint64_t(b) << (8 * k++);
+    t.lanes[m] = entry;
+  }
+  return t;
+}();
+
+/// pack_positives for one whole word of floats (32 values at `from`, `bits` as classify_signs
+/// wrote them) on AVX2: each byte of the bits moves its positive values to the front with one
+/// permute and stores 8 lanes where the next packed value goes. A store whose 8 lanes would
+/// pass the word's last packed value is masked to the lanes it takes; the others' extra lanes
+/// fall where a later group of the same word writes its own. So nothing is written past the
+/// word's share of `to`, and the values are the portable loop's, bit for bit.
+__attribute__((target("avx2"))) inline void pack_word_avx2(std::uint32_t bits, const float* from, float* to) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const int total = __builtin_popcount(bits);
+  int at = 0;
+  for (int byte = 0; byte < 4; ++byte) {
+    const std::uint32_t m = (bits >> (8 * byte)) & 0xFFu;
+    const int taken = __builtin_popcount(m);
+    const __m256i order = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(left_pack_lanes.lanes[m])));
+    const __m256 packed = _mm256_permutevar8x32_ps(_mm256_loadu_ps(from + 8 * byte), order);
+    if (at + 8 <= total) _mm256_storeu_ps(to + at, packed);
+    else _mm256_maskstore_ps(to + at, _mm256_cmpgt_epi32(_mm256_set1_epi32(taken), lane), packed);
+    at += taken;
+  }
+}
+#endif
+
 /// Copies the positive values of values[0, count), in order, to out[0, P), where the sign bits
-/// classify_signs wrote at `signs` say they are (out must have room for P). Waits for `exec`.
+/// classify_signs wrote at `signs` say they are (out must have room for P). `simd`: for floats
+/// on an AVX2 host (host_avx2), a whole word that is neither full nor empty takes
+/// pack_word_avx2. Waits for `exec`.
 template <class T, class ExecutionSpace>
-void pack_positives(const ExecutionSpace& exec, const T* values, std::size_t count, const std::byte* signs, T* out) {
+void pack_positives(const ExecutionSpace& exec, const T* values, std::size_t count, const std::byte* signs, T* out,
+                    bool simd = true) {
+  [[maybe_unused]] const bool avx2 = std::is_same_v<T, float> && simd && host_avx2<ExecutionSpace>();
+  [[maybe_unused]] constexpr bool host = Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
   const auto* const words = reinterpret_cast<const std::uint32_t*>(signs);
   Kokkos::parallel_scan(
       "kompress::stash::pack_positives",
@@ -312,7 +356,17 @@ void pack_positives(const ExecutionSpace& exec, const T* values, std::size_t cou
           const std::size_t first = 32 * w;
           const int last = 31 - Kokkos::Experimental::countl_zero_builtin(positive);
           T* const to = out + prefix;
-          if (positive == ~0u) {
+          bool done = false;
+#ifdef KOMPRESS_HOST_X86_SIMD
+          if constexpr (std::is_same_v<T, float> && host) {  // host code only
+            if (avx2 && positive != ~0u && first + 32 <= count) {
+              pack_word_avx2(positive, values + first, to);
+              done = true;
+            }
+          }
+#endif
+          if (done) {
+          } else if (positive == ~0u) {
             for (std::size_t b = 0; b < 32; ++b) to[b] = values[first + b];
           } else {
             std::size_t k = 0;
