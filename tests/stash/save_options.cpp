@@ -424,6 +424,7 @@ TEST_CASE("stash keep_sign: the host's SIMD restore loops write the portable loo
 }
 
 TEST_CASE("stash keep_sign: a stochastic save's sign pass packs the same bits and leaves the mean's bytes 0") {
+  // Also: with the host's AVX2 (where it has it) both passes write the portable loops' bytes.
   // Restore gives a stochastic save's positive values that came back <= 0 the smallest positive
   // value, not the mean of (0, e]: the save packs the bits alone (detail::pack_signs without
   // mean_of_small) and must write the words the full pass writes.
@@ -434,9 +435,17 @@ TEST_CASE("stash keep_sign: a stochastic save's sign pass packs the same bits an
     const std::size_t bytes = kompress::detail::sign_bytes(count);
     Kokkos::View<std::byte*, memory_space> with_mean("with_mean", bytes), bits_only("bits_only", bytes);
     Kokkos::deep_copy(bits_only, std::byte{0xA5});  // every byte is written
-    kompress::detail::pack_signs(exec, values.data(), count, with_mean.data(), 0.5);
-    kompress::detail::pack_signs(exec, values.data(), count, bits_only.data(), 0.5, false);
-    exec.fence();
+    for (const bool simd : {false, true}) {  // the host's AVX2 loops write the portable loops' bytes
+      CAPTURE(simd);
+      Kokkos::View<std::byte*, memory_space> full_simd("full_simd", bytes), bits_simd("bits_simd", bytes);
+      kompress::detail::pack_signs(exec, values.data(), count, with_mean.data(), 0.5, true, false);
+      kompress::detail::pack_signs(exec, values.data(), count, full_simd.data(), 0.5, true, simd);
+      kompress::detail::pack_signs(exec, values.data(), count, bits_only.data(), 0.5, false, false);
+      kompress::detail::pack_signs(exec, values.data(), count, bits_simd.data(), 0.5, false, simd);
+      exec.fence();
+      CHECK(to_vector(with_mean) == to_vector(full_simd));
+      CHECK(to_vector(bits_only) == to_vector(bits_simd));
+    }
     const auto full = to_vector(with_mean), bits = to_vector(bits_only);
     const std::size_t word_bytes = kompress::detail::sign_words(count) * sizeof(std::uint32_t);
     CHECK(std::memcmp(full.data(), bits.data(), word_bytes) == 0);
@@ -473,6 +482,16 @@ TEST_CASE("stash keep_sign: the host's SIMD packing of positive values writes th
       Kokkos::View<std::byte*, memory_space> signs("signs", kompress::detail::sign_bytes(count));
       const auto classified = kompress::detail::classify_signs(exec, values.data(), count, signs.data());
       REQUIRE(classified.count == expected.size());
+      CHECK(classified.others_zero);
+      {  // the portable loop: the same words and answer
+        Kokkos::View<std::byte*, memory_space> portable("portable", kompress::detail::sign_bytes(count));
+        const auto again = kompress::detail::classify_signs(exec, values.data(), count, portable.data(), false);
+        CHECK(again.count == classified.count);
+        CHECK(again.others_zero);
+        const std::size_t word_bytes = kompress::detail::sign_words(count) * sizeof(std::uint32_t);
+        const auto a = to_vector(signs), b = to_vector(portable);
+        CHECK(std::memcmp(a.data(), b.data(), word_bytes) == 0);
+      }
       for (const bool simd : {false, true}) {
         CAPTURE(simd);
         const std::size_t room = expected.size() + 64;

@@ -842,7 +842,7 @@ struct stash<ExecutionSpace>::state {
     std::size_t length = 0;
     abs_bound = bound;  // without positives, what a stream would have recorded
     try {
-      detail::packed_positives packed = detail::classify_signs(exec_, values, count, sign_range);
+      detail::packed_positives packed = detail::classify_signs(exec_, values, count, sign_range, tuning.simd_save);
       if (!packed.others_zero || packed.count == count) {
         pool->release(*sign_offset, sign_bytes);
         return packed.others_zero ? positives_placement::no_zeros : positives_placement::not_all_positive_or_zero;
@@ -935,7 +935,7 @@ struct stash<ExecutionSpace>::state {
     segment.stream_bytes = bytes;
     if (const std::optional<std::size_t> offset = pool->borrow(bytes)) {
       try {
-        detail::pack_signs(exec_, values, segment.count, pool->data() + *offset, abs_bound, mean_of_small);
+        detail::pack_signs(exec_, values, segment.count, pool->data() + *offset, abs_bound, mean_of_small, tuning.simd_save);
         exec_.fence("kompress::stash::save: sign bits packed");
       } catch (...) {
         pool->give_back(*offset, bytes);
@@ -947,7 +947,7 @@ struct stash<ExecutionSpace>::state {
       return 0;
     }
     std::lock_guard workspace_lock(workspace_mutex);
-    detail::pack_signs(exec_, values, segment.count, pool->workspace(), abs_bound, mean_of_small);
+    detail::pack_signs(exec_, values, segment.count, pool->workspace(), abs_bound, mean_of_small, tuning.simd_save);
     return store_from_workspace(exec_, segment, who);
   }
 

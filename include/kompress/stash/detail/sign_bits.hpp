@@ -15,6 +15,7 @@
 // (classify_signs, pack_positives), and restore puts them back between exact zeros
 // (unpack_positives).
 
+#include <kompress/detail/bytes.hpp>
 #include <kompress/detail/host_simd.hpp>
 
 #include <Kokkos_BitManipulation.hpp>
@@ -65,69 +66,122 @@ KOKKOS_INLINE_FUNCTION T tree_sum32(T* v) {
   return v[0];
 }
 
+/// Whether ExecutionSpace runs on an x86-64 host CPU with AVX2 (the sign loops' AVX2 code).
+template <class ExecutionSpace>
+bool host_avx2() {
+#ifdef KOMPRESS_HOST_X86_SIMD
+  if constexpr (Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible) return host_has_avx2();
+#endif
+  return false;
+}
+
+/// pack_signs's loop, one word of bits per call: the bits, and the sum and count of the values
+/// in (0, e] (e = `bound`).
+template <class T>
+struct pack_signs_words {
+  const T* values;
+  std::uint32_t* words;
+  std::size_t count;
+  double bound;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::size_t w, Kokkos::complex<double>& sum_count) const {
+    const T e = T(bound);
+    const std::size_t first = 32 * w;
+    const std::size_t n = first >= count ? 0 : count - first < 32 ? count - first : 32;
+    // Without branches (the signs of activations are as good as random: a mispredicted
+    // branch per value costs more than the rest): bits by masks, the values in (0, e] as
+    // themselves or +0 into an array summed as a fixed tree (e rounded to T may be a little
+    // off: the mean only has to lie in (0, e'], which restore checks).
+    KOMPRESS_IMPL_SIGN_LANES;
+    std::uint32_t bits = 0, small = 0;
+    T masked[32];
+    const auto pack = [&](const std::size_t b) {
+      const T x = values[first + b];
+      const std::uint32_t positive = 0u - std::uint32_t(x > T(0));
+      const std::uint32_t below = positive & (0u - std::uint32_t(x <= e));
+      bits |= lanes[b] & positive;
+      small |= lanes[b] & below;
+      masked[b] = select_bits(x, below);
+    };
+    if (n == 32) {
+      for (std::size_t b = 0; b < 32; ++b) pack(b);
+    } else {
+      for (std::size_t b = 0; b < 32; ++b) masked[b] = T(0);
+      for (std::size_t b = 0; b < n; ++b) pack(b);
+    }
+    words[w] = bits;
+    sum_count += Kokkos::complex<double>(double(tree_sum32(masked)), double(popcount32(small)));
+  }
+};
+
+/// The bits alone (a stochastic save's).
+template <class T>
+struct pack_sign_bits_words {
+  const T* values;
+  std::uint32_t* words;
+  std::size_t count;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::size_t w) const {
+    const std::size_t first = 32 * w;
+    const std::size_t n = first >= count ? 0 : count - first < 32 ? count - first : 32;
+    KOMPRESS_IMPL_SIGN_LANES;
+    std::uint32_t bits = 0;
+    if (n == 32) {
+      for (std::size_t b = 0; b < 32; ++b) bits |= lanes[b] & (0u - std::uint32_t(values[first + b] > T(0)));
+    } else {
+      for (std::size_t b = 0; b < n; ++b) bits |= lanes[b] & (0u - std::uint32_t(values[first + b] > T(0)));
+    }
+    words[w] = bits;
+  }
+};
+
+#ifdef KOMPRESS_HOST_X86_SIMD
+/// The same loops compiled for AVX2: eight lanes per compare and select instead of four, and
+/// the tree's adds in the same order (the same sum, bit for bit).
+template <class T>
+struct pack_signs_words_avx2 : pack_signs_words<T> {
+  __attribute__((target("avx2"), flatten)) void operator()(const std::size_t w,
+                                                           Kokkos::complex<double>& sum_count) const {
+    pack_signs_words<T>::operator()(w, sum_count);
+  }
+};
+template <class T>
+struct pack_sign_bits_words_avx2 : pack_sign_bits_words<T> {
+  __attribute__((target("avx2"), flatten)) void operator()(const std::size_t w) const {
+    pack_sign_bits_words<T>::operator()(w);
+  }
+};
+#endif
+
 /// Packs words[w] bit b = values[32 w + b] > 0 (NaN: 0) and reduces the sum and count of the
 /// values in (0, e] into the bytes after the words, e = `bound`; without `mean_of_small` (a
 /// stochastic save, whose restore does not read them) writes zeros there instead and the pass
-/// only packs bits. Enqueued on `exec`, nothing waits.
+/// only packs bits. `simd`: on an x86-64 host with AVX2, the loops compiled for it. Enqueued on
+/// `exec`, nothing waits.
 template <class T, class ExecutionSpace>
 void pack_signs(const ExecutionSpace& exec, const T* values, std::size_t count, std::byte* out, double bound,
-                bool mean_of_small = true) {
+                bool mean_of_small = true, bool simd = true) {
   using memory_space = typename ExecutionSpace::memory_space;
   auto* const words = reinterpret_cast<std::uint32_t*>(out);
   const Kokkos::View<Kokkos::complex<double>, memory_space, Kokkos::MemoryUnmanaged> small_positives(
       reinterpret_cast<Kokkos::complex<double>*>(out + sign_words(count) * sizeof(std::uint32_t)));
+  const Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>> policy(exec, 0, sign_words(count));
+  const bool avx2 = simd && host_avx2<ExecutionSpace>();
   if (!mean_of_small) {
-    Kokkos::parallel_for(
-        "kompress::stash::pack_signs: bits",
-        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, sign_words(count)),
-        KOKKOS_LAMBDA(const std::size_t w) {
-          const std::size_t first = 32 * w;
-          const std::size_t n = first >= count ? 0 : count - first < 32 ? count - first : 32;
-          KOMPRESS_IMPL_SIGN_LANES;
-          std::uint32_t bits = 0;
-          if (n == 32) {
-            for (std::size_t b = 0; b < 32; ++b) bits |= lanes[b] & (0u - std::uint32_t(values[first + b] > T(0)));
-          } else {
-            for (std::size_t b = 0; b < n; ++b) bits |= lanes[b] & (0u - std::uint32_t(values[first + b] > T(0)));
-          }
-          words[w] = bits;
-        });
+    const pack_sign_bits_words<T> pack{values, words, count};
+#ifdef KOMPRESS_HOST_X86_SIMD
+    if (avx2) Kokkos::parallel_for("kompress::stash::pack_signs: bits", policy, pack_sign_bits_words_avx2<T>{pack});
+#endif
+    if (!avx2) Kokkos::parallel_for("kompress::stash::pack_signs: bits", policy, pack);
     Kokkos::deep_copy(exec, small_positives, Kokkos::complex<double>(0.0, 0.0));
     return;
   }
-  Kokkos::parallel_reduce(
-      "kompress::stash::pack_signs",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, sign_words(count)),
-      KOKKOS_LAMBDA(const std::size_t w, Kokkos::complex<double>& sum_count) {
-        const T e = T(bound);
-        const std::size_t first = 32 * w;
-        const std::size_t n = first >= count ? 0 : count - first < 32 ? count - first : 32;
-        // Without branches (the signs of activations are as good as random: a mispredicted
-        // branch per value costs more than the rest): bits by masks, the values in (0, e] as
-        // themselves or +0 into an array summed as a fixed tree (e rounded to T may be a little
-        // off: the mean only has to lie in (0, e'], which restore checks).
-        KOMPRESS_IMPL_SIGN_LANES;
-        std::uint32_t bits = 0, small = 0;
-        T masked[32];
-        const auto pack = [&](const std::size_t b) {
-          const T x = values[first + b];
-          const std::uint32_t positive = 0u - std::uint32_t(x > T(0));
-          const std::uint32_t below = positive & (0u - std::uint32_t(x <= e));
-          bits |= lanes[b] & positive;
-          small |= lanes[b] & below;
-          masked[b] = select_bits(x, below);
-        };
-        if (n == 32) {
-          for (std::size_t b = 0; b < 32; ++b) pack(b);
-        } else {
-          for (std::size_t b = 0; b < 32; ++b) masked[b] = T(0);
-          for (std::size_t b = 0; b < n; ++b) pack(b);
-        }
-        words[w] = bits;
-        sum_count += Kokkos::complex<double>(double(tree_sum32(masked)),
-                                             double(Kokkos::Experimental::popcount_builtin(small)));
-      },
-      Kokkos::Sum<Kokkos::complex<double>, memory_space>(small_positives));
+  const pack_signs_words<T> pack{values, words, count, bound};
+  const Kokkos::Sum<Kokkos::complex<double>, memory_space> sum(small_positives);
+#ifdef KOMPRESS_HOST_X86_SIMD
+  if (avx2) Kokkos::parallel_reduce("kompress::stash::pack_signs", policy, pack_signs_words_avx2<T>{pack}, sum);
+#endif
+  if (!avx2) Kokkos::parallel_reduce("kompress::stash::pack_signs", policy, pack, sum);
 }
 
 /// What a positive value restored as x' = 0 becomes: the stream's mean of (0, e] when it lies
@@ -147,15 +201,6 @@ template <class T>
 KOKKOS_INLINE_FUNCTION T positive_below_zero(T restored, double bound) {
   const T inside = T((double(restored) + bound) * 0.5);
   return inside > T(0) ? inside : Kokkos::Experimental::denorm_min_v<T>;
-}
-
-/// Whether ExecutionSpace runs on an x86-64 host CPU with AVX2 (the restore loops' AVX2 code).
-template <class ExecutionSpace>
-bool host_avx2() {
-#ifdef KOMPRESS_HOST_X86_SIMD
-  if constexpr (Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible) return host_has_avx2();
-#endif
-  return false;
 }
 
 /// apply_signs's loop, one word of bits per call.
@@ -259,38 +304,62 @@ struct packed_positives {
   bool others_zero = false;
 };
 
+/// classify_signs's loop, one word of bits per call: the bits, and in the sum the word's
+/// count of positive values plus 2^32 if it holds a value neither positive nor +0.
+template <class T>
+struct classify_signs_words {
+  const T* values;
+  std::uint32_t* words;
+  std::size_t count;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::size_t w, std::uint64_t& sum) const {
+    using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+    const std::size_t first = 32 * w;
+    const std::size_t n = first >= count ? 0 : count - first < 32 ? count - first : 32;
+    KOMPRESS_IMPL_SIGN_LANES;
+    std::uint32_t positive = 0, other = 0;
+    const auto classify = [&](const std::size_t b) {
+      const T x = values[first + b];
+      const std::uint32_t is_positive = 0u - std::uint32_t(x > T(0));
+      positive |= lanes[b] & is_positive;
+      other |= ~is_positive & (0u - std::uint32_t(Kokkos::bit_cast<bits_type>(x) != 0));
+    };
+    if (n == 32)
+      for (std::size_t b = 0; b < 32; ++b) classify(b);
+    else
+      for (std::size_t b = 0; b < n; ++b) classify(b);
+    words[w] = positive;
+    sum += std::uint64_t(popcount32(positive)) + (std::uint64_t(other != 0) << 32);
+  }
+};
+
+#ifdef KOMPRESS_HOST_X86_SIMD
+/// The same loop compiled for AVX2.
+template <class T>
+struct classify_signs_words_avx2 : classify_signs_words<T> {
+  __attribute__((target("avx2"), flatten)) void operator()(const std::size_t w, std::uint64_t& sum) const {
+    classify_signs_words<T>::operator()(w, sum);
+  }
+};
+#endif
+
 /// Writes the sign bits' words of values[0, count) (pack_signs's layout, without the sum and
 /// count after them: reduce_small_positives), counts the positive values and finds whether
 /// every other value is +0. `count` must be below 2^32: the reduction carries the count of
 /// positives in the low 32 bits and the number of words holding a value that is neither
-/// positive nor +0 (negative, -0.0, NaN) in the high ones. Waits for `exec`.
+/// positive nor +0 (negative, -0.0, NaN) in the high ones. `simd`: on an x86-64 host with
+/// AVX2, the loop compiled for it. Waits for `exec`.
 template <class T, class ExecutionSpace>
-packed_positives classify_signs(const ExecutionSpace& exec, const T* values, std::size_t count, std::byte* signs) {
-  using bits_type = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
-  auto* const words = reinterpret_cast<std::uint32_t*>(signs);
+packed_positives classify_signs(const ExecutionSpace& exec, const T* values, std::size_t count, std::byte* signs,
+                                bool simd = true) {
+  const classify_signs_words<T> classify{values, reinterpret_cast<std::uint32_t*>(signs), count};
+  const Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>> policy(exec, 0, sign_words(count));
+  const bool avx2 = simd && host_avx2<ExecutionSpace>();
   std::uint64_t total = 0;
-  Kokkos::parallel_reduce(
-      "kompress::stash::classify_signs",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, sign_words(count)),
-      KOKKOS_LAMBDA(const std::size_t w, std::uint64_t& sum) {
-        const std::size_t first = 32 * w;
-        const std::size_t n = first >= count ? 0 : count - first < 32 ? count - first : 32;
-        KOMPRESS_IMPL_SIGN_LANES;
-        std::uint32_t positive = 0, other = 0;
-        const auto classify = [&](const std::size_t b) {
-          const T x = values[first + b];
-          const std::uint32_t is_positive = 0u - std::uint32_t(x > T(0));
-          positive |= lanes[b] & is_positive;
-          other |= ~is_positive & (0u - std::uint32_t(Kokkos::bit_cast<bits_type>(x) != 0));
-        };
-        if (n == 32)
-          for (std::size_t b = 0; b < 32; ++b) classify(b);
-        else
-          for (std::size_t b = 0; b < n; ++b) classify(b);
-        words[w] = positive;
-        sum += std::uint64_t(Kokkos::Experimental::popcount_builtin(positive)) + (std::uint64_t(other != 0) << 32);
-      },
-      total);
+#ifdef KOMPRESS_HOST_X86_SIMD
+  if (avx2) Kokkos::parallel_reduce("kompress::stash::classify_signs", policy, classify_signs_words_avx2<T>{classify}, total);
+#endif
+  if (!avx2) Kokkos::parallel_reduce("kompress::stash::classify_signs", policy, classify, total);
   return {std::size_t(total & 0xFFFFFFFFu), (total >> 32) == 0};
 }
 
@@ -376,7 +445,7 @@ void pack_positives(const ExecutionSpace& exec, const T* values, std::size_t cou
             }
           }
         }
-        prefix += std::size_t(Kokkos::Experimental::popcount_builtin(positive));
+        prefix += std::size_t(popcount32(positive));
       });
   exec.fence("kompress::stash::pack_positives: packed");
 }
@@ -408,7 +477,7 @@ positives_cut cut_positives(const ExecutionSpace& exec, std::byte* signs, std::s
       KOKKOS_LAMBDA(const std::size_t g, std::size_t& prefix, const bool final) {
         std::size_t here = 0;
         for (std::size_t w = 4 * g; w < 4 * g + 4; ++w)
-          here += std::size_t(Kokkos::Experimental::popcount_builtin(words[w]));
+          here += std::size_t(popcount32(words[w]));
         if (final && prefix <= cap && prefix + here > cap) {
           found(0) = g;
           found(1) = prefix;
@@ -459,7 +528,7 @@ void reduce_small_positives(const ExecutionSpace& exec, const T* packed, std::si
           for (std::size_t i = 0; i < n; ++i) add(i);
         }
         sum_count += Kokkos::complex<double>(double(tree_sum32(masked)),
-                                             double(Kokkos::Experimental::popcount_builtin(small)));
+                                             double(popcount32(small)));
       },
       Kokkos::Sum<Kokkos::complex<double>, memory_space>(small_positives));
 }
@@ -571,7 +640,7 @@ void unpack_positives(const ExecutionSpace& exec, const std::byte* signs, const 
           }
           if (below_zero) redo_below_zero(bits, from, to, bound);
         }
-        prefix += std::size_t(Kokkos::Experimental::popcount_builtin(bits));
+        prefix += std::size_t(popcount32(bits));
       });
 }
 

@@ -16,9 +16,10 @@ struct stash_tuning {
   /// compiled for AVX2 (1.6x: as fast as a copy). Same values; off, the portable loops (what
   /// the tests compare them with).
   bool simd_restore = true;
-  /// Save keep_sign segments of a ReLU's output with the host's AVX2 where the CPU has it: the
-  /// positive floats packed through detail::pack_word_avx2 (a permute per 8 values instead of a
-  /// step per value). Same bytes; off, the portable loop.
+  /// Save keep_sign segments with the host's AVX2 where the CPU has it: the sign loops
+  /// (pack_signs, classify_signs) compiled for it, and a ReLU output's positive floats packed
+  /// through detail::pack_word_avx2 (a permute per 8 values instead of a step per value). Same
+  /// bytes; off, the portable loops.
   bool simd_save = true;
 };
 
