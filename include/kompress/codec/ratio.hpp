@@ -61,7 +61,14 @@ struct ratio_scratch {
   std::uint32_t maps[3][ratio_chunk_values / 32];
 };
 
-/// std::countr_zero of a nonzero word, on host and device (popcount32: detail/bytes.hpp).
+/// std::popcount and std::countr_zero of a nonzero word, on host and device.
+KOMPRESS_FUNCTION int popcount32(std::uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  return __popc(v);
+#else
+  return std::popcount(v);
+#endif
+}
 KOMPRESS_FUNCTION int lowest_bit(std::uint32_t v) {
 #if defined(__CUDA_ARCH__)
   return __ffs(int(v)) - 1;

@@ -56,21 +56,6 @@ KOMPRESS_FUNCTION int bit_width(std::uint64_t v) {
 #endif
 }
 
-/// The number of set bits, on host and device. An x86-64 build for the baseline instruction set
-/// (no POPCNT) would make std::popcount a call into libgcc per word, a tenth of a stash save's
-/// time on a ReLU's output; there the bits are counted in registers (the SWAR sum) instead.
-KOMPRESS_FUNCTION int popcount32(std::uint32_t v) {
-#if defined(__CUDA_ARCH__)
-  return __popc(v);
-#elif (defined(__x86_64__) || defined(__i386__)) && !defined(__POPCNT__)
-  v = v - ((v >> 1) & 0x55555555u);
-  v = (v & 0x33333333u) + ((v >> 2) & 0x33333333u);
-  return int((((v + (v >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
-#else
-  return std::popcount(v);
-#endif
-}
-
 /// The unsigned integer with the bit pattern of a float or double.
 template <class T>
 struct bits_of;
