@@ -449,7 +449,8 @@ TEST_CASE("stash keep_sign: a stochastic save's sign pass packs the same bits an
     const auto full = to_vector(with_mean), bits = to_vector(bits_only);
     const std::size_t word_bytes = kompress::detail::sign_words(count) * sizeof(std::uint32_t);
     CHECK(std::memcmp(full.data(), bits.data(), word_bytes) == 0);
-    CHECK(std::all_of(bits.begin() + std::ptrdiff_t(word_bytes), bits.end(), [](std::byte b) { return b == std::byte{0}; }));
+    CHECK(std::all_of(bits.begin() + std::ptrdiff_t(word_bytes), bits.end(),
+                      [](std::byte b) { return b == std::byte{0}; }));
     // The full pass's count of (0, 0.5] is there, so the comparison above compared real bits.
     Kokkos::complex<double> small;
     std::memcpy(&small, full.data() + word_bytes, sizeof(small));

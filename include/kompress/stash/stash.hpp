@@ -935,7 +935,8 @@ struct stash<ExecutionSpace>::state {
     segment.stream_bytes = bytes;
     if (const std::optional<std::size_t> offset = pool->borrow(bytes)) {
       try {
-        detail::pack_signs(exec_, values, segment.count, pool->data() + *offset, abs_bound, mean_of_small, tuning.simd_save);
+        detail::pack_signs(exec_, values, segment.count, pool->data() + *offset, abs_bound, mean_of_small,
+                           tuning.simd_save);
         exec_.fence("kompress::stash::save: sign bits packed");
       } catch (...) {
         pool->give_back(*offset, bytes);

@@ -372,7 +372,8 @@ packed_positives classify_signs(const ExecutionSpace& exec, const T* values, std
   const bool avx2 = simd && host_avx2<ExecutionSpace>();
   std::uint64_t total = 0;
 #ifdef KOMPRESS_HOST_X86_SIMD
-  if (avx2) Kokkos::parallel_reduce("kompress::stash::classify_signs", policy, classify_signs_words_avx2<T>{classify}, total);
+  if (avx2)
+    Kokkos::parallel_reduce("kompress::stash::classify_signs", policy, classify_signs_words_avx2<T>{classify}, total);
 #endif
   if (!avx2) Kokkos::parallel_reduce("kompress::stash::classify_signs", policy, classify, total);
   return {std::size_t(total & 0xFFFFFFFFu), (total >> 32) == 0};
