@@ -160,7 +160,7 @@ def test_stats_report_the_pools_parts():
     assert 0 < stats.sign_bytes < stats.stored_bytes
     assert stats.pool_bytes == stats.workspace_bytes + stats.stored_bytes + stats.padding_bytes
     ranges = sum(2 * stash.info(h).segments for h in handles)     # a stream and its sign bits per segment
-    assert 0 < stats.padding_bytes < 64 * ranges                    # each rounded up to 64 bytes
+    assert 0 < stats.padding_bytes < 16 * ranges                    # each rounded up to 16 bytes
 
 
 def test_per_save_options_reject_bad_values():

@@ -13,7 +13,9 @@
 //     (shrink), which in LIFO use simply moves the top back down.
 //   - The bookkeeping vector is reserved up front and only grows when the number of holes
 //     exceeds any seen before: no allocation per save once warm.
-// Every range is aligned to `alignment` bytes (a cache line; also what GPU loads coalesce on).
+// Every range is aligned to `alignment` bytes: 16, what the sign bits' sum (a complex<double>
+// after their words) and the codec's 8-byte header fields need. A cache line (64) cost a
+// small save's streams 32 bytes each on average, 3% of the MNIST MLP's peak (docs/stash.md).
 
 #include <kompress/error.hpp>
 
@@ -27,7 +29,7 @@ namespace kompress::inline v0::detail {
 
 class first_fit_allocator {
  public:
-  static constexpr std::size_t alignment = 64;
+  static constexpr std::size_t alignment = 16;
 
   static constexpr std::size_t round_up(std::size_t bytes) {
     return (bytes + alignment - 1) / alignment * alignment;

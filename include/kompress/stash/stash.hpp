@@ -79,6 +79,9 @@ namespace kompress {
 inline namespace v0 {
 namespace detail {
 
+// A range of sign bits ends in their sum and count, read in place as a complex<double>.
+static_assert(first_fit_allocator::alignment % alignof(Kokkos::complex<double>) == 0);
+
 inline std::string bound_text(const error_bound& bound) {
   return (bound.mode == bound_mode::relative ? "REL " : "ABS ") + number_text(bound.value);
 }

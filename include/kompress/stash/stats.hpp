@@ -18,12 +18,12 @@ struct stash_stats {
   std::size_t sign_bytes = 0;       ///< of stored_bytes, the sign bits (keep_sign saves)
   std::size_t pool_bytes = 0;       ///< pool bytes held: the workspace, the streams and the
                                     ///< ranges reserved by pending save_asyncs and by a packed
-                                    ///< keep_sign stream being written (64-byte aligned); not the
+                                    ///< keep_sign stream being written (16-byte aligned); not the
                                     ///< worst-case ranges a save borrows from free space while it
                                     ///< compresses in place (the workspace could serve those)
   std::size_t pending_saves = 0;    ///< save_asyncs not yet settled (stash::fence settles them)
   std::size_t reserved_bytes = 0;   ///< of pool_bytes, those reserved worst-case ranges
-  std::size_t padding_bytes = 0;    ///< of pool_bytes, the streams' rounding up to 64 bytes: with
+  std::size_t padding_bytes = 0;    ///< of pool_bytes, the streams' rounding up to 16 bytes: with
                                     ///< the workspace and the reservations, all that is not stream
   std::size_t host_spilled_bytes = 0;  ///< live streams spilled to host memory
   std::size_t file_spilled_bytes = 0;  ///< live streams spilled to the spill file

@@ -205,7 +205,7 @@ class pool_tier final : public storage_tier<ExecutionSpace> {
   std::size_t workspace_offset_ = 0;
   std::size_t workspace_bytes_ = 0;
   std::size_t stored_bytes_ = 0;  ///< streams in the pool
-  std::size_t held_bytes_ = 0;    ///< the workspace, streams and reservations, 64-byte aligned
+  std::size_t held_bytes_ = 0;    ///< the workspace, streams and reservations, 16-byte aligned
   std::size_t reserved_bytes_ = 0;  ///< of held_bytes_, pending save_asyncs' reservations
   std::uint64_t moved_streams_ = 0;  ///< settled streams moved down
   std::size_t peak_held_bytes_ = 0;

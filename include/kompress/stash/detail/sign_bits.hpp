@@ -34,7 +34,7 @@
 namespace kompress::inline v0::detail {
 
 /// Words of bits, a multiple of 4 so that the complex<double> after them (aligned to 16 bytes)
-/// is: every stored range starts on 64 bytes.
+/// is: every stored range starts on 16 bytes (first_fit_allocator::alignment).
 /// The bit of lane b of a word: a table, so that the loops below test and set bits with a
 /// plain AND per value, which vectorises where a shift by a varying count does not (SSE2).
 #define KOMPRESS_IMPL_SIGN_LANES                                                                       \
