@@ -32,7 +32,7 @@ constexpr error_bound lossless() { return {bound_mode::absolute, 0.0}; }
 /// and determinism; the stream records its mode and decompress reads either.
 enum class codec_mode : std::uint8_t {
   fast = 0,   ///< format 1.0: blocks of 32-128 values with one width each (the default)
-  ratio = 1,  ///< format 1.1: chunks of 4096 values, predicted codes in zero-eliminated bit planes
+  ratio = 1,  ///< format 1.2: chunks of 4096 values, predicted codes in zero-eliminated bit planes or Rice codes
 };
 
 /// How a value becomes a code (docs/error-bound.md). Both keep |x - x'| <= e.

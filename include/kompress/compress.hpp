@@ -182,7 +182,7 @@ stream_header header_fields_of(const compress_options& options, std::size_t coun
   if (options.codec == codec_mode::ratio) {
     header.block_size = ratio_block_size;
     header.blocks_per_chunk = ratio_blocks_per_chunk;
-    header.flags |= flag_ratio_codec;
+    header.flags |= flag_ratio_codec | flag_rice_residuals;
   }
   return header;
 }

@@ -51,8 +51,9 @@ namespace detail {
 KOMPRESS_FUNCTION constexpr std::byte stream_magic(int i) { return std::byte("KMPZ"[i]); }
 inline constexpr int format_major = 1;
 /// The newest minor version this library reads and writes: 1.1 adds the ratio codec (flag
-/// bit 1). Fast-mode streams are still written as 1.0, byte for byte.
-inline constexpr int format_minor = 1;
+/// bit 1), 1.2 its Rice-coded residuals (flag bit 2). Fast-mode streams are still written as
+/// 1.0, byte for byte; ratio streams as 1.2.
+inline constexpr int format_minor = 2;
 inline constexpr std::size_t header_bytes = 88;
 inline constexpr std::size_t header_checksum_offset = 80;
 /// Where the header keeps the absolute bound used and the stream's length.
@@ -61,6 +62,8 @@ inline constexpr std::size_t stream_length_offset = 56;
 inline constexpr std::uint32_t flag_fill_value = 1u << 0;
 /// Format 1.1: the chunks are ratio chunks (codec/ratio.hpp); block size 32, 128 blocks per chunk.
 inline constexpr std::uint32_t flag_ratio_codec = 1u << 1;
+/// Format 1.2, with flag_ratio_codec: a ratio chunk may hold Rice-coded residuals.
+inline constexpr std::uint32_t flag_rice_residuals = 1u << 2;
 inline constexpr int default_blocks_per_chunk = 64;
 inline constexpr int ratio_block_size = 32;
 inline constexpr int ratio_blocks_per_chunk = 128;
@@ -143,7 +146,7 @@ struct stream_header {
   std::uint64_t stream_bytes = 0;
   double value_min = NAN;
   double value_max = NAN;
-  int minor_version = 0;  ///< as read; writers write 0 (fast codec) or 1 (ratio codec)
+  int minor_version = 0;  ///< as read; writers write 0 (fast codec) or 2 (ratio codec)
   /// How the encoder rounds; not written: the decoder needs only the step.
   rounding_mode rounding = rounding_mode::nearest;
   std::uint64_t rounding_seed = 0;
@@ -158,7 +161,8 @@ struct stream_header {
 KOMPRESS_FUNCTION void write_header_fields(std::byte* p, const stream_header& h) {
   for (int i = 0; i < 4; ++i) p[i] = stream_magic(i);
   p[4] = std::byte(format_major);
-  p[5] = std::byte(h.ratio() ? 1 : 0);  // fast-mode streams stay 1.0
+  // Fast-mode streams stay 1.0; ratio streams are 1.2, or 1.1 without Rice residuals.
+  p[5] = std::byte((h.flags & flag_rice_residuals) ? 2 : h.ratio() ? 1 : 0);
   p[6] = std::byte(static_cast<std::uint8_t>(h.type));
   p[7] = std::byte(static_cast<std::uint8_t>(h.mode));
   store<std::uint64_t>(p + 8, h.count);
@@ -227,11 +231,14 @@ inline stream_header parse_header(const std::byte* prefix, std::size_t prefix_by
   if (!supported_block_size(h.block_size))
     throw_format(who, "unsupported block size " + std::to_string(h.block_size));
   if (h.blocks_per_chunk < 1) throw_format(who, "blocks per chunk is 0");
-  const std::uint32_t known_flags = flag_fill_value | (minor >= 1 ? flag_ratio_codec : 0u);
+  const std::uint32_t known_flags = flag_fill_value | (minor >= 1 ? flag_ratio_codec : 0u) |
+                                    (minor >= 2 ? flag_rice_residuals : 0u);
   if ((h.flags & ~known_flags) != 0)
     throw_format(who, "unknown flag bits " + std::to_string(h.flags) + " (this library knows bits 0" +
-                          (minor >= 1 ? " and 1" : "") + " in a " + std::to_string(major) + "." +
-                          std::to_string(minor) + " stream)");
+                          (minor >= 2 ? ", 1 and 2" : minor >= 1 ? " and 1" : "") + " in a " +
+                          std::to_string(major) + "." + std::to_string(minor) + " stream)");
+  if ((h.flags & flag_rice_residuals) && !(h.flags & flag_ratio_codec))
+    throw_format(who, "flag bit 2 (Rice residuals) without flag bit 1 (ratio chunks)");
   if (h.ratio() && (h.block_size != ratio_block_size || h.blocks_per_chunk != ratio_blocks_per_chunk))
     throw_format(who, "a ratio-codec stream must have block size 32 and 128 blocks per chunk (got " +
                           std::to_string(h.block_size) + " and " + std::to_string(h.blocks_per_chunk) + ")");

@@ -182,7 +182,7 @@ def compress(x, *, abs: float | None = None, rel: float | None = None, fill_valu
     written on torch's current stream, which this call waits for). Bound: ``abs=e`` (|x - x'| <= e), ``rel=f``
     (e = f * (max - min)) or neither (lossless). Values bit-identical to ``fill_value`` come back
     exactly and stay out of the relative bound's range. ``codec="fast"`` (the default) is the
-    fastest; ``codec="ratio"`` writes format 1.1 streams, about twice smaller on smooth fields
+    fastest; ``codec="ratio"`` writes format 1.2 streams, about twice smaller on smooth fields
     and several times slower, and predicts across the array's last two axes (2-D / 3-D Lorenzo),
     so pass fields in their natural shape (``block_size`` does not apply to it).
     ``rounding="stochastic"`` rounds each value up or down with the probability that makes the

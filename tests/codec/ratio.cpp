@@ -1,9 +1,10 @@
-// The ratio codec (codec_mode::ratio, format 1.1) on inputs built to break it: special values,
+// The ratio codec (codec_mode::ratio, format 1.2) on inputs built to break it: special values,
 // extreme magnitudes, constant arrays, lengths around its 4096-value chunks, random bit
 // patterns, fill values, and Views of every rank and both layouts (its Lorenzo predictors
 // follow the View's shape), checked exactly: |x - x'| <= e, NaN / Inf / -0.0 / fill bit-exact.
 // Also: the bytes do not depend on the thread count, the stream says which codec wrote it,
-// damage is detected, and golden checksums pin the 1.1 bytes.
+// damage is detected, golden checksums pin the 1.2 bytes and the 1.1 ones (still written
+// without flag bit 2, still read), and Rice sections are checked as a reader must.
 
 #include "support/codec_checks.hpp"
 
@@ -12,6 +13,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -67,7 +69,7 @@ void require_bounds(const std::vector<T>& values, std::optional<double> fill = s
           std::span<const T>(values), {.bound = {mode, bound}, .fill_value = fill, .codec = ratio},
           extents);
       CHECK(result.info.codec == ratio);
-      CHECK(result.info.format_minor == 1);
+      CHECK(result.info.format_minor == 2);
       CHECK(result.stream.size() <=
             kompress::max_compressed_size<T>(values.size(), kompress::compress_options{.codec = ratio}));
     }
@@ -293,7 +295,7 @@ TEST_CASE_TEMPLATE("ratio codec: a team per chunk writes the thread-per-chunk ke
     header.user_bound = 1e-3;
     header.block_size = kompress::detail::ratio_block_size;
     header.blocks_per_chunk = kompress::detail::ratio_blocks_per_chunk;
-    header.flags = detail::flag_ratio_codec;
+    header.flags = detail::flag_ratio_codec | detail::flag_rice_residuals;
     Kokkos::View<const T***, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), 7, 50, 60);
     std::vector<std::byte> out(kompress::max_compressed_size<T>(
         values.size(), kompress::compress_options{.codec = ratio}));
@@ -368,8 +370,26 @@ TEST_CASE("ratio codec: every single-byte corruption and truncation is detected"
   }
 }
 
-// Golden ratio-codec streams (format 1.1). If one of these changes, the bytes the ratio codec
-// writes changed: bump the format version (docs/format.md) on purpose, never just the number.
+/// A stream as format 1.1 writes it: the ratio codec's kernels on the host under a header
+/// without flag bit 2 (bit planes only).
+template <class View>
+std::vector<std::byte> compress_as_1_1(const View& in, const kompress::compress_options& options) {
+  namespace detail = kompress::detail;
+  using T = typename View::non_const_value_type;
+  detail::stream_header header = detail::header_fields_of<T>(options, in.size());
+  header.flags &= ~detail::flag_rice_residuals;
+  std::vector<std::byte> out(kompress::max_compressed_size<T>(in.size(), options));
+  detail::enqueue_compress_kernels<T, detail::ratio_block_size>(host{}, in.data(), out.data(), header, nullptr, {},
+                                                                detail::ratio_shape_of(in));
+  host{}.fence();
+  out.resize(detail::load<std::uint64_t>(out.data() + detail::stream_length_offset));
+  return out;
+}
+
+// Golden ratio-codec streams: format 1.2 as the library writes it, and 1.1 (bit planes only)
+// still written byte for byte as before Rice residuals and still read. If one of these
+// changes, the bytes the ratio codec writes changed: bump the format version
+// (docs/format.md) on purpose, never just the number.
 TEST_CASE("ratio codec: golden streams") {
   std::vector<float> f(9000);
   std::vector<double> d(9000);
@@ -379,26 +399,62 @@ TEST_CASE("ratio codec: golden streams") {
   }
   f[100] = std::numeric_limits<float>::quiet_NaN();
   d[200] = -0.0;
-  const auto fs = kompress::test::round_trip<float>(f, {.bound = kompress::relative(1e-3), .codec = ratio}).stream;
-  const auto ds = kompress::test::round_trip<double>(d, {.bound = kompress::absolute(1e-2), .codec = ratio}).stream;
-  const auto fills =
-      kompress::test::round_trip<float>(f, {.bound = kompress::absolute(0.5), .fill_value = 6.0, .codec = ratio}).stream;
+  const kompress::compress_options float_options{.bound = kompress::relative(1e-3), .codec = ratio};
+  const kompress::compress_options double_options{.bound = kompress::absolute(1e-2), .codec = ratio};
+  const kompress::compress_options fill_options{.bound = kompress::absolute(0.5), .fill_value = 6.0, .codec = ratio};
+  const kompress::compress_options grid_options{.bound = kompress::relative(1e-4), .codec = ratio};
+  const auto fs = kompress::test::round_trip<float>(f, float_options);
+  const auto ds = kompress::test::round_trip<double>(d, double_options);
+  const auto fills = kompress::test::round_trip<float>(f, fill_options);
+  const std::vector<std::size_t> extents = {10, 30, 30};
   const auto grid = kompress::test::with_view<Kokkos::LayoutRight>(
-      std::span<const float>(f), {10, 30, 30},
-      [](const auto& view) { return kompress::test::round_trip_view(view, {.bound = kompress::relative(1e-4), .codec = ratio}); });
+      std::span<const float>(f), extents,
+      [&](const auto& view) { return kompress::test::round_trip_view(view, grid_options); });
   const auto checksum = [](const std::vector<std::byte>& s) { return kompress::detail::checksum_of(s.data(), s.size()); };
-  MESSAGE("golden ratio: float " << fs.size() << " bytes, checksum " << checksum(fs) << "; double " << ds.size()
-                                 << " bytes, checksum " << checksum(ds) << "; fill " << fills.size()
-                                 << " bytes, checksum " << checksum(fills) << "; grid " << grid.stream.size()
-                                 << " bytes, checksum " << checksum(grid.stream));
-  CHECK(fs.size() == 5993u);
-  CHECK(checksum(fs) == 2663135705541469727ull);
-  CHECK(ds.size() == 16404u);
-  CHECK(checksum(ds) == 5959180741698173752ull);
-  CHECK(fills.size() == 4851u);
-  CHECK(checksum(fills) == 14184677437743771953ull);
+  MESSAGE("golden ratio 1.2: float " << fs.stream.size() << " bytes, checksum " << checksum(fs.stream) << "; double "
+                                     << ds.stream.size() << " bytes, checksum " << checksum(ds.stream) << "; fill "
+                                     << fills.stream.size() << " bytes, checksum " << checksum(fills.stream)
+                                     << "; grid " << grid.stream.size() << " bytes, checksum "
+                                     << checksum(grid.stream));
+  CHECK(fs.info.format_minor == 2);
+  CHECK(fs.stream.size() == 5462u);
+  CHECK(checksum(fs.stream) == 8744856378445023357ull);
+  CHECK(ds.stream.size() == 16404u);
+  CHECK(checksum(ds.stream) == 5729312308758374071ull);
+  CHECK(fills.stream.size() == 4191u);
+  CHECK(checksum(fills.stream) == 17949968431130323317ull);
   CHECK(grid.stream.size() == 8805u);
-  CHECK(checksum(grid.stream) == 11076848817714879973ull);
+  CHECK(checksum(grid.stream) == 12641826356898909863ull);
+
+  // The same inputs as 1.1: the checksums 1.1 pinned, and the values the 1.2 streams decode to
+  // (the codes are the same; only how the residuals are stored differs).
+  const auto host_view = [](const auto& values) {
+    using T = typename std::decay_t<decltype(values)>::value_type;
+    return Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(values.data(), values.size());
+  };
+  const auto fs11 = compress_as_1_1(host_view(f), float_options);
+  const auto ds11 = compress_as_1_1(host_view(d), double_options);
+  const auto fills11 = compress_as_1_1(host_view(f), fill_options);
+  const auto grid11 = compress_as_1_1(
+      Kokkos::View<const float***, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(f.data(), 10, 30, 30), grid_options);
+  CHECK(int(fs11[5]) == 1);
+  CHECK(fs11.size() == 5993u);
+  CHECK(checksum(fs11) == 2663135705541469727ull);
+  CHECK(ds11.size() == 16404u);
+  CHECK(checksum(ds11) == 5959180741698173752ull);
+  CHECK(fills11.size() == 4851u);
+  CHECK(checksum(fills11) == 14184677437743771953ull);
+  CHECK(grid11.size() == 8805u);
+  CHECK(checksum(grid11) == 11076848817714879973ull);
+  const auto same_values = [](const auto& stream, const auto& expected) {
+    using T = typename std::decay_t<decltype(expected)>::value_type;
+    const auto decoded = kompress::test::decompress_on_default<T>(stream, expected.size());
+    return std::memcmp(decoded.data(), expected.data(), expected.size() * sizeof(T)) == 0;
+  };
+  CHECK(same_values(fs11, fs.decoded));
+  CHECK(same_values(ds11, ds.decoded));
+  CHECK(same_values(fills11, fills.decoded));
+  CHECK(same_values(grid11, grid.decoded));
 }
 
 TEST_CASE("ratio chunk: a map marking a value past the chunk's end is rejected, not written") {
@@ -414,16 +470,16 @@ TEST_CASE("ratio chunk: a map marking a value past the chunk's end is rejected, 
   std::vector<std::byte> chunk(1 + 64 * sizeof(float));
   // Called through a pointer: inlined here, GCC 16 sees a false maybe-uninitialized in it.
   std::uint64_t (*volatile encode)(const float*, int, std::uint64_t, const detail::ratio_shape&,
-                                   const detail::value_codec<float>&, detail::ratio_scratch&, std::byte*) =
+                                   const detail::value_codec<float>&, detail::ratio_scratch&, std::byte*, bool) =
       &detail::encode_ratio_chunk<float>;
-  const std::uint64_t bytes = encode(values.data(), 64, 0, detail::ratio_shape{}, codec, *scratch, chunk.data());
+  const std::uint64_t bytes = encode(values.data(), 64, 0, detail::ratio_shape{}, codec, *scratch, chunk.data(), true);
   REQUIRE((std::uint8_t(chunk[0]) & detail::ratio_flag_negative_zeros) != 0);
   std::vector<float> out(64);
-  CHECK(detail::decode_ratio_chunk(chunk.data(), bytes, 64, 0, codec, *scratch, out.data()));
+  CHECK(detail::decode_ratio_chunk(chunk.data(), bytes, 64, 0, codec, *scratch, out.data(), true));
   CHECK(std::signbit(out[20]));
   for (const int n : {1, 10, 20}) {  // value 20 lies past the end: in the same word or the next
     CAPTURE(n);
-    CHECK_FALSE(detail::decode_ratio_chunk(chunk.data(), bytes, n, 0, codec, *scratch, out.data()));
+    CHECK_FALSE(detail::decode_ratio_chunk(chunk.data(), bytes, n, 0, codec, *scratch, out.data(), true));
   }
 }
 
@@ -503,7 +559,7 @@ TEST_CASE_TEMPLATE("ratio chunk: no chunk shorter than ratio_min_chunk_bytes dec
   std::vector<T> out(detail::ratio_chunk_values);
   CHECK(detail::ratio_min_chunk_bytes(detail::ratio_chunk_values, sizeof(T)) == 5);
   const std::uint8_t kinds[] = {detail::predict_none, detail::predict_delta, detail::ratio_chunk_constant,
-                                detail::ratio_chunk_raw};
+                                detail::ratio_chunk_raw, detail::ratio_flag_rice};
   for (int n = 1; n <= detail::ratio_chunk_values; ++n) {
     CAPTURE(n);
     const std::uint64_t shortest = detail::ratio_min_chunk_bytes(std::uint64_t(n), sizeof(T));
@@ -514,7 +570,10 @@ TEST_CASE_TEMPLATE("ratio chunk: no chunk shorter than ratio_min_chunk_bytes dec
       for (std::uint64_t bytes = 1; bytes <= shortest; ++bytes) {
         std::vector<std::byte> chunk(bytes);
         chunk[0] = std::byte(kind);
-        const bool decoded = detail::decode_ratio_chunk<T>(chunk.data(), bytes, n, 0, codec, *scratch, out.data());
+        // Rice residuals, all zero: kind, shift 0, then every block's parameter 15.
+        if (kind == detail::ratio_flag_rice)
+          for (std::uint64_t i = 2; i < bytes; ++i) chunk[i] = std::byte(0xFF);
+        const bool decoded = detail::decode_ratio_chunk<T>(chunk.data(), bytes, n, 0, codec, *scratch, out.data(), true);
         CAPTURE(int(kind));
         CAPTURE(bytes);
         if (bytes < shortest) CHECK_FALSE(decoded);
@@ -609,4 +668,202 @@ TEST_CASE("ratio codec: an allocation that fails is a resource_error naming its 
     CHECK(e.requested_bytes() == worst);
     CHECK(std::string(e.what()).find(std::to_string(worst) + " bytes") != std::string::npos);
   }
+}
+
+// --- Rice residuals (format 1.2) -----------------------------------------------------------------
+
+namespace {
+
+/// Positive values spread as a ReLU's outputs are (half-normal), as the stash packs them.
+std::vector<float> relu_positives(std::size_t count, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(count);
+  for (auto& v : values) v = std::abs(normal(rng)) + 1e-3f;
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("Rice residuals: each block's parameter is the smallest that minimises its bits") {
+  namespace detail = kompress::detail;
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int shift = trial % 3 == 0 ? int(rng() % 4) : 0;
+    const double mean = std::exp(std::uniform_real_distribution<double>(-2.0, 12.0)(rng));
+    std::geometric_distribution<std::uint32_t> geometric(1.0 / (1.0 + mean));
+    std::uint32_t residuals[detail::rice_block];
+    for (auto& r : residuals) r = std::min<std::uint32_t>(geometric(rng), (1u << (31 - shift)) - 1) << shift;
+    if (trial % 50 == 0)
+      for (auto& r : residuals) r = 0;
+    const int k = detail::rice_parameter(residuals, shift);
+    std::uint64_t any = 0;
+    for (const auto r : residuals) any |= r >> shift;
+    CAPTURE(trial);
+    if (any == 0) {
+      CHECK(k == detail::rice_zero_block);
+      continue;
+    }
+    const auto bits = [&](int parameter) {
+      std::uint64_t total = 0;
+      for (const auto r : residuals) total += std::uint64_t(parameter) + 1 + ((r >> shift) >> parameter);
+      return total;
+    };
+    int best = 0;
+    for (int p = 1; p <= detail::rice_max_parameter; ++p)
+      if (bits(p) < bits(best)) best = p;
+    CHECK(k == best);
+  }
+}
+
+TEST_CASE("Rice residuals: a ReLU's positive values take them, within the bound, smaller than bit planes") {
+  namespace detail = kompress::detail;
+  const auto values = relu_positives(3 * 4096 + 1000, 3);
+  for (const auto rounding : {kompress::rounding_mode::nearest, kompress::rounding_mode::stochastic}) {
+    CAPTURE(int(rounding));
+    const kompress::compress_options options{.bound = kompress::relative(5e-2), .codec = ratio, .rounding = rounding};
+    const auto result = require_round_trip<float>(values, options);
+    const auto& stream = result.stream;
+    const auto header = detail::read_header(
+        Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(stream.data(), stream.size()),
+        "test");
+    const auto layout = header.layout();
+    for (std::uint64_t c = 0; c < layout.chunk_count(); ++c) {
+      const std::uint64_t begin =
+          c ? detail::load<std::uint64_t>(stream.data() + layout.chunk_end_table_offset() + 8 * (c - 1)) : 0;
+      CAPTURE(c);
+      CHECK((std::uint8_t(stream[layout.data_offset() + begin]) & detail::ratio_flag_rice) != 0);
+    }
+    const auto planes = compress_as_1_1(
+        Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(values.data(), values.size()), options);
+    MESSAGE("ReLU positives, REL 5e-2: Rice " << stream.size() << " bytes, bit planes " << planes.size());
+    CHECK(double(stream.size()) < 0.95 * double(planes.size()));
+    CHECK(kompress::test::decompress_on_default<float>(planes, values.size()) == result.decoded);
+  }
+}
+
+TEST_CASE("Rice residuals: every malformed section is rejected") {
+  namespace detail = kompress::detail;
+  const auto values = relu_positives(4096, 5);
+  const auto codec = detail::make_value_codec<float>(5e-2, 4.0);
+  auto scratch = std::make_unique<detail::ratio_scratch>();
+  std::vector<std::byte> chunk(1 + 4096 * sizeof(float));
+  std::uint64_t (*volatile encode)(const float*, int, std::uint64_t, const detail::ratio_shape&,
+                                   const detail::value_codec<float>&, detail::ratio_scratch&, std::byte*, bool) =
+      &detail::encode_ratio_chunk<float>;
+  const std::uint64_t bytes = encode(values.data(), 4096, 0, detail::ratio_shape{}, codec, *scratch, chunk.data(), true);
+  chunk.resize(bytes);
+  REQUIRE((std::uint8_t(chunk[0]) & detail::ratio_flag_rice) != 0);
+  std::vector<float> out(4096), reference(4096);
+  const auto decodes = [&](const std::vector<std::byte>& c, bool rice_allowed = true) {
+    return detail::decode_ratio_chunk<float>(c.data(), c.size(), 4096, 0, codec, *scratch, out.data(), rice_allowed);
+  };
+  REQUIRE(decodes(chunk));
+  reference = out;
+  for (std::size_t i = 0; i < values.size(); ++i) REQUIRE(std::abs(double(out[i]) - double(values[i])) <= 5e-2);
+  // Without flag bit 2 (a 1.1 stream) the same chunk is malformed; and the encoder writes bit planes.
+  CHECK_FALSE(decodes(chunk, false));
+  std::vector<std::byte> planes(1 + 4096 * sizeof(float));
+  planes.resize(encode(values.data(), 4096, 0, detail::ratio_shape{}, codec, *scratch, planes.data(), false));
+  CHECK((std::uint8_t(planes[0]) & detail::ratio_flag_rice) == 0);
+  CHECK(planes.size() > chunk.size());
+  CHECK(decodes(planes, false));
+  CHECK(out == reference);
+
+  SUBCASE("every shorter length and one byte more") {
+    for (std::size_t length = 1; length < chunk.size(); ++length) {
+      const std::vector<std::byte> truncated(chunk.begin(), chunk.begin() + std::ptrdiff_t(length));
+      CAPTURE(length);
+      CHECK_FALSE(decodes(truncated));
+    }
+    auto longer = chunk;
+    longer.push_back(std::byte(0));
+    CHECK_FALSE(decodes(longer));
+  }
+  SUBCASE("a shift past 31 or a parameter that shifts a residual past 32 bits") {
+    auto bad = chunk;
+    bad[1] = std::byte(32);
+    CHECK_FALSE(decodes(bad));
+    bad[1] = std::byte(30);  // the first block's k (at least 1 here) plus 30 stays <= 32 only for k <= 2
+    const int k = int(std::uint8_t(chunk[2]) & 0xF);
+    REQUIRE(k != detail::rice_zero_block);
+    bad[2] = std::byte((std::uint8_t(chunk[2]) & 0xF0) | 3);
+    CHECK_FALSE(decodes(bad));
+  }
+  SUBCASE("a padding bit set after the last quotient") {
+    // The last byte holds the last terminator; set every bit above it.
+    auto bad = chunk;
+    const std::uint8_t last = std::uint8_t(bad.back());
+    REQUIRE(last != 0);
+    const int top = 7 - std::countl_zero(last);
+    if (top < 7) {
+      bad.back() = std::byte(last | std::uint8_t(0xFF << (top + 1)));
+      CHECK_FALSE(decodes(bad));
+    }
+    auto zero_last = chunk;
+    zero_last.back() = std::byte(0);  // the last quotient runs past the end
+    CHECK_FALSE(decodes(zero_last));
+  }
+}
+
+TEST_CASE("Rice residuals: a quotient that does not fit 32 bits after its shift is rejected") {
+  namespace detail = kompress::detail;
+  // 64 values, no predictor, shift 31: block 0 with k = 0, block 1 all zero. Each quotient may
+  // be 0 or 1 (a residual of 0 or 2^31); 2 overflows.
+  const auto codec = detail::make_value_codec<float>(1e-3, 1.0);
+  auto scratch = std::make_unique<detail::ratio_scratch>();
+  std::vector<float> out(64);
+  const auto chunk_with = [](std::uint8_t quotient_bits_per_value) {
+    std::vector<std::byte> c = {std::byte(detail::ratio_flag_rice), std::byte(31), std::byte(0xF0)};
+    // 32 quotients: 1 as "01", 2 as "001", each little-endian from bit 0.
+    std::uint64_t bits = 0;
+    int used = 0;
+    std::vector<std::byte> q;
+    for (int i = 0; i < 32; ++i) {
+      used += quotient_bits_per_value - 1;
+      bits |= std::uint64_t(1) << used;
+      ++used;
+      while (used >= 8) {
+        q.push_back(std::byte(std::uint8_t(bits)));
+        bits >>= 8;
+        used -= 8;
+      }
+    }
+    if (used) q.push_back(std::byte(std::uint8_t(bits)));
+    c.insert(c.end(), q.begin(), q.end());
+    return c;
+  };
+  const auto ones = chunk_with(2);
+  REQUIRE(detail::decode_ratio_chunk<float>(ones.data(), ones.size(), 64, 0, codec, *scratch, out.data(), true));
+  // Residual 2^31 is zigzag(2^30): the code 2^30.
+  CHECK(out[0] == float(detail::value_codec<float>::reconstruct(0x1p30, codec.step)));
+  const auto twos = chunk_with(3);
+  CHECK_FALSE(detail::decode_ratio_chunk<float>(twos.data(), twos.size(), 64, 0, codec, *scratch, out.data(), true));
+}
+
+TEST_CASE("Rice residuals: the header says which streams may hold them") {
+  namespace detail = kompress::detail;
+  const auto values = relu_positives(5000, 9);
+  const kompress::compress_options options{.bound = kompress::relative(5e-2), .codec = ratio};
+  const auto result = require_round_trip<float>(values, options);
+  const std::uint32_t flags = detail::flag_ratio_codec | detail::flag_rice_residuals;
+  REQUIRE(detail::load<std::uint32_t>(result.stream.data() + 52) == flags);
+  const auto decode = [&](std::vector<std::byte> stream, int minor, std::uint32_t with_flags) {
+    stream[5] = std::byte(minor);
+    detail::store<std::uint32_t>(stream.data() + 52, with_flags);
+    const auto layout = detail::read_header(
+        Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(result.stream.data(),
+                                                                                  result.stream.size()),
+        "test").layout();
+    detail::store<std::uint64_t>(stream.data() + detail::header_checksum_offset,
+                                 detail::header_checksum(stream.data(), layout.data_offset()));
+    return kompress::test::decompress_on_default<float>(stream, values.size());
+  };
+  CHECK(decode(result.stream, 2, flags) == result.decoded);
+  // A 1.1 reader's view: flag bit 2 is unknown in 1.1; a 1.1 stream's chunks cannot be Rice.
+  CHECK_THROWS_WITH_AS(decode(result.stream, 1, flags), doctest::Contains("unknown flag bits"), kompress::format_error);
+  CHECK_THROWS_WITH_AS(decode(result.stream, 2, detail::flag_ratio_codec), doctest::Contains("malformed ratio chunk"),
+                       kompress::format_error);
+  CHECK_THROWS_WITH_AS(decode(result.stream, 2, detail::flag_rice_residuals), doctest::Contains("without flag bit 1"),
+                       kompress::format_error);
 }

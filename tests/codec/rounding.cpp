@@ -186,7 +186,7 @@ TEST_CASE("stochastic rounding: golden streams") {
                                            << checksum(fr));
   CHECK(checksum(fs) == 11628220907054913035ull);
   CHECK(checksum(ds) == 16694439938633200687ull);
-  CHECK(checksum(fr) == 13369140811187037454ull);
+  CHECK(checksum(fr) == 10259566909691681510ull);  // format 1.2 (1.1 wrote 13369140811187037454)
 }
 
 TEST_CASE("stochastic rounding: an unknown rounding mode is refused") {

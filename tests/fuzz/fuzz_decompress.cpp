@@ -58,8 +58,8 @@ void check_info(const kompress::stream_info& info, std::size_t size) {
     bug("inspect's chunk count disagrees with its element count");
   if (info.type != kompress::element_type::float32 && info.type != kompress::element_type::float64)
     bug("inspect accepted an unknown element type");
-  // Every fast-codec block costs at least its descriptor byte, every ratio chunk (format 1.1)
-  // of 4096 values five bytes and a shorter last one three: what bounds the output decompress
+  // Every fast-codec block costs at least its descriptor byte, every ratio chunk (formats 1.1
+  // and 1.2) of 4096 values five bytes and a shorter last one three: what bounds the output decompress
   // allocates.
   const std::uint64_t blocks = (info.count + std::uint64_t(info.block_size) - 1) / std::uint64_t(info.block_size);
   const std::uint64_t least_ratio_payload = info.chunk_count ? 5 * (info.chunk_count - 1) + 3 : 0;

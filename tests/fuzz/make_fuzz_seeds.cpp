@@ -188,7 +188,7 @@ void write_all(const std::filesystem::path& dir) {
              {.bound = absolute(1e-9), .block_size = 64});
   write_seed(dir, "f64_rough_rel_bs32", generate<double>(3001, rough),
              {.bound = relative(1e-2), .fill_value = 0.0});
-  // The ratio codec (format 1.1): exceptions of every kind, several chunks, constant chunks.
+  // The ratio codec (format 1.2): exceptions of every kind, several chunks, constant chunks.
   constexpr auto ratio = kompress::codec_mode::ratio;
   write_seed(dir, "f32_ratio_specials_abs", generate<float>(1500, special),
              {.bound = absolute(1e-2), .codec = ratio});
@@ -200,6 +200,12 @@ void write_all(const std::filesystem::path& dir) {
              {.bound = absolute(1e-4), .codec = ratio});
   write_seed(dir, "f64_ratio_rough_rel", generate<double>(3001, rough),
              {.bound = relative(1e-2), .fill_value = 0.0, .codec = ratio});
+  // Rice residuals (format 1.2): small positive codes spread like a ReLU's outputs.
+  write_seed(dir, "f32_ratio_rice_rel", generate<float>(4500, [](std::size_t i) {
+               const double u = std::fmod(std::abs(std::sin(double(i) * 12.9898) * 43758.5453), 1.0);
+               return 4.0 * u * u;
+             }),
+             {.bound = relative(5e-2), .codec = ratio, .rounding = kompress::rounding_mode::stochastic});
   // rejected: more values claimed than the bytes can hold
   write_bomb_seed(dir, "f32_bomb_2e30", std::uint64_t(1) << 30, kompress::element_type::float32);
   write_bomb_seed(dir, "f64_bomb_2e33", std::uint64_t(1) << 33, kompress::element_type::float64);

@@ -1,5 +1,5 @@
 #pragma once
-// The ratio codec (format 1.1, codec_mode::ratio): one chunk of up to ratio_chunk_values
+// The ratio codec (format 1.2, codec_mode::ratio): one chunk of up to ratio_chunk_values
 // values in, bytes out, and back. Pure functions for host and device: no allocation, no
 // dispatch; the scratch lives in a ratio_scratch the caller provides.
 //
@@ -11,9 +11,11 @@
 // previous value, or a 2-D / 3-D Lorenzo predictor over the View's shape; the smallest
 // estimate wins), zigzag the residuals, transpose them into bit planes (one byte = one bit of
 // eight neighbouring residuals) and drop the zero bytes, recording which bytes were kept in a
-// bitmap that is itself zero-eliminated, level after level. A chunk whose coding would not be
-// smaller than its raw values is stored raw. docs/format.md, "Ratio chunks", is the layout.
+// bitmap that is itself zero-eliminated, level after level; or Rice-code them in blocks of 32
+// where that is smaller (residuals spread like a geometric distribution). A chunk whose coding
+// would not be smaller than its raw values is stored raw. docs/format.md, "Ratio chunks", is the layout.
 
+#include <kompress/codec/bitpack.hpp>
 #include <kompress/codec/quantizer.hpp>
 #include <kompress/detail/bytes.hpp>
 
@@ -37,6 +39,8 @@ inline constexpr std::uint8_t ratio_chunk_constant = 0xFE;
 inline constexpr std::uint8_t ratio_flag_negative_zeros = 1u << 2;
 inline constexpr std::uint8_t ratio_flag_fills = 1u << 3;
 inline constexpr std::uint8_t ratio_flag_raw_values = 1u << 4;
+/// Format 1.2: the residuals are Rice-coded instead of zero-eliminated bit planes.
+inline constexpr std::uint8_t ratio_flag_rice = 1u << 5;
 
 enum ratio_predictor : int { predict_none = 0, predict_delta = 1, predict_lorenzo2 = 2, predict_lorenzo3 = 3 };
 
@@ -233,14 +237,18 @@ KOMPRESS_FUNCTION std::int64_t read_zero_eliminated(const std::byte* in, std::ui
 }
 
 /// The shortest well-formed chunk of n (1..ratio_chunk_values) values of `element_size` bytes,
-/// the least of: a coded chunk whose residuals are all zero (its kind byte and the top level of
-/// its planes' zero elimination, 2 to 8 bytes: 4 for a whole chunk, so 5 in all), a constant
-/// chunk (1 + element_size, n >= 2) and a raw one (1 + n * element_size). Every other coded
-/// chunk adds predictor parameters, maps, raw values or plane bytes to that.
+/// the least of: a coded chunk whose residuals are all zero, as bit planes (its kind byte and
+/// the top level of its planes' zero elimination, 2 to 8 bytes: 4 for a whole chunk, so 5 in
+/// all) or Rice codes (kind, shift and a parameter nibble per 32 padded values: 3 bytes for up
+/// to 64 values, 66 for a whole chunk), a constant chunk (1 + element_size, n >= 2) and a raw
+/// one (1 + n * element_size). Every other coded chunk adds predictor parameters, maps, raw
+/// values, plane bytes or Rice codes to that.
 KOMPRESS_FUNCTION std::uint64_t ratio_min_chunk_bytes(std::uint64_t n, std::uint64_t element_size) {
   std::uint32_t lengths[8];
-  const int top = zero_levels(4 * std::uint32_t(ratio_padded(int(n))), lengths);
+  const int padded = ratio_padded(int(n));
+  const int top = zero_levels(4 * std::uint32_t(padded), lengths);
   std::uint64_t shortest = 1 + lengths[top];
+  if (2 + std::uint64_t(padded / 64) < shortest) shortest = 2 + std::uint64_t(padded / 64);
   if (n >= 2 && 1 + element_size < shortest) shortest = 1 + element_size;
   if (1 + n * element_size < shortest) shortest = 1 + n * element_size;
   return shortest;
@@ -466,6 +474,196 @@ KOMPRESS_FUNCTION void from_bit_planes(const std::uint8_t* planes, int padded, s
 }
 
 // ---------------------------------------------------------------------------------------------
+// Rice-coded residuals (format 1.2, kind bit 5; docs/format.md, "Rice residuals"): a shift
+// common to all residuals, a parameter k per block of 32 (15: all zero), the blocks' k-bit
+// remainders, then every quotient in unary (zeros ended by a one) in one bit string.
+
+inline constexpr int rice_block = 32;
+inline constexpr std::uint8_t rice_zero_block = 15;
+inline constexpr int rice_max_parameter = 14;
+
+KOMPRESS_FUNCTION int lowest_bit64(std::uint64_t v) {
+#if defined(__CUDA_ARCH__)
+  return __ffsll(static_cast<long long>(v)) - 1;
+#else
+  return std::countr_zero(v);
+#endif
+}
+
+/// The shift of a chunk's residuals: the trailing zero bits common to all (0 when all are 0).
+KOMPRESS_FUNCTION int rice_shift(const std::uint32_t* residuals, int padded) {
+  std::uint32_t any = 0;
+  for (int i = 0; i < padded; ++i) any |= residuals[i];
+  return any ? lowest_bit(any) : 0;
+}
+
+/// The parameter of a block of 32 shifted residuals z: rice_zero_block if all are 0, else the
+/// smallest k <= rice_max_parameter minimising 32 k + sum(z >> k). The cost falls from k to
+/// k + 1 by sum(ceil((z >> k) / 2)) - 32, which does not grow with k.
+KOMPRESS_FUNCTION std::uint8_t rice_parameter(const std::uint32_t* residuals, int shift) {
+  std::uint32_t any = 0;
+  std::uint64_t sum = 0;
+  for (int i = 0; i < rice_block; ++i) {
+    any |= residuals[i];
+    sum += residuals[i] >> shift;
+  }
+  if ((any >> shift) == 0) return rice_zero_block;
+  const auto falls = [&](int k) {  // does k + 1 cost less than k?
+    std::uint64_t halves = 0;
+    for (int i = 0; i < rice_block; ++i) halves += ((std::uint64_t(residuals[i] >> shift) >> k) + 1) >> 1;
+    return halves > std::uint64_t(rice_block);
+  };
+  int k = bit_width(std::uint32_t(sum / rice_block));  // near the minimum: few steps either way
+  if (k > rice_max_parameter) k = rice_max_parameter;
+  if (k < rice_max_parameter && falls(k)) {
+    while (k < rice_max_parameter && falls(k)) ++k;
+  } else {
+    while (k > 0 && !falls(k - 1)) --k;
+  }
+  return std::uint8_t(k);
+}
+
+/// Parameters of every block of residuals[0, padded) into `parameters` (padded / 32 entries);
+/// returns the Rice section's length in bytes.
+KOMPRESS_FUNCTION std::uint64_t rice_size(const std::uint32_t* residuals, int padded, int shift,
+                                          std::uint8_t* parameters) {
+  const int blocks = padded / rice_block;
+  std::uint64_t remainder_bytes = 0, quotient_bits = 0;
+  for (int b = 0; b < blocks; ++b) {
+    const std::uint32_t* r = residuals + rice_block * b;
+    const std::uint8_t k = rice_parameter(r, shift);
+    parameters[b] = k;
+    if (k == rice_zero_block) continue;
+    remainder_bytes += std::uint64_t(k) * (rice_block / 8);
+    for (int i = 0; i < rice_block; ++i) quotient_bits += ((r[i] >> shift) >> k) + 1;
+  }
+  return 1 + std::uint64_t(blocks / 2) + remainder_bytes + (quotient_bits + 7) / 8;
+}
+
+/// Writes the Rice section of residuals[0, padded) with the parameters rice_size chose; returns
+/// its length.
+KOMPRESS_FUNCTION std::uint64_t write_rice(const std::uint32_t* residuals, int padded, int shift,
+                                           const std::uint8_t* parameters, std::byte* out) {
+  const int blocks = padded / rice_block;
+  std::uint64_t position = 0;
+  out[position++] = std::byte(shift);
+  for (int b = 0; b < blocks; b += 2)
+    out[position++] = std::byte(std::uint8_t(parameters[b] | (parameters[b + 1] << 4)));
+  for (int b = 0; b < blocks; ++b) {
+    const int k = parameters[b];
+    if (k == rice_zero_block) continue;
+    std::uint32_t low[rice_block];
+    for (int i = 0; i < rice_block; ++i) low[i] = (residuals[rice_block * b + i] >> shift) & ((1u << k) - 1u);
+    pack<rice_block>(k, low, out + position);
+    position += std::uint64_t(k) * (rice_block / 8);
+  }
+  // The quotients: a 64-bit accumulator, stored whole as it fills, the rest byte by byte.
+  std::uint64_t word = 0;
+  std::uint64_t used = 0;
+  const auto flush = [&]() {
+    store<std::uint64_t>(out + position, word);
+    position += 8;
+    word = 0;
+  };
+  for (int b = 0; b < blocks; ++b) {
+    const int k = parameters[b];
+    if (k == rice_zero_block) continue;
+    for (int i = 0; i < rice_block; ++i) {
+      used += ((residuals[rice_block * b + i] >> shift) >> k);  // the zeros
+      while (used >= 64) {
+        flush();
+        used -= 64;
+      }
+      word |= std::uint64_t(1) << used;  // the one
+      if (++used == 64) {
+        flush();
+        used = 0;
+      }
+    }
+  }
+  for (std::uint64_t j = 0; j < (used + 7) / 8; ++j) out[position++] = std::byte(std::uint8_t(word >> (8 * j)));
+  return position;
+}
+
+/// Reads a Rice section of exactly `bytes` bytes into residuals[0, padded); false if it is
+/// malformed (never reads outside [in, in + bytes)).
+KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int padded, std::uint32_t* residuals) {
+  const int blocks = padded / rice_block;
+  const std::uint64_t header = 1 + std::uint64_t(blocks / 2);
+  if (bytes < header) return false;
+  const int shift = int(std::uint8_t(in[0]));
+  if (shift > 31) return false;
+  std::uint64_t remainder_bytes = 0;
+  for (int b = 0; b < blocks; ++b) {
+    const int k = (std::uint8_t(in[1 + b / 2]) >> (4 * (b & 1))) & 0xF;
+    if (k == rice_zero_block) continue;
+    if (k + shift > 32) return false;
+    remainder_bytes += std::uint64_t(k) * (rice_block / 8);
+  }
+  if (bytes - header < remainder_bytes) return false;
+  const std::byte* const quotients = in + header + remainder_bytes;
+  const std::uint64_t quotient_bytes = bytes - header - remainder_bytes;
+  const std::uint64_t end_bit = 8 * quotient_bytes;
+  std::uint64_t bit = 0;
+  // The next bits from `bit` on, and how many of them are the section's.
+  const auto window = [&](int& valid) {
+    const std::uint64_t at = bit / 8;
+    const int skip = int(bit % 8);
+    if (at + 8 <= quotient_bytes) {
+      valid = 64 - skip;
+      return load<std::uint64_t>(quotients + at) >> skip;
+    }
+    std::uint64_t w = 0;
+    for (std::uint64_t j = at; j < quotient_bytes; ++j) w |= std::uint64_t(std::uint8_t(quotients[j])) << (8 * (j - at));
+    valid = int(end_bit - bit);
+    return w >> skip;
+  };
+  const std::byte* remainders = in + header;
+  for (int b = 0; b < blocks; ++b) {
+    std::uint32_t* r = residuals + rice_block * b;
+    const int k = (std::uint8_t(in[1 + b / 2]) >> (4 * (b & 1))) & 0xF;
+    if (k == rice_zero_block) {
+      for (int i = 0; i < rice_block; ++i) r[i] = 0;
+      continue;
+    }
+    unpack<rice_block>(k, remainders, r);
+    remainders += std::uint64_t(k) * (rice_block / 8);
+    const int limit = 32 - shift - k;  // a quotient must stay below 2^limit
+    std::uint64_t quotient = 0, too_large = 0;
+    int i = 0;
+    // A window of bits at a time: each set bit ends a quotient; a window of zeros adds to one.
+    while (i < rice_block) {
+      if (bit >= end_bit) return false;
+      int valid = 0;
+      std::uint64_t w = window(valid);
+      int used = 0;
+      while (w != 0 && i < rice_block) {
+        const int zeros = lowest_bit64(w);
+        quotient += std::uint64_t(zeros);
+        too_large |= quotient >> limit;
+        r[i] = std::uint32_t(((quotient << k) | r[i]) << shift);
+        ++i;
+        quotient = 0;
+        w >>= zeros;
+        w >>= 1;
+        used += zeros + 1;
+      }
+      if (i < rice_block) {
+        quotient += std::uint64_t(valid - used);
+        bit += std::uint64_t(valid);
+      } else {
+        bit += std::uint64_t(used);
+      }
+    }
+    if (too_large) return false;
+  }
+  // The quotients end in the section's last byte, the rest of it 0 bits.
+  if ((bit + 7) / 8 != quotient_bytes) return false;
+  if (bit % 8 && (std::uint8_t(quotients[bit / 8]) >> (bit % 8)) != 0) return false;
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The chunk.
 
 /// The geometries the encoder tries for a chunk of a View of shape `shape`.
@@ -484,12 +682,14 @@ KOMPRESS_FUNCTION int ratio_candidates(const ratio_shape& shape, ratio_geometry*
 
 /// Encodes the n (1..ratio_chunk_values) values at `in`, the chunk starting at value `first`
 /// of a View of shape `shape`, into `out` (room for 1 + n * sizeof(T) bytes); returns the
-/// chunk's length.
+/// chunk's length. `rice_allowed`: the stream has flag bit 2 (format 1.2); without it the
+/// residuals are always bit planes, as format 1.1 writes them.
 template <class T>
 KOMPRESS_FUNCTION std::uint64_t encode_ratio_chunk(const T* in, int n, std::uint64_t first,
                                                    const ratio_shape& shape,
                                                    const value_codec<T>& codec,
-                                                   ratio_scratch& scratch, std::byte* out) {
+                                                   ratio_scratch& scratch, std::byte* out,
+                                                   bool rice_allowed) {
   using bits = bits_t<T>;
   constexpr bits sign_mask = bits(1) << (8 * sizeof(T) - 1);
   constexpr bits exponent_mask = std::is_same_v<T, float> ? bits(0x7F800000u)
@@ -603,14 +803,21 @@ KOMPRESS_FUNCTION std::uint64_t encode_ratio_chunk(const T* in, int n, std::uint
   for (int i = n; i < padded; ++i) scratch.residuals[i] = 0;
   to_bit_planes(scratch.residuals, padded, scratch.planes);
 
-  // Size first, so a chunk that would not shrink is written raw and nothing overflows.
+  // Size first, so a chunk that would not shrink is written raw and nothing overflows. The
+  // residuals go as bit planes or Rice codes, whichever is smaller (a tie keeps the planes).
+  const std::uint64_t plane_bytes = zero_eliminated_size(scratch.planes, std::uint32_t(4 * padded), scratch.levels);
+  std::uint8_t rice_parameters[ratio_chunk_values / rice_block];
+  const int shift = rice_allowed ? rice_shift(scratch.residuals, padded) : 0;
+  const std::uint64_t rice_bytes =
+      rice_allowed ? rice_size(scratch.residuals, padded, shift, rice_parameters) : plane_bytes;
+  const bool rice = rice_bytes < plane_bytes;
   const std::uint8_t kind = std::uint8_t(g.predictor) |
                             (any_negative_zero ? ratio_flag_negative_zeros : 0) |
                             (any_fill ? ratio_flag_fills : 0) |
-                            (raw_count ? ratio_flag_raw_values : 0);
+                            (raw_count ? ratio_flag_raw_values : 0) | (rice ? ratio_flag_rice : 0);
   std::uint64_t size = 1 + (g.predictor >= predict_lorenzo2 ? 2 : 0) +
                        (g.predictor == predict_lorenzo3 ? 2 : 0) +
-                       std::uint64_t(raw_count) * sizeof(T);
+                       std::uint64_t(raw_count) * sizeof(T) + (rice ? rice_bytes : plane_bytes);
   std::uint8_t transitions[3][ratio_chunk_values / 8];
   std::uint8_t map_levels[3][ratio_chunk_values / 8 / 7 + 64];
   for (int m = 0; m < 3; ++m) {
@@ -618,7 +825,6 @@ KOMPRESS_FUNCTION std::uint64_t encode_ratio_chunk(const T* in, int n, std::uint
     to_transitions(scratch.maps[m], words, transitions[m]);
     size += zero_eliminated_size(transitions[m], std::uint32_t(padded / 8), map_levels[m]);
   }
-  size += zero_eliminated_size(scratch.planes, std::uint32_t(4 * padded), scratch.levels);
   if (size >= raw_bytes) return write_raw();
 
   std::uint64_t position = 0;
@@ -646,17 +852,20 @@ KOMPRESS_FUNCTION std::uint64_t encode_ratio_chunk(const T* in, int n, std::uint
       }
     }
   }
-  position += write_zero_eliminated(scratch.planes, std::uint32_t(4 * padded), scratch.levels,
-                                    out + position, raw_bytes - position);
+  if (rice)
+    position += write_rice(scratch.residuals, padded, shift, rice_parameters, out + position);
+  else
+    position += write_zero_eliminated(scratch.planes, std::uint32_t(4 * padded), scratch.levels,
+                                      out + position, raw_bytes - position);
   return position;
 }
 
 /// Decodes a chunk of exactly `bytes` bytes into n values; false if it is malformed (never
-/// reads outside [in, in + bytes)).
+/// reads outside [in, in + bytes)). `rice_allowed`: the stream's flag bit 2 (format 1.2).
 template <class T>
 KOMPRESS_FUNCTION bool decode_ratio_chunk(const std::byte* in, std::uint64_t bytes, int n,
                                           std::uint64_t first, const value_codec<T>& codec,
-                                          ratio_scratch& scratch, T* out) {
+                                          ratio_scratch& scratch, T* out, bool rice_allowed) {
   if (bytes < 1 || n < 1 || n > ratio_chunk_values) return false;
   const std::uint8_t kind = std::uint8_t(in[0]);
   if (kind == ratio_chunk_raw) {
@@ -670,7 +879,7 @@ KOMPRESS_FUNCTION bool decode_ratio_chunk(const std::byte* in, std::uint64_t byt
     for (int i = 0; i < n; ++i) out[i] = value;
     return true;
   }
-  if ((kind & 0xE0) != 0 || !(codec.step > 0.0)) return false;
+  if ((kind & 0xC0) != 0 || ((kind & ratio_flag_rice) && !rice_allowed) || !(codec.step > 0.0)) return false;
   if ((kind & ratio_flag_fills) && !codec.has_fill) return false;
   ratio_geometry g;
   g.predictor = kind & 3;
@@ -718,11 +927,15 @@ KOMPRESS_FUNCTION bool decode_ratio_chunk(const std::byte* in, std::uint64_t byt
   const std::uint64_t raw_position = position;
   if (bytes - position < std::uint64_t(raw_count) * sizeof(T)) return false;
   position += std::uint64_t(raw_count) * sizeof(T);
-  const std::int64_t used = read_zero_eliminated(in + position, bytes - position,
-                                                 std::uint32_t(4 * padded), scratch.levels,
-                                                 scratch.planes);
-  if (used < 0 || position + std::uint64_t(used) != bytes) return false;
-  from_bit_planes(scratch.planes, padded, scratch.residuals);
+  if (kind & ratio_flag_rice) {
+    if (!read_rice(in + position, bytes - position, padded, scratch.residuals)) return false;
+  } else {
+    const std::int64_t used = read_zero_eliminated(in + position, bytes - position,
+                                                   std::uint32_t(4 * padded), scratch.levels,
+                                                   scratch.planes);
+    if (used < 0 || position + std::uint64_t(used) != bytes) return false;
+    from_bit_planes(scratch.planes, padded, scratch.residuals);
+  }
 
   // Codes back from the residuals, then values.
   std::int32_t* const q = scratch.codes;

@@ -42,7 +42,7 @@ struct ratio_chunk_encoder {
     const std::uint64_t first = chunk * values_per_chunk;
     const std::uint64_t bytes =
         encode_ratio_chunk<T>(in + first, int(layout.values_in_chunk(chunk)), first, shape, codec,
-                              scratch, slot);
+                              scratch, slot, (base.flags & flag_rice_residuals) != 0);
     store<std::uint64_t>(ends + 8 * chunk, bytes);
     store<std::uint64_t>(checksums + 8 * chunk, checksum_of(slot, bytes));
   }
@@ -72,7 +72,8 @@ struct team_ratio_chunk {
                                          int(encoder.layout.values_in_chunk(chunk)), first,
                                          encoder.shape, codec,
                                          *static_cast<ratio_scratch*>(scratch),
-                                         static_cast<std::byte*>(scratch) + scratch_offset);
+                                         static_cast<std::byte*>(scratch) + scratch_offset,
+                                         (encoder.base.flags & flag_rice_residuals) != 0);
         },
         bytes);
     return bytes;
@@ -122,6 +123,7 @@ void decompress_ratio_chunks(const Exec& exec, const std::byte* in, const stream
   const std::byte* const ends = in + layout.chunk_end_table_offset();
   const std::byte* const checksums = in + layout.chunk_checksum_table_offset();
   const std::byte* const data = in + layout.data_offset();
+  const bool rice_allowed = (header.flags & flag_rice_residuals) != 0;
   const auto chunk_begin = [=] KOKKOS_FUNCTION(std::uint64_t chunk) {
     return chunk ? load<std::uint64_t>(ends + 8 * (chunk - 1)) : std::uint64_t(0);
   };
@@ -142,7 +144,7 @@ void decompress_ratio_chunks(const Exec& exec, const std::byte* in, const stream
     const std::uint64_t end = load<std::uint64_t>(ends + 8 * chunk);
     const std::uint64_t first = chunk * values_per_chunk;
     return decode_ratio_chunk<T>(data + begin, end - begin, int(layout.values_in_chunk(chunk)),
-                                 first, codec, scratch, out + first);
+                                 first, codec, scratch, out + first, rice_allowed);
   };
   if (tuning.team_size != 0) {
     using member = team_member_of<Exec>;
