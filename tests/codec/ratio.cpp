@@ -685,34 +685,53 @@ std::vector<float> relu_positives(std::size_t count, unsigned seed) {
 
 }  // namespace
 
-TEST_CASE("Rice residuals: each block's parameter is the smallest that minimises its bits") {
+TEST_CASE("Rice residuals: each block's parameter is the smallest that minimises its bits, read from the planes") {
   namespace detail = kompress::detail;
   std::mt19937 rng(7);
-  for (int trial = 0; trial < 2000; ++trial) {
-    const int shift = trial % 3 == 0 ? int(rng() % 4) : 0;
-    const double mean = std::exp(std::uniform_real_distribution<double>(-2.0, 12.0)(rng));
-    std::geometric_distribution<std::uint32_t> geometric(1.0 / (1.0 + mean));
-    std::uint32_t residuals[detail::rice_block];
-    for (auto& r : residuals) r = std::min<std::uint32_t>(geometric(rng), (1u << (31 - shift)) - 1) << shift;
-    if (trial % 50 == 0)
-      for (auto& r : residuals) r = 0;
-    const int k = detail::rice_parameter(residuals, shift);
-    std::uint64_t any = 0;
-    for (const auto r : residuals) any |= r >> shift;
-    CAPTURE(trial);
-    if (any == 0) {
-      CHECK(k == detail::rice_zero_block);
-      continue;
+  auto planes = std::make_unique<std::uint8_t[]>(4 * detail::ratio_chunk_values);
+  std::vector<std::uint32_t> residuals(detail::ratio_chunk_values);
+  std::vector<std::uint8_t> parameters(detail::ratio_chunk_values / detail::rice_block);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int shift = trial % 4;
+    const int padded = trial % 5 == 0 ? 128 : detail::ratio_chunk_values;
+    const int blocks = padded / detail::rice_block;
+    std::uint32_t any = 0;
+    for (int b = 0; b < blocks; ++b) {
+      const double mean = std::exp(std::uniform_real_distribution<double>(-2.0, 14.0)(rng));
+      std::geometric_distribution<std::uint32_t> geometric(1.0 / (1.0 + mean));
+      const bool zero = rng() % 10 == 0;
+      for (int i = 0; i < detail::rice_block; ++i) {
+        const std::uint32_t z = zero ? 0u : std::min<std::uint32_t>(geometric(rng), (1u << (31 - shift)) - 1);
+        residuals[std::size_t(detail::rice_block * b + i)] = z << shift;
+        any |= z << shift;
+      }
     }
-    const auto bits = [&](int parameter) {
-      std::uint64_t total = 0;
-      for (const auto r : residuals) total += std::uint64_t(parameter) + 1 + ((r >> shift) >> parameter);
-      return total;
-    };
-    int best = 0;
-    for (int p = 1; p <= detail::rice_max_parameter; ++p)
-      if (bits(p) < bits(best)) best = p;
-    CHECK(k == best);
+    detail::to_bit_planes(residuals.data(), padded, planes.get());
+    const std::uint64_t size = detail::rice_size(planes.get(), padded, detail::bit_width(any), shift, parameters.data());
+    std::uint64_t remainder_bytes = 0, quotient_bits = 0;
+    for (int b = 0; b < blocks; ++b) {
+      const std::uint32_t* z = residuals.data() + detail::rice_block * b;
+      const auto bits = [&](int k) {
+        std::uint64_t total = 0;
+        for (int i = 0; i < detail::rice_block; ++i) total += std::uint64_t(k) + 1 + ((z[i] >> shift) >> k);
+        return total;
+      };
+      std::uint32_t block_any = 0;
+      for (int i = 0; i < detail::rice_block; ++i) block_any |= z[i];
+      CAPTURE(trial);
+      CAPTURE(b);
+      if (block_any == 0) {
+        CHECK(parameters[std::size_t(b)] == detail::rice_zero_block);
+        continue;
+      }
+      int best = 0;
+      for (int k = 1; k <= detail::rice_max_parameter; ++k)
+        if (bits(k) < bits(best)) best = k;
+      CHECK(int(parameters[std::size_t(b)]) == best);
+      remainder_bytes += 4 * std::uint64_t(best);
+      quotient_bits += bits(best) - std::uint64_t(best) * detail::rice_block;
+    }
+    CHECK(size == 1 + std::uint64_t(blocks / 2) + remainder_bytes + (quotient_bits + 7) / 8);
   }
 }
 

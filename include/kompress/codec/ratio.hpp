@@ -490,52 +490,40 @@ KOMPRESS_FUNCTION int lowest_bit64(std::uint64_t v) {
 #endif
 }
 
-/// The shift of a chunk's residuals: the trailing zero bits common to all (0 when all are 0).
-KOMPRESS_FUNCTION int rice_shift(const std::uint32_t* residuals, int padded) {
-  std::uint32_t any = 0;
-  for (int i = 0; i < padded; ++i) any |= residuals[i];
-  return any ? lowest_bit(any) : 0;
-}
-
-/// The parameter of a block of 32 shifted residuals z: rice_zero_block if all are 0, else the
-/// smallest k <= rice_max_parameter minimising 32 k + sum(z >> k). The cost falls from k to
-/// k + 1 by sum(ceil((z >> k) / 2)) - 32, which does not grow with k.
-KOMPRESS_FUNCTION std::uint8_t rice_parameter(const std::uint32_t* residuals, int shift) {
-  std::uint32_t any = 0;
-  std::uint64_t sum = 0;
-  for (int i = 0; i < rice_block; ++i) {
-    any |= residuals[i];
-    sum += residuals[i] >> shift;
-  }
-  if ((any >> shift) == 0) return rice_zero_block;
-  const auto falls = [&](int k) {  // does k + 1 cost less than k?
-    std::uint64_t halves = 0;
-    for (int i = 0; i < rice_block; ++i) halves += ((std::uint64_t(residuals[i] >> shift) >> k) + 1) >> 1;
-    return halves > std::uint64_t(rice_block);
-  };
-  int k = bit_width(std::uint32_t(sum / rice_block));  // near the minimum: few steps either way
-  if (k > rice_max_parameter) k = rice_max_parameter;
-  if (k < rice_max_parameter && falls(k)) {
-    while (k < rice_max_parameter && falls(k)) ++k;
-  } else {
-    while (k > 0 && !falls(k - 1)) --k;
-  }
-  return std::uint8_t(k);
-}
-
-/// Parameters of every block of residuals[0, padded) into `parameters` (padded / 32 entries);
-/// returns the Rice section's length in bytes.
-KOMPRESS_FUNCTION std::uint64_t rice_size(const std::uint32_t* residuals, int padded, int shift,
+/// Parameters of every block of residuals[0, padded) into `parameters` (padded / 32 entries),
+/// read from their bit planes (to_bit_planes; `width`: the bit width of all residuals OR'd);
+/// returns the Rice section's length in bytes. A block's parameter is rice_zero_block if all
+/// its z = residual >> shift are 0, else the smallest k <= rice_max_parameter minimising its
+/// 32 k + Q(k) bits, Q(k) = sum(z >> k). With c_p the count of its z with bit p set (a popcount
+/// of the block's 4 bytes of plane p + shift), Q(k) = c_k + 2 Q(k + 1), and the cost falls
+/// from k to k + 1 by sum(ceil((z >> k) / 2)) - 32 = Q(k + 1) + c_k - 32, which does not grow
+/// with k: the first k where that is <= 0 is the minimum.
+KOMPRESS_FUNCTION std::uint64_t rice_size(const std::uint8_t* planes, int padded, int width, int shift,
                                           std::uint8_t* parameters) {
   const int blocks = padded / rice_block;
+  const int groups = padded / 8;
+  const int planes_used = width > shift ? width - shift : 0;  // planes of z that can be nonzero
   std::uint64_t remainder_bytes = 0, quotient_bits = 0;
   for (int b = 0; b < blocks; ++b) {
-    const std::uint32_t* r = residuals + rice_block * b;
-    const std::uint8_t k = rice_parameter(r, shift);
-    parameters[b] = k;
-    if (k == rice_zero_block) continue;
+    std::uint32_t count[33];
+    std::uint64_t q[34];
+    q[planes_used] = 0;
+    for (int p = planes_used; p < 33; ++p) count[p] = 0;
+    for (int p = planes_used - 1; p >= 0; --p) {
+      count[p] = std::uint32_t(popcount32(load<std::uint32_t>(
+          reinterpret_cast<const std::byte*>(planes + (p + shift) * groups + 4 * b))));
+      q[p] = count[p] + 2 * q[p + 1];
+    }
+    for (int p = planes_used + 1; p < 34; ++p) q[p] = 0;
+    if (q[0] == 0) {
+      parameters[b] = rice_zero_block;
+      continue;
+    }
+    int k = 0;
+    while (k < rice_max_parameter && q[k + 1] + count[k] > std::uint64_t(rice_block)) ++k;
+    parameters[b] = std::uint8_t(k);
     remainder_bytes += std::uint64_t(k) * (rice_block / 8);
-    for (int i = 0; i < rice_block; ++i) quotient_bits += ((r[i] >> shift) >> k) + 1;
+    quotient_bits += q[k] + std::uint64_t(rice_block);
   }
   return 1 + std::uint64_t(blocks / 2) + remainder_bytes + (quotient_bits + 7) / 8;
 }
@@ -807,9 +795,12 @@ KOMPRESS_FUNCTION std::uint64_t encode_ratio_chunk(const T* in, int n, std::uint
   // residuals go as bit planes or Rice codes, whichever is smaller (a tie keeps the planes).
   const std::uint64_t plane_bytes = zero_eliminated_size(scratch.planes, std::uint32_t(4 * padded), scratch.levels);
   std::uint8_t rice_parameters[ratio_chunk_values / rice_block];
-  const int shift = rice_allowed ? rice_shift(scratch.residuals, padded) : 0;
+  std::uint32_t any_residual = 0;
+  if (rice_allowed)
+    for (int i = 0; i < padded; ++i) any_residual |= scratch.residuals[i];
+  const int shift = any_residual ? lowest_bit(any_residual) : 0;
   const std::uint64_t rice_bytes =
-      rice_allowed ? rice_size(scratch.residuals, padded, shift, rice_parameters) : plane_bytes;
+      rice_allowed ? rice_size(scratch.planes, padded, bit_width(any_residual), shift, rice_parameters) : plane_bytes;
   const bool rice = rice_bytes < plane_bytes;
   const std::uint8_t kind = std::uint8_t(g.predictor) |
                             (any_negative_zero ? ratio_flag_negative_zeros : 0) |
