@@ -573,7 +573,8 @@ TEST_CASE_TEMPLATE("ratio chunk: no chunk shorter than ratio_min_chunk_bytes dec
         // Rice residuals, all zero: kind, shift 0, then every block's parameter 15.
         if (kind == detail::ratio_flag_rice)
           for (std::uint64_t i = 2; i < bytes; ++i) chunk[i] = std::byte(0xFF);
-        const bool decoded = detail::decode_ratio_chunk<T>(chunk.data(), bytes, n, 0, codec, *scratch, out.data(), true);
+        const bool decoded =
+            detail::decode_ratio_chunk<T>(chunk.data(), bytes, n, 0, codec, *scratch, out.data(), true);
         CAPTURE(int(kind));
         CAPTURE(bytes);
         if (bytes < shortest) CHECK_FALSE(decoded);
@@ -707,7 +708,8 @@ TEST_CASE("Rice residuals: each block's parameter is the smallest that minimises
       }
     }
     detail::to_bit_planes(residuals.data(), padded, planes.get());
-    const std::uint64_t size = detail::rice_size(planes.get(), padded, detail::bit_width(any), shift, parameters.data());
+    const std::uint64_t size =
+        detail::rice_size(planes.get(), padded, detail::bit_width(any), shift, parameters.data());
     std::uint64_t remainder_bytes = 0, quotient_bits = 0;
     for (int b = 0; b < blocks; ++b) {
       const std::uint32_t* z = residuals.data() + detail::rice_block * b;
@@ -770,7 +772,8 @@ TEST_CASE("Rice residuals: every malformed section is rejected") {
   std::uint64_t (*volatile encode)(const float*, int, std::uint64_t, const detail::ratio_shape&,
                                    const detail::value_codec<float>&, detail::ratio_scratch&, std::byte*, bool) =
       &detail::encode_ratio_chunk<float>;
-  const std::uint64_t bytes = encode(values.data(), 4096, 0, detail::ratio_shape{}, codec, *scratch, chunk.data(), true);
+  const std::uint64_t bytes =
+      encode(values.data(), 4096, 0, detail::ratio_shape{}, codec, *scratch, chunk.data(), true);
   chunk.resize(bytes);
   REQUIRE((std::uint8_t(chunk[0]) & detail::ratio_flag_rice) != 0);
   std::vector<float> out(4096), reference(4096);

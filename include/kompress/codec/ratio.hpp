@@ -13,7 +13,8 @@
 // eight neighbouring residuals) and drop the zero bytes, recording which bytes were kept in a
 // bitmap that is itself zero-eliminated, level after level; or Rice-code them in blocks of 32
 // where that is smaller (residuals spread like a geometric distribution). A chunk whose coding
-// would not be smaller than its raw values is stored raw. docs/format.md, "Ratio chunks", is the layout.
+// would not be smaller than its raw values is stored raw. docs/format.md, "Ratio chunks", is the
+// layout.
 
 #include <kompress/codec/bitpack.hpp>
 #include <kompress/codec/quantizer.hpp>
@@ -602,7 +603,8 @@ KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int p
       return load<std::uint64_t>(quotients + at) >> skip;
     }
     std::uint64_t w = 0;
-    for (std::uint64_t j = at; j < quotient_bytes; ++j) w |= std::uint64_t(std::uint8_t(quotients[j])) << (8 * (j - at));
+    for (std::uint64_t j = at; j < quotient_bytes; ++j)
+      w |= std::uint64_t(std::uint8_t(quotients[j])) << (8 * (j - at));
     valid = int(end_bit - bit);
     return w >> skip;
   };
