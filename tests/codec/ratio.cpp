@@ -457,6 +457,25 @@ TEST_CASE("ratio codec: golden streams") {
   CHECK(same_values(grid11, grid.decoded));
 }
 
+namespace {
+
+/// One ratio chunk of `values` (a rank-1 View's first chunk), as a 1.2 stream's encoder writes
+/// it (`rice_allowed`) or a 1.1 stream's.
+std::vector<std::byte> encode_chunk(const std::vector<float>& values, const kompress::detail::value_codec<float>& codec,
+                                    kompress::detail::ratio_scratch& scratch, bool rice_allowed) {
+  namespace detail = kompress::detail;
+  std::vector<std::byte> chunk(1 + values.size() * sizeof(float));
+  // Called through a pointer: inlined here, GCC 16 sees a false maybe-uninitialized in it.
+  std::uint64_t (*volatile encode)(const float*, int, std::uint64_t, const detail::ratio_shape&,
+                                   const detail::value_codec<float>&, detail::ratio_scratch&, std::byte*, bool) =
+      &detail::encode_ratio_chunk<float>;
+  chunk.resize(encode(values.data(), int(values.size()), 0, detail::ratio_shape{}, codec, scratch, chunk.data(),
+                      rice_allowed));
+  return chunk;
+}
+
+}  // namespace
+
 TEST_CASE("ratio chunk: a map marking a value past the chunk's end is rejected, not written") {
   // The maps cover 64-value blocks. A chunk encoded for 64 values with -0.0 at value 20, read
   // back as a chunk of fewer values, marks a value past its end: the decoder must say no
@@ -467,12 +486,8 @@ TEST_CASE("ratio chunk: a map marking a value past the chunk's end is rejected, 
   values[20] = -0.0f;
   const auto codec = detail::make_value_codec<float>(1e-3, 1.0);
   auto scratch = std::make_unique<detail::ratio_scratch>();
-  std::vector<std::byte> chunk(1 + 64 * sizeof(float));
-  // Called through a pointer: inlined here, GCC 16 sees a false maybe-uninitialized in it.
-  std::uint64_t (*volatile encode)(const float*, int, std::uint64_t, const detail::ratio_shape&,
-                                   const detail::value_codec<float>&, detail::ratio_scratch&, std::byte*, bool) =
-      &detail::encode_ratio_chunk<float>;
-  const std::uint64_t bytes = encode(values.data(), 64, 0, detail::ratio_shape{}, codec, *scratch, chunk.data(), true);
+  const auto chunk = encode_chunk(values, codec, *scratch, true);
+  const std::uint64_t bytes = chunk.size();
   REQUIRE((std::uint8_t(chunk[0]) & detail::ratio_flag_negative_zeros) != 0);
   std::vector<float> out(64);
   CHECK(detail::decode_ratio_chunk(chunk.data(), bytes, 64, 0, codec, *scratch, out.data(), true));
@@ -768,13 +783,7 @@ TEST_CASE("Rice residuals: every malformed section is rejected") {
   const auto values = relu_positives(4096, 5);
   const auto codec = detail::make_value_codec<float>(5e-2, 4.0);
   auto scratch = std::make_unique<detail::ratio_scratch>();
-  std::vector<std::byte> chunk(1 + 4096 * sizeof(float));
-  std::uint64_t (*volatile encode)(const float*, int, std::uint64_t, const detail::ratio_shape&,
-                                   const detail::value_codec<float>&, detail::ratio_scratch&, std::byte*, bool) =
-      &detail::encode_ratio_chunk<float>;
-  const std::uint64_t bytes =
-      encode(values.data(), 4096, 0, detail::ratio_shape{}, codec, *scratch, chunk.data(), true);
-  chunk.resize(bytes);
+  const auto chunk = encode_chunk(values, codec, *scratch, true);
   REQUIRE((std::uint8_t(chunk[0]) & detail::ratio_flag_rice) != 0);
   std::vector<float> out(4096), reference(4096);
   const auto decodes = [&](const std::vector<std::byte>& c, bool rice_allowed = true) {
@@ -785,8 +794,7 @@ TEST_CASE("Rice residuals: every malformed section is rejected") {
   for (std::size_t i = 0; i < values.size(); ++i) REQUIRE(std::abs(double(out[i]) - double(values[i])) <= 5e-2);
   // Without flag bit 2 (a 1.1 stream) the same chunk is malformed; and the encoder writes bit planes.
   CHECK_FALSE(decodes(chunk, false));
-  std::vector<std::byte> planes(1 + 4096 * sizeof(float));
-  planes.resize(encode(values.data(), 4096, 0, detail::ratio_shape{}, codec, *scratch, planes.data(), false));
+  const auto planes = encode_chunk(values, codec, *scratch, false);
   CHECK((std::uint8_t(planes[0]) & detail::ratio_flag_rice) == 0);
   CHECK(planes.size() > chunk.size());
   CHECK(decodes(planes, false));

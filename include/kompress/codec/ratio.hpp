@@ -582,9 +582,10 @@ KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int p
   if (bytes < header) return false;
   const int shift = int(std::uint8_t(in[0]));
   if (shift > 31) return false;
+  const auto parameter = [&](int b) { return (std::uint8_t(in[1 + b / 2]) >> (4 * (b & 1))) & 0xF; };
   std::uint64_t remainder_bytes = 0;
   for (int b = 0; b < blocks; ++b) {
-    const int k = (std::uint8_t(in[1 + b / 2]) >> (4 * (b & 1))) & 0xF;
+    const int k = parameter(b);
     if (k == rice_zero_block) continue;
     if (k + shift > 32) return false;
     remainder_bytes += std::uint64_t(k) * (rice_block / 8);
@@ -611,7 +612,7 @@ KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int p
   const std::byte* remainders = in + header;
   for (int b = 0; b < blocks; ++b) {
     std::uint32_t* r = residuals + rice_block * b;
-    const int k = (std::uint8_t(in[1 + b / 2]) >> (4 * (b & 1))) & 0xF;
+    const int k = parameter(b);
     if (k == rice_zero_block) {
       for (int i = 0; i < rice_block; ++i) r[i] = 0;
       continue;
