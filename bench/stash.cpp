@@ -11,7 +11,8 @@
 //               the difference) and a save through the workspace instead of in place (the
 //               detail::stash_tuning choice); "sign": the same saves with keep_sign (the
 //               sign bits packed and their mean reduced on save, applied on restore); "sign
-//               stoch": with keep_sign and stochastic rounding (step e, dithered)
+//               stoch": with keep_sign and stochastic rounding (step e, dithered); every
+//               stream and the codec-alone row in the codec --codec names (default fast)
 //   float16     cast to IEEE binary16 and back (F16C where the CPU has it), ratio 2
 //   bfloat16    the upper 16 bits, rounded to nearest even, ratio 2
 //   actnn8      ActNN-style per-group quantizer: groups of 256 values, each with its min and
@@ -27,7 +28,7 @@
 // files (ratio >= 6x each, save >= 1.5 GB/s and restore >= 4 GB/s on one core) marked MET / NOT
 // MET. Targets not met are reported, not failed; a broken bound fails the run.
 //
-//   bench_stash [--files a,b] [--bounds 1e-2[,1e-3...]] [--reps 5] [--min-time-ms 10]
+//   bench_stash [--files a,b] [--bounds 1e-2[,1e-3...]] [--reps 5] [--min-time-ms 10] [--codec ratio]
 //               [--block-size 32] [--csv bench_stash.csv]
 //
 // The thread count is Kokkos's (OMP_NUM_THREADS); bench/run sets it to 2.
@@ -83,13 +84,15 @@ struct options {
   int reps = 5;
   double min_seconds = 0.01;
   int block_size = 32;
+  kompress::codec_mode codec = kompress::codec_mode::fast;
   std::string csv = "bench_stash.csv";
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "bench_stash: %s\nusage: bench_stash [--files SUBSTR[,SUBSTR...]] [--bounds REL[,REL...]]\n"
-               "                   [--reps N] [--min-time-ms MS] [--block-size 32|64|128] [--csv PATH]\n",
+               "                   [--reps N] [--min-time-ms MS] [--block-size 32|64|128] [--codec fast|ratio]\n"
+               "                   [--csv PATH]\n",
                why.c_str());
   std::exit(why == "help" ? 0 : 2);
 }
@@ -110,7 +113,11 @@ options parse_options(int argc, char** argv) {
       } else if (arg == "--reps") opts.reps = std::max(1, std::stoi(value));
       else if (arg == "--min-time-ms") opts.min_seconds = std::stod(value) / 1e3;
       else if (arg == "--block-size") opts.block_size = std::stoi(value);
-      else if (arg == "--csv") opts.csv = value;
+      else if (arg == "--codec") {
+        if (value == "fast") opts.codec = kompress::codec_mode::fast;
+        else if (value == "ratio") opts.codec = kompress::codec_mode::ratio;
+        else usage("--codec is fast or ratio");
+      } else if (arg == "--csv") opts.csv = value;
       else usage("unknown argument " + arg);
     } catch (const std::invalid_argument&) {
       usage("bad value for " + arg + ": " + value);
@@ -272,7 +279,7 @@ void run_file(file_result& r, const options& opts, const host_exec& one, const h
 
   // The stash. Budget: room for a few saves of the largest file; default 4 MiB segments.
   const kompress::stash_options stash_options{.budget_bytes = std::size_t(96) << 20,
-                                              .codec = {.block_size = opts.block_size}};
+                                              .codec = {.block_size = opts.block_size, .codec = opts.codec}};
   kompress::stash<host_exec> stash(all, stash_options);
   auto staged = kompress::detail::tuned_stash(all, stash_options, {.compress_in_place = false});
   for (const double bound : opts.bounds) for (const int variant : {0, 1, 2}) {
@@ -281,7 +288,7 @@ void run_file(file_result& r, const options& opts, const host_exec& one, const h
     char name[40];
     const char* format = stochastic ? "stash REL %g sign stoch" : keep_sign ? "stash REL %g sign" : "stash REL %g";
     std::snprintf(name, sizeof name, format, bound);
-    m.method = name;
+    m.method = std::string(name) + (opts.codec == kompress::codec_mode::ratio ? " ratio" : "");
     m.bound = bound;
     const auto rel = kompress::relative(bound);
     const kompress::stash_save_options how{
@@ -310,7 +317,7 @@ void run_file(file_result& r, const options& opts, const host_exec& one, const h
       continue;
     }
     Kokkos::View<std::byte*, Kokkos::HostSpace> stream("bench::stream", kompress::max_compressed_size(in));
-    const kompress::compress_options codec_options{.bound = rel, .block_size = opts.block_size};
+    const kompress::compress_options codec_options{.bound = rel, .block_size = opts.block_size, .codec = opts.codec};
     m.codec_1t = gbs(r.bytes, best_seconds([&] { kompress::compress(one, in, stream, codec_options); },
                                            opts.reps, opts.min_seconds));
     m.workspace_save_1t = gbs(r.bytes, best_seconds([&] { staged.drop(staged.save(one, in, rel)); },
