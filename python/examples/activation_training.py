@@ -238,8 +238,8 @@ class Compressed:
     """kompress.torch.compressed_activations, reset each step; with softmax_rel, softmax's outputs
     (attention probabilities) at that bound and everything else at rel."""
 
-    def __init__(self, args, seed, rel, softmax_rel=None, ceiling=None):
-        stash = kompress.Stash(64 << 20, segment_bytes=args.segment_bytes, rounding_seed=seed)
+    def __init__(self, args, seed, segment_bytes, rel, softmax_rel=None, ceiling=None):
+        stash = kompress.Stash(64 << 20, segment_bytes=segment_bytes, rounding_seed=seed)
         if softmax_rel is not None:
             rel = per_tensor(rel, softmax_rel)
         self.hooks = kompress.torch.compressed_activations(rel=rel, rounding=args.rounding, min_numel=args.min_numel,
@@ -268,7 +268,14 @@ def per_tensor(rel, softmax_rel):
     return bound
 
 
-def variant(name, args, seed):
+# The stash's segment per model: the workspace the pool keeps is one segment's worst case, and
+# every segment's stream carries its own header and chunk tables. The MLP's saves are small
+# enough that the workspace weighs more (16 KiB holds the least, docs/stash.md); the
+# transformer's 60 MB a step are 3,700 segments of 16 KiB, whose headers weigh more.
+SEGMENT_BYTES = dict(mlp=16 << 10, cnn=16 << 10, transformer=64 << 10)
+
+
+def variant(name, args, seed, segment_bytes):
     if name == "plain":
         return Kept(args.min_numel, narrow_integers=False)
     if name == "fp16":
@@ -277,12 +284,13 @@ def variant(name, args, seed):
         return ActNN2(args.min_numel, seed + 2)
     if name == "kompress" or name.startswith("kompress@"):
         rel, _, softmax_rel = name.partition("@")[2].partition("/")
-        return Compressed(args, seed, float(rel or args.rel), float(softmax_rel) if softmax_rel else None)
+        return Compressed(args, seed, segment_bytes, float(rel or args.rel),
+                          float(softmax_rel) if softmax_rel else None)
     if name.startswith("layers@"):
         rel, _, ceiling = name.partition("@")[2].partition("/")
         if not ceiling:
             raise SystemExit(f"activation_training: {name!r}: layers@INITIAL/CEILING")
-        return Compressed(args, seed, float(rel), ceiling=float(ceiling))
+        return Compressed(args, seed, segment_bytes, float(rel), ceiling=float(ceiling))
     raise SystemExit(f"activation_training: unknown variant {name!r} (plain, kompress, kompress@REL, "
                      "kompress@REL/SOFTMAX_REL, layers@INITIAL/CEILING, fp16, actnn2)")
 
@@ -308,7 +316,7 @@ def train(model_name, variant_name, seed, args, training, held_out):
         optimizer, lambda s: (s + 1) / warmup if s < warmup else
         0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, steps - warmup))))
     order = torch.Generator().manual_seed(seed + 1)
-    hooks = variant(variant_name, args, seed)
+    hooks = variant(variant_name, args, seed, args.segment_bytes or SEGMENT_BYTES[model_name])
     bounds = getattr(hooks, "bounds", None)
     peak = step = 0
     start = time.perf_counter()
@@ -398,7 +406,8 @@ def main():
     parser.add_argument("--rounding", default="stochastic", choices=("nearest", "stochastic"))
     parser.add_argument("--codec", default="fast", choices=("fast", "ratio", "auto"),
                         help="kompress's codec (with stochastic rounding both restore the same values)")
-    parser.add_argument("--segment-bytes", type=int, default=16 << 10)
+    parser.add_argument("--segment-bytes", type=int, default=None,
+                        help="the stash's segment (default: 16384 for the MLP and the CNN, 65536 for the transformer)")
     parser.add_argument("--no-exact-sign", dest="exact_sign", action="store_false",
                         help="kompress without sign bits (safe where no backward takes a mask from a saved tensor)")
     parser.add_argument("--min-numel", type=int, default=4096, help="smaller tensors are kept as they are")
@@ -433,8 +442,10 @@ def main():
                 for seed in args.seeds.split(",") for v in variants]
         summaries[model_name] = report(model_name, variants, rows)
         results += rows
+    segments = (f"{args.segment_bytes}-byte segments" if args.segment_bytes else
+                "segments of " + ", ".join(f"{SEGMENT_BYTES[m]} bytes ({m})" for m in args.models.split(",")))
     print(f"\nkompress: REL {args.rel:g} unless named, the {args.codec} codec, {args.rounding} rounding, "
-          f"{'with' if args.exact_sign else 'without'} sign bits, {args.segment_bytes}-byte segments; "
+          f"{'with' if args.exact_sign else 'without'} sign bits, {segments}; "
           f"{args.epochs} epochs x {args.train} images, batch {args.batch}, {args.threads} thread(s); "
           f"{sum(r['seconds'] for r in results):.0f} s of training")
     if args.json:
