@@ -245,7 +245,8 @@ class Compressed:
         self.hooks = kompress.torch.compressed_activations(rel=rel, rounding=args.rounding, min_numel=args.min_numel,
                                                            exact_sign=args.exact_sign, codec=args.codec, stash=stash)
         self.bounds = None if ceiling is None else kompress.torch.LayerBounds(
-            self.hooks, ceiling=ceiling, tolerance=args.tolerance, check_every=args.check_every,
+            self.hooks, ceiling=ceiling, growth=args.growth, tolerance=args.tolerance,
+            check_every=args.check_every,
             check_batch=args.check_batch)
 
     def reset_peaks(self):
@@ -413,6 +414,8 @@ def main():
     parser.add_argument("--min-numel", type=int, default=4096, help="smaller tensors are kept as they are")
     parser.add_argument("--tolerance", type=float, default=0.05,
                         help="layers@: the parameter gradients' deviation a layer's bound may cause")
+    parser.add_argument("--growth", type=float, default=2.0,
+                        help="layers@: the factor a tolerant layer's bound grows by")
     parser.add_argument("--check-every", type=int, default=50, help="layers@: steps between checks")
     parser.add_argument("--check-batch", type=int, default=16, help="layers@: the rows a check runs")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
