@@ -242,8 +242,11 @@ class Compressed:
         stash = kompress.Stash(64 << 20, segment_bytes=segment_bytes, rounding_seed=seed)
         if softmax_rel is not None:
             rel = per_tensor(rel, softmax_rel)
+        # --no-input-sign: the network's input (a leaf: no grad_fn) without sign bits; the models
+        # here feed it to a Linear or a convolution, which read its values, never a mask.
+        exact_sign = (lambda t: t.grad_fn is not None) if args.exact_sign and not args.input_sign else args.exact_sign
         self.hooks = kompress.torch.compressed_activations(rel=rel, rounding=args.rounding, min_numel=args.min_numel,
-                                                           exact_sign=args.exact_sign, codec=args.codec, stash=stash)
+                                                           exact_sign=exact_sign, codec=args.codec, stash=stash)
         self.bounds = None if ceiling is None else kompress.torch.LayerBounds(
             self.hooks, ceiling=ceiling, growth=args.growth, tolerance=args.tolerance,
             check_every=args.check_every,
@@ -411,6 +414,8 @@ def main():
                         help="the stash's segment (default: 16384 for the MLP and the CNN, 65536 for the transformer)")
     parser.add_argument("--no-exact-sign", dest="exact_sign", action="store_false",
                         help="kompress without sign bits (safe where no backward takes a mask from a saved tensor)")
+    parser.add_argument("--no-input-sign", dest="input_sign", action="store_false",
+                        help="kompress without sign bits on the network's input (sign bits elsewhere as set)")
     parser.add_argument("--min-numel", type=int, default=4096, help="smaller tensors are kept as they are")
     parser.add_argument("--tolerance", type=float, default=0.05,
                         help="layers@: the parameter gradients' deviation a layer's bound may cause")
@@ -445,10 +450,12 @@ def main():
                 for seed in args.seeds.split(",") for v in variants]
         summaries[model_name] = report(model_name, variants, rows)
         results += rows
+    signs = ("without sign bits" if not args.exact_sign else
+             "with sign bits" + ("" if args.input_sign else " but on the input"))
     segments = (f"{args.segment_bytes}-byte segments" if args.segment_bytes else
                 "segments of " + ", ".join(f"{SEGMENT_BYTES[m]} bytes ({m})" for m in args.models.split(",")))
     print(f"\nkompress: REL {args.rel:g} unless named, the {args.codec} codec, {args.rounding} rounding, "
-          f"{'with' if args.exact_sign else 'without'} sign bits, {segments}; "
+          f"{signs}, {segments}; "
           f"{args.epochs} epochs x {args.train} images, batch {args.batch}, {args.threads} thread(s); "
           f"{sum(r['seconds'] for r in results):.0f} s of training")
     if args.json:

@@ -347,7 +347,11 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
             bound. Functions whose backward reads only where their output is positive (ReLU)
             then see exactly the mask the plain run sees. Costs 1/32 (float32) of the raw size,
             counted in the stash's stored bytes (``stats().sign_bytes``); on a tensor without
-            negative values (a ReLU's output) its zeros are stored as those bits alone.
+            negative values (a ReLU's output) its zeros are stored as those bits alone. Or a
+            callable, ``exact_sign(tensor) -> bool`` for each saved tensor: e.g. ``lambda t:
+            t.grad_fn is not None`` leaves the network's input without bits, right where it
+            feeds only layers that read its values (Linear, convolutions), not a mask (as
+            PReLU's weight gradient reads its input's sign).
         narrow_integers: keep int16/32/64 CPU tensors of at least ``min_numel`` elements
             exactly in fewer bytes, as :func:`pack_integers` does (max pooling's indices as their
             place in the window, 2 bits each for a 2 x 2 pooling; others in the narrowest signed
@@ -366,7 +370,7 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
 
     def __init__(self, *, abs=None, rel=None, budget_bytes: int = 256 << 20, min_numel: int = 1 << 14,
                  policy: str = "throw", directory=None, ceiling_abs=None, ceiling_rel=None, growth: float = 2.0,
-                 segment_bytes: int = 64 << 10, exact_sign: bool = True, codec: str | None = None,
+                 segment_bytes: int = 64 << 10, exact_sign=True, codec: str | None = None,
                  stash: "_k.Stash | None" = None, device: str = "cpu", rounding: str | None = None,
                  narrow_integers: bool = True):
         who = "kompress.torch.compressed_activations"
@@ -378,7 +382,7 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
             raise _k.InvalidArgument(f"{who}: rounding must be None, 'nearest' or 'stochastic' (got {rounding!r})")
         self.abs, self.rel = abs, rel
         self.min_numel = int(min_numel)
-        self.exact_sign = bool(exact_sign)
+        self.exact_sign = exact_sign if callable(exact_sign) else bool(exact_sign)
         self.narrow_integers = bool(narrow_integers)
         self.codec = codec
         self.rounding = rounding
@@ -424,6 +428,16 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
             entry = self._live.get(key)
             if entry is not None and entry[1]() in (None, saved):
                 del self._live[key]
+
+    def _exact_sign_of(self, t):
+        """Whether t keeps its sign bits: the hooks' own setting, or what their callable says."""
+        if not callable(self.exact_sign):
+            return self.exact_sign
+        value = self.exact_sign(t)
+        if not isinstance(value, bool):
+            raise _k.InvalidArgument(f"kompress.torch.compressed_activations: exact_sign(tensor) must return a bool "
+                                     f"(got {value!r} for a tensor of shape {tuple(t.shape)})")
+        return bool(value)
 
     def _bound_of(self, t):
         """(abs, rel) for t: the hooks' own, or what their callable says for t."""
@@ -508,7 +522,7 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         saved = _Saved(key)
         abs_bound, rel_bound = self._bound_of(t) if site is None else self._schedule._bound_args(site)
         # A lossless bound restores every value exactly: its signs need no bits.
-        keep_sign = self.exact_sign and (abs_bound if abs_bound is not None else rel_bound) != 0
+        keep_sign = self._exact_sign_of(t) and (abs_bound if abs_bound is not None else rel_bound) != 0
         saved.handle = self.stash.save(values, abs=abs_bound, rel=rel_bound, codec=self.codec, layer=site,
                                        keep_sign=keep_sign, rounding=self.rounding)
         saved.stash = self.stash

@@ -377,6 +377,22 @@ def test_exact_sign_restores_every_value_on_its_saved_side_of_zero_within_the_bo
         assert_within(x.numpy(), restored[exact_sign].numpy(), bounds[exact_sign])
 
 
+def test_exact_sign_may_be_decided_per_tensor():
+    x, y = straddling_zero((300, 333), 1e-3), straddling_zero((333, 300), 1e-3)
+    hooks = kompress.torch.compressed_activations(abs=1e-3, min_numel=1000, exact_sign=lambda t: t.shape[0] == 300)
+    saved_x, saved_y = hooks._pack(x), hooks._pack(y)
+    assert hooks.stash.info(saved_x.handle).keeps_sign and not hooks.stash.info(saved_y.handle).keeps_sign
+    restored_x, restored_y = hooks._unpack(saved_x), hooks._unpack(saved_y)
+    assert torch.equal(restored_x > 0, x > 0)
+    assert ((restored_y > 0) != (y > 0)).sum() > 100, "without the bits some signs flip"
+    assert_within(x.numpy(), restored_x.numpy(), saved_x.bound)
+    assert_within(y.numpy(), restored_y.numpy(), saved_y.bound)
+    hooks = kompress.torch.compressed_activations(abs=1e-3, min_numel=1000, exact_sign=lambda t: 1)
+    with pytest.raises(kompress.InvalidArgument, match=r"exact_sign\(tensor\) must return a bool \(got 1"):
+        hooks._pack(x)
+    assert hooks.stats().entries == 0, "a refused save stores nothing"
+
+
 def test_a_lossless_bound_keeps_no_sign_bits():
     hooks = kompress.torch.compressed_activations(abs=0, min_numel=1000)
     x = straddling_zero((64, 64), 1e-3)
