@@ -349,9 +349,9 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
             counted in the stash's stored bytes (``stats().sign_bytes``); on a tensor without
             negative values (a ReLU's output) its zeros are stored as those bits alone. Or a
             callable, ``exact_sign(tensor) -> bool`` for each saved tensor: e.g. ``lambda t:
-            t.grad_fn is not None`` leaves the network's input without bits, right where it
-            feeds only layers that read its values (Linear, convolutions), not a mask (as
-            PReLU's weight gradient reads its input's sign).
+            t.grad_fn is not None`` keeps no bits for the network's input, which is right where
+            the input feeds only layers that read its values (Linear, convolutions) and none
+            that reads its sign (PReLU's weight gradient does).
         narrow_integers: keep int16/32/64 CPU tensors of at least ``min_numel`` elements
             exactly in fewer bytes, as :func:`pack_integers` does (max pooling's indices as their
             place in the window, 2 bits each for a 2 x 2 pooling; others in the narrowest signed
