@@ -437,7 +437,7 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         if not isinstance(value, bool):
             raise _k.InvalidArgument(f"kompress.torch.compressed_activations: exact_sign(tensor) must return a bool "
                                      f"(got {value!r} for a tensor of shape {tuple(t.shape)})")
-        return bool(value)
+        return value
 
     def _bound_of(self, t):
         """(abs, rel) for t: the hooks' own, or what their callable says for t."""
