@@ -11,7 +11,8 @@ training set) and gap to the plain run's, held-out accuracy, and saved-activatio
 bytes every variant holds at the end of each step's forward (the largest over the run), what
 it passes through included (parameters aside): every variant but plain keeps integer tensors
 (max pooling's indices) exactly as kompress's hooks do (kompress.torch.pack_integers), so that
-they differ only in how they keep floats. Then the means over the seeds. The recipe is bench/stash_training.cpp's:
+they differ only in how they keep floats; with per-layer bounds (layers@), the exact rows
+their checks hold too, where those are more. Then the means over the seeds. The recipe is bench/stash_training.cpp's:
 Adam, the learning rate rising linearly over the first fifth of the steps, then a cosine decay
 to 0; batch 128; the first 8000 MNIST test-set images train, the last 2000 evaluate.
 docs/performance.md, "Saved activations in PyTorch training", has the measured tables.
@@ -250,7 +251,7 @@ class Compressed:
         self.bounds = None if ceiling is None else kompress.torch.LayerBounds(
             self.hooks, ceiling=ceiling, growth=args.growth, tolerance=args.tolerance,
             check_every=args.check_every,
-            check_batch=args.check_batch)
+            check_batch=args.check_batch, check_rows=args.check_rows)
 
     def reset_peaks(self):
         self.hooks.reset_peaks()
@@ -343,7 +344,8 @@ def train(model_name, variant_name, seed, args, training, held_out):
             step += 1
     seconds = time.perf_counter() - start
     extra = {}
-    if bounds is not None:
+    if bounds is not None:  # the checks' exact rows count too: the run needs their memory as well
+        peak = max(peak, bounds.check_peak_bytes)
         extra = dict(check_peak_bytes=bounds.check_peak_bytes,
                      final_bounds={f"{n}: {name}": bounds.bound(n) for n, name in bounds.layers().items()},
                      bound_changes=len(bounds.log()), bound_log=bounds.log())
@@ -423,6 +425,8 @@ def main():
                         help="layers@: the factor a tolerant layer's bound grows by")
     parser.add_argument("--check-every", type=int, default=50, help="layers@: steps between checks")
     parser.add_argument("--check-batch", type=int, default=16, help="layers@: the rows a check runs")
+    parser.add_argument("--check-rows", type=int, default=4,
+                        help="layers@: the rows a check holds at once (its peak counts in the variant's)")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
     parser.add_argument("--quick", action="store_true", help="1 epoch on the first 1024 images, 512 held out, seed 1")
     parser.add_argument("--max-loss-gap", type=float, default=None,

@@ -505,6 +505,8 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         site = None
         if self._schedule is not None:
             site, self._site = self._site, self._site + 1
+            if self._only_site == -1:  # a check's exact pass
+                self._schedule._note_range(site, t)
             if self._only_site is None:
                 self._site_names.setdefault(site, f"{t.grad_fn.name() if t.grad_fn is not None else 'no grad_fn'} "
                                                   f"{tuple(t.shape)}")
@@ -571,9 +573,12 @@ class LayerBounds:
     ``check_every`` steps) check every layer once and tighten those that drift. Every restored
     value is within the bound its layer had when it was saved; ``log()`` lists each change.
 
-    A check holds the exact activations of ``check_batch`` rows (``check_peak_bytes``) and runs
-    one forward and backward pass on them per layer; it changes no gradient, parameter, buffer
-    (batch-norm statistics are put back) or random state of the step.
+    A check runs its rows ``check_rows`` at a time (the passes' gradients weighted by their rows,
+    as a mean-reduced loss's over all of them), so it holds the exact activations of at most
+    ``check_rows`` rows (``check_peak_bytes``): keep that below what a compressed step holds, or
+    the check sets the training's peak. It runs one forward and backward pass per group of rows
+    and layer, and changes no gradient, parameter, buffer (batch-norm statistics are put back)
+    or random state of the step.
 
         hooks = kompress.torch.compressed_activations(rel=5e-2, rounding="stochastic")
         bounds = kompress.torch.LayerBounds(hooks, ceiling=2e-1, tolerance=0.05)
@@ -584,7 +589,8 @@ class LayerBounds:
     """
 
     def __init__(self, hooks: compressed_activations, *, ceiling: float, floor: float | None = None,
-                 growth: float = 2.0, tolerance: float = 0.05, check_every: int = 50, check_batch: int = 16):
+                 growth: float = 2.0, tolerance: float = 0.05, check_every: int = 50, check_batch: int = 16,
+                 check_rows: int = 4):
         who = "kompress.torch.LayerBounds"
         if not isinstance(hooks, compressed_activations):
             raise TypeError(f"{who}: hooks must be a kompress.torch.compressed_activations")
@@ -595,6 +601,8 @@ class LayerBounds:
                                      "layer's first bound)")
         if not isinstance(check_batch, _numbers.Integral) or check_batch < 1:
             raise _k.InvalidArgument(f"{who}: check_batch must be an int >= 1 (got {check_batch!r})")
+        if not isinstance(check_rows, _numbers.Integral) or check_rows < 1:
+            raise _k.InvalidArgument(f"{who}: check_rows must be an int >= 1 (got {check_rows!r})")
         if not isinstance(check_every, _numbers.Integral) or check_every < 1:
             raise _k.InvalidArgument(f"{who}: check_every must be an int >= 1 (got {check_every!r})")
         self._mode = "abs" if hooks.abs is not None else "rel"
@@ -603,7 +611,9 @@ class LayerBounds:
                                                  float(growth), float(tolerance), int(check_every))
         self.hooks = hooks
         self.check_batch = int(check_batch)
+        self.check_rows = int(check_rows)
         self.check_peak_bytes = 0
+        self._ranges = {}  # site -> (min, max) over a check's rows, while it runs
         hooks._schedule = self
 
     def bound(self, layer: int) -> float:
@@ -622,7 +632,23 @@ class LayerBounds:
 
     def _bound_args(self, site):
         value = self._bounds.bound(site)
-        return (value, None) if self._mode == "abs" else (None, value)
+        if self._mode == "abs":
+            return value, None
+        # A check's group of rows is compressed at the absolute bound that the relative one gives
+        # on all of the check's rows (their range, from the exact pass), as one pass over them
+        # would be: a few rows' own range is narrower, and would judge the layer too gently.
+        seen = self._ranges.get(site) if self.hooks._only_site not in (None, -1) else None
+        if seen is not None and _math.isfinite(seen[1] - seen[0]) and seen[1] > seen[0]:
+            return value * (seen[1] - seen[0]), None
+        return None, value
+
+    def _note_range(self, site, t):
+        """Widens site's range over a check's rows by t's values (a relative bound's exact pass)."""
+        if self._mode != "rel" or t.numel() == 0:
+            return
+        low, high = (float(v) for v in _torch.aminmax(t.detach()))
+        seen = self._ranges.get(site)
+        self._ranges[site] = (low, high) if seen is None else (min(seen[0], low), max(seen[1], high))
 
     def train_step(self, step: int, model, loss_fn, inputs, targets):
         """One training step's forward and backward pass under the hooks (the model inside them,
@@ -658,15 +684,28 @@ class LayerBounds:
             if cuda_random is not None:
                 _torch.cuda.set_rng_state_all(cuda_random)
 
+        # The rows in groups of at most check_rows, as even as they go (no group of one row where
+        # that can be helped: batch norm refuses it).
+        rows = len(x)
+        groups = max(1, -(-rows // self.check_rows))
+        edges = [rows * g // groups for g in range(groups + 1)]
+
         def gradients(only):
-            restore_random()
-            hooks._passed.clear()
-            hooks.peak_bytes = 0
-            loss = self._run(model, loss_fn, x, y, only)
-            self.check_peak_bytes = max(self.check_peak_bytes, hooks.peak_bytes)
-            return _torch.autograd.grad(loss, parameters, allow_unused=True)
+            restore_random()  # each pass draws the same dropout masks, group by group
+            total = [None] * len(parameters)
+            for first, last in zip(edges, edges[1:]):
+                hooks._passed.clear()
+                hooks.peak_bytes = 0
+                loss = self._run(model, loss_fn, x[first:last], y[first:last], only)
+                self.check_peak_bytes = max(self.check_peak_bytes, hooks.peak_bytes)
+                weight = (last - first) / rows
+                for i, g in enumerate(_torch.autograd.grad(loss, parameters, allow_unused=True)):
+                    if g is not None:
+                        total[i] = weight * g if total[i] is None else total[i] + weight * g
+            return total
 
         try:
+            self._ranges = {}
             exact = gradients(-1)
             layers = hooks._site
             periodic = all(self._bounds.settled(n) for n in range(layers))
@@ -683,6 +722,7 @@ class LayerBounds:
                     b.copy_(kept)
             restore_random()
             hooks._passed, hooks.peak_bytes = passed, peak
+            self._ranges = {}
 
 
 def _deviation(exact, approx):

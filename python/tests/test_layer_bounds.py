@@ -86,6 +86,76 @@ def test_a_tolerant_layer_climbs_to_the_ceiling_a_sensitive_one_settles_below():
     assert tightened[0]["deviation"] > 0.05
 
 
+class One(torch.nn.Module):
+    """x @ w through the probe: one saved activation, the input."""
+
+    def __init__(self, width=256):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(width, 8) / 16)
+        self.errors = []
+
+    def forward(self, x):
+        return Probe.apply(x, self.w, self.errors)
+
+
+def test_a_check_runs_its_rows_a_few_at_a_time_at_the_bound_all_of_them_give():
+    torch.manual_seed(5)
+    x, y = torch.rand(8, 256), torch.randn(8, 8)
+    x[:4] *= 0.01   # the first group's own range is 1e-4 of the check's
+    x[4:] *= 100
+    for rows, groups in ((4, 2), (3, 3), (8, 1)):
+        model = One()
+        # Segments of 1 KiB: the compressed passes hold less than an exact group's 3-8 KiB.
+        hooks = kompress.torch.compressed_activations(rel=1e-2, min_numel=1000,
+                                                      stash=kompress.Stash(1 << 20, segment_bytes=1024))
+        bounds = kompress.torch.LayerBounds(hooks, ceiling=1e-1, check_batch=8, check_rows=rows)
+        bounds._check(0, model, torch.nn.functional.mse_loss, x, y)
+        # Each pass (exact, then the layer at each bound it tried) ran once per group; a group
+        # was compressed within REL 1e-2 of all 8 rows' range, not of its own rows'.
+        assert len(model.errors) % groups == 0 and len(model.errors) > groups
+        edges = [8 * g // groups for g in range(groups + 1)]
+        whole = float(x.max() - x.min())
+        compressed = model.errors[groups:groups + groups]  # the first layer pass, at REL 1e-2
+        for (first, last), error in zip(zip(edges, edges[1:]), compressed):
+            own = float(x[first:last].max() - x[first:last].min())
+            assert error * own <= 1e-2 * whole * (1 + 1e-6)
+        if groups > 1:
+            assert compressed[0] > 0.5  # the small rows lost most of their own range: the bound is the whole's
+        # The step's saves and their bounds are untouched by the check's ranges.
+        assert bounds._ranges == {} and hooks._only_site is None
+
+
+def test_a_check_holds_one_group_of_exact_rows_at_a_time():
+    # Smooth rows of 16 KiB in segments of 4 KiB: a compressed pass holds a few KiB, less than
+    # any group of two rows or more.
+    # The peak is the group's rows and what the stash keeps whatever it holds (its workspace).
+    x, y = torch.linspace(0, 1, 8 * 4096).reshape(8, 4096), torch.randn(8, 8)
+    beside = set()
+    for rows, largest_group in ((8, 8), (4, 4), (3, 3), (2, 2)):
+        hooks = kompress.torch.compressed_activations(rel=1e-2, min_numel=1000,
+                                                      stash=kompress.Stash(1 << 20, segment_bytes=4096))
+        bounds = kompress.torch.LayerBounds(hooks, ceiling=1e-1, check_batch=8, check_rows=rows)
+        bounds._check(0, One(4096), torch.nn.functional.mse_loss, x, y)
+        beside.add(bounds.check_peak_bytes - largest_group * 4096 * 4)
+    assert len(beside) == 1 and 0 <= beside.pop() < 8192
+
+
+def test_grouped_checks_see_the_same_gradients_as_one_pass():
+    # A mean-reduced loss: the groups' gradients, weighted by their rows, are the whole check's.
+    torch.manual_seed(6)
+    x, y = two_inputs(rows=32)
+    chosen = []
+    for rows in (32, 4):
+        torch.manual_seed(7)
+        model = TwoInputs()
+        hooks = kompress.torch.compressed_activations(rel=1e-3, min_numel=1000)
+        bounds = kompress.torch.LayerBounds(hooks, ceiling=1e-1, tolerance=0.05, check_batch=32, check_rows=rows)
+        bounds._check(0, model, torch.nn.functional.mse_loss, x, y)
+        chosen.append(([bounds.bound(n) for n in range(2)], [c["deviation"] for c in bounds.log()]))
+    assert chosen[0][0] == chosen[1][0]
+    assert chosen[1][1] == pytest.approx(chosen[0][1], rel=0.25)
+
+
 class Noisy(torch.nn.Module):
     """Batch norm (running statistics) and dropout (random state) around a ReLU MLP."""
 
@@ -165,7 +235,8 @@ def test_bad_arguments_are_refused():
         kompress.torch.LayerBounds(kompress.torch.compressed_activations(rel=1e-2), ceiling=1e-3)
     with pytest.raises(kompress.InvalidArgument, match="tolerance must be > 0"):
         kompress.torch.LayerBounds(kompress.torch.compressed_activations(rel=1e-2), ceiling=1e-1, tolerance=0)
-    for bad in (dict(check_batch=0), dict(check_every=0), dict(check_batch=2.5)):
+    for bad in (dict(check_batch=0), dict(check_every=0), dict(check_batch=2.5), dict(check_rows=0),
+                dict(check_rows=1.5)):
         with pytest.raises(kompress.InvalidArgument, match="must be an int >= 1"):
             kompress.torch.LayerBounds(kompress.torch.compressed_activations(rel=1e-2), ceiling=1e-1, **bad)
     hooks = kompress.torch.compressed_activations(abs=1e-3)
