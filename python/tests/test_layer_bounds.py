@@ -105,9 +105,7 @@ def test_a_check_runs_its_rows_a_few_at_a_time_at_the_bound_all_of_them_give():
     x[4:] *= 100
     for rows, groups in ((4, 2), (3, 3), (8, 1)):
         model = One()
-        # Segments of 1 KiB: the compressed passes hold less than an exact group's 3-8 KiB.
-        hooks = kompress.torch.compressed_activations(rel=1e-2, min_numel=1000,
-                                                      stash=kompress.Stash(1 << 20, segment_bytes=1024))
+        hooks = kompress.torch.compressed_activations(rel=1e-2, min_numel=1000)
         bounds = kompress.torch.LayerBounds(hooks, ceiling=1e-1, check_batch=8, check_rows=rows)
         bounds._check(0, model, torch.nn.functional.mse_loss, x, y)
         # Each pass (exact, then the layer at each bound it tried) ran once per group; a group
@@ -126,9 +124,9 @@ def test_a_check_runs_its_rows_a_few_at_a_time_at_the_bound_all_of_them_give():
 
 
 def test_a_check_holds_one_group_of_exact_rows_at_a_time():
-    # Smooth rows of 16 KiB in segments of 4 KiB: a compressed pass holds a few KiB, less than
-    # any group of two rows or more.
-    # The peak is the group's rows and what the stash keeps whatever it holds (its workspace).
+    # The peak is the largest group's exact rows and what the stash keeps whatever it holds (its
+    # workspace): smooth rows of 16 KiB in segments of 4 KiB, so that a compressed pass holds a
+    # few KiB, less than any group of two rows or more.
     x, y = torch.linspace(0, 1, 8 * 4096).reshape(8, 4096), torch.randn(8, 8)
     beside = set()
     for rows, largest_group in ((8, 8), (4, 4), (3, 3), (2, 2)):
