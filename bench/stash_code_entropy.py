@@ -4,6 +4,11 @@ codes (stochastic rounding on a step of the bound, as the stash's `rounding=stoc
 and rounding to nearest on twice the bound) against the mean width of blocks of 32 such codes,
 each block's codes taken from its smallest (the fast codec's plain blocks, docs/format.md,
 before their descriptor and base). docs/stash.md, "Where a 10x would have to come from".
+Then the same for a bound relative to each group of 256 values' own range (a bound mode the
+stash does not have): ActNN's 2-bit codes are such a bound, a third of the group's range with
+stochastic rounding; what its positive values' codes would need entropy-coded, with a sign bit
+per value and 8 bytes a group, against ActNN's 2 bits a value, its mask bit and the same 8
+bytes (docs/stash.md, "Limits and future work").
 
     python3 bench/stash_code_entropy.py [--data ../shared/data] [--seed 1]
 """
@@ -51,6 +56,21 @@ def main():
             nearest = np.rint(positive / (2 * e)).astype(np.int64)
             print(f"{name:40} {rel:>6g} {positive.size / x.size:>8.2f} {entropy(stochastic):>18.2f} b"
                   f" {block_width(stochastic):>10.2f} b {entropy(nearest):>15.2f} b {block_width(nearest):>10.2f} b")
+    print(f"\n{'file':40} {'per group':>9} {'positive':>8} {'entropy':>8} {'bits a value':>13} {'ActNN 2-bit':>12}")
+    for name in FILES:
+        path = pathlib.Path(args.data) / name
+        if not path.exists():
+            continue
+        groups = np.fromfile(path, np.float32).astype(np.float64).reshape(-1, 256)
+        low = groups.min(1, keepdims=True)
+        width = groups.max(1, keepdims=True) - low
+        positive = groups > 0
+        for share in (3, 6):  # the bound: a third (ActNN's) or a sixth of each group's range
+            e = np.where(width > 0, width / share, 1.0)
+            codes = np.floor((groups - low) / e + rng.random(groups.shape)).astype(np.int64)[positive]
+            bits = 1 + positive.mean() * entropy(codes) + 64 / 256
+            print(f"{name:40} {'1/' + str(share):>9} {positive.mean():>8.2f} {entropy(codes):>6.2f} b"
+                  f" {bits:>11.2f} b {2 + 1 + 64 / 256:>10.2f} b")
 
 
 if __name__ == "__main__":
