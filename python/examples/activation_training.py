@@ -4,7 +4,7 @@ in PyTorch from the same weights in the same batch order once per way of keeping
 saves for backward: plainly, through kompress.torch.compressed_activations (every value within
 its bound), as float16 casts, and as ActNN-style 2-bit codes (groups of 256 values with their
 minimum and scale, stochastic rounding, and a ReLU output's mask as bits beside them, as ActNN
-keeps it).
+keeps it; actnn@STEPS: at STEPS steps of each group's range instead of 3, in 4 bits).
 
 Per model and seed it prints each variant's final training loss (its final weights over the
 training set) and gap to the plain run's, held-out accuracy, and saved-activation memory: the
@@ -188,18 +188,22 @@ class Float16(Kept):
         return kept.float()
 
 
-class ActNN2(Kept):
-    """ActNN's 2-bit compression of a saved activation: groups of 256 values, each with its
-    minimum and scale (two floats) and 2-bit codes drawn by stochastic rounding. Where the tensor
-    has zeros and no negative value (a ReLU's output; not the network's input, which no ReLU
-    made) its mask of positive values is kept as bits too, and restored values are positive
+class ActNN(Kept):
+    """ActNN's compression of a saved activation: groups of 256 values, each with its minimum and
+    scale (two floats) and codes of `steps` steps of the group's range, drawn by stochastic
+    rounding (ActNN's 2 bits: 3 steps; 4 to 15 steps take 4 bits a code). Every value is within
+    one step, range / steps, of the saved one: a bound relative to each group's range. Where the
+    tensor has zeros and no negative value (a ReLU's output; not the network's input, which no
+    ReLU made) its mask of positive values is kept as bits too, and restored values are positive
     exactly there, as ActNN's ReLU keeps its own mask."""
 
     group = 256
 
-    def __init__(self, min_numel, seed):
+    def __init__(self, min_numel, seed, steps=3):
         super().__init__(min_numel)
         self.generator = torch.Generator().manual_seed(seed)
+        self.steps = steps
+        self.bits = 2 if steps <= 3 else 4
 
     def encode(self, t, computed):
         flat = t.reshape(-1)
@@ -207,11 +211,13 @@ class ActNN2(Kept):
         groups = -(-n // self.group)
         padded = torch.cat([flat, flat[-1:].expand(groups * self.group - n)]).view(groups, self.group)
         low = padded.amin(1, keepdim=True)
-        scale = (padded.amax(1, keepdim=True) - low) / 3
+        scale = (padded.amax(1, keepdim=True) - low) / self.steps
         inverse = torch.where(scale > 0, 1 / scale, torch.zeros_like(scale))
         noise = torch.rand(padded.shape, generator=self.generator)
-        codes = ((padded - low) * inverse + noise).floor().clamp_(0, 3).to(torch.uint8).view(groups, -1, 4)
-        codes = codes[..., 0] | codes[..., 1] << 2 | codes[..., 2] << 4 | codes[..., 3] << 6
+        per_byte = 8 // self.bits
+        codes = ((padded - low) * inverse + noise).floor().clamp_(0, self.steps).to(torch.uint8)
+        codes = codes.view(groups, -1, per_byte)
+        codes = sum(codes[..., k] << (self.bits * k) for k in range(per_byte)).to(torch.uint8)
         relu_like = computed and bool((flat >= 0).all()) and bool((flat == 0).any())
         mask = pack_bits(flat > 0) if relu_like else None
         size = codes.numel() + 8 * groups + (0 if mask is None else mask.numel())
@@ -219,7 +225,9 @@ class ActNN2(Kept):
 
     def decode(self, kept):
         codes, low, scale, n, mask = kept
-        q = torch.stack([(codes >> s) & 3 for s in (0, 2, 4, 6)], dim=-1).view(codes.shape[0], -1)
+        field = (1 << self.bits) - 1
+        q = torch.stack([(codes >> (self.bits * k)) & field for k in range(8 // self.bits)], dim=-1)
+        q = q.view(codes.shape[0], -1)
         values = (low + q.float() * scale).view(-1)[:n]
         if mask is not None:
             positive = unpack_bits(mask, n)
@@ -286,7 +294,12 @@ def variant(name, args, seed, segment_bytes):
     if name == "fp16":
         return Float16(args.min_numel)
     if name == "actnn2":
-        return ActNN2(args.min_numel, seed + 2)
+        return ActNN(args.min_numel, seed + 2)
+    if name.startswith("actnn@"):
+        steps = int(name.partition("@")[2])
+        if not 1 <= steps <= 15:
+            raise SystemExit(f"activation_training: {name!r}: actnn@STEPS takes 1 to 15 steps")
+        return ActNN(args.min_numel, seed + 2, steps)
     if name == "kompress" or name.startswith("kompress@"):
         rel, _, softmax_rel = name.partition("@")[2].partition("/")
         return Compressed(args, seed, segment_bytes, float(rel or args.rel),
@@ -297,7 +310,7 @@ def variant(name, args, seed, segment_bytes):
             raise SystemExit(f"activation_training: {name!r}: layers@INITIAL/CEILING")
         return Compressed(args, seed, segment_bytes, float(rel), ceiling=float(ceiling))
     raise SystemExit(f"activation_training: unknown variant {name!r} (plain, kompress, kompress@REL, "
-                     "kompress@REL/SOFTMAX_REL, layers@INITIAL/CEILING, fp16, actnn2)")
+                     "kompress@REL/SOFTMAX_REL, layers@INITIAL/CEILING, fp16, actnn2, actnn@STEPS)")
 
 
 # --- training -----------------------------------------------------------------------------------
@@ -401,7 +414,8 @@ def main():
     parser.add_argument("--variants", default="plain,kompress,fp16,actnn2",
                         help="plain first; kompress@REL: kompress at that relative bound instead of --rel; "
                              "kompress@REL/SOFTMAX_REL: softmax's outputs at the second; layers@INITIAL/CEILING: "
-                             "kompress.torch.LayerBounds from INITIAL up to CEILING")
+                             "kompress.torch.LayerBounds from INITIAL up to CEILING; actnn@STEPS: ActNN's codes "
+                             "at STEPS steps of each group's range (actnn2: 3)")
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--train", type=int, default=8000)
