@@ -43,12 +43,13 @@ def main():
     rng = np.random.default_rng(args.seed)
     print(f"{'file':40} {'REL':>6} {'positive':>8} {'stochastic: entropy':>20} {'block width':>12}"
           f" {'nearest: entropy':>17} {'block width':>12}")
+    loaded = {}
     for name in FILES:
         path = pathlib.Path(args.data) / name
         if not path.exists():
             print(f"{name:40} skipped: only the full data set has it")
             continue
-        x = np.fromfile(path, np.float32).astype(np.float64)
+        x = loaded[name] = np.fromfile(path, np.float32).astype(np.float64)
         positive = x[x > 0]
         for rel in (1e-2, 5e-2, 1e-1):
             e = rel * (x.max() - x.min())
@@ -57,11 +58,8 @@ def main():
             print(f"{name:40} {rel:>6g} {positive.size / x.size:>8.2f} {entropy(stochastic):>18.2f} b"
                   f" {block_width(stochastic):>10.2f} b {entropy(nearest):>15.2f} b {block_width(nearest):>10.2f} b")
     print(f"\n{'file':40} {'per group':>9} {'positive':>8} {'entropy':>8} {'bits a value':>13} {'ActNN 2-bit':>12}")
-    for name in FILES:
-        path = pathlib.Path(args.data) / name
-        if not path.exists():
-            continue
-        groups = np.fromfile(path, np.float32).astype(np.float64).reshape(-1, 256)
+    for name, x in loaded.items():
+        groups = x.reshape(-1, 256)
         low = groups.min(1, keepdims=True)
         width = groups.max(1, keepdims=True) - low
         positive = groups > 0
