@@ -13,8 +13,9 @@ it passes through included (parameters aside): every variant but plain keeps int
 (max pooling's indices) exactly as kompress's hooks do (kompress.torch.pack_integers), so that
 they differ only in how they keep floats; with per-layer bounds (layers@), the exact rows
 their checks hold too, where those are more. Then the means over the seeds. The recipe is
-bench/stash_training.cpp's: Adam, the learning rate rising linearly over the first fifth of the steps, then a cosine decay
-to 0; batch 128; the first 8000 MNIST test-set images train, the last 2000 evaluate.
+bench/stash_training.cpp's: Adam, the learning rate rising linearly over the first fifth of the
+steps, then a cosine decay to 0; batch 128; the first 8000 MNIST test-set images train, the
+last 2000 evaluate.
 docs/performance.md, "Saved activations in PyTorch training", has the measured tables.
 """
 import argparse
