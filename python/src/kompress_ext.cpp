@@ -899,13 +899,15 @@ class py_stash {
 
   kompress::stash_handle save(const in_array& in, std::optional<double> abs, std::optional<double> rel,
                               const std::optional<std::string>& codec, std::optional<std::int64_t> layer,
-                              bool keep_sign, const std::optional<std::string>& rounding, std::uintptr_t stream) {
+                              bool keep_sign, const std::optional<std::string>& rounding, bool group_relative,
+                              std::uintptr_t stream) {
     constexpr const char* who = "kompress.Stash.save";
     const dtype_code code = float_array(in, who, "the array");
     check_device(in, who, "the array");
     const auto bound = make_bound(who, abs, rel);
     const kompress::stash_save_options how{.codec = stash_codec_of(codec, who), .layer = stash_layer_of(layer, who),
-                                           .keep_sign = keep_sign, .rounding = stash_rounding_of(rounding, who)};
+                                           .keep_sign = keep_sign, .rounding = stash_rounding_of(rounding, who),
+                                           .group_relative = group_relative};
     nb::gil_scoped_release release;
     return with_stash(who, stream, [&](auto& s, auto d, const auto& exec) {
       using D = decltype(d);
@@ -1384,6 +1386,7 @@ NB_MODULE(_kompress, m) {
         return i.codec == kompress::codec_mode::ratio ? "ratio" : "fast";
       })
       .def_ro("keeps_sign", &kompress::stash_entry_info::keeps_sign)
+      .def_ro("group_relative", &kompress::stash_entry_info::group_relative)
       .def_prop_ro("rounding", [](const kompress::stash_entry_info& i) {
         return i.rounding == kompress::rounding_mode::stochastic ? "stochastic" : "nearest";
       })
@@ -1428,7 +1431,7 @@ NB_MODULE(_kompress, m) {
   nb::class_<py_stash>(m, "_Stash")
       .def(nb::init<const kompress::stash_options&, const std::string&, std::uintptr_t>())
       .def("save", &py_stash::save, "x"_a, "abs"_a.none(), "rel"_a.none(), "codec"_a.none(), "layer"_a.none(),
-           "keep_sign"_a, "rounding"_a.none(), "stream"_a)
+           "keep_sign"_a, "rounding"_a.none(), "group_relative"_a, "stream"_a)
       .def("restore", &py_stash::restore, "handle"_a, "out"_a, "drop"_a, "stream"_a)
       .def("drop", &py_stash::drop)
       .def("contains", &py_stash::contains)

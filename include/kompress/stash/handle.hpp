@@ -47,6 +47,10 @@ struct stash_entry_info {
   error_bound requested_bound{};         ///< as passed to save
   error_bound used_bound{};              ///< looser than requested only under loosen_bound
   double absolute_bound = 0.0;           ///< |x - x'| <= this for every element (0: lossless)
+  /// The bound is relative to each group of 256 values' range (stash_save_options::
+  /// group_relative): absolute_bound is the largest group's, used_bound.value times
+  /// 2^floor(log2(range)) of the group with the widest range.
+  bool group_relative = false;
   std::size_t segments = 0;
   stash_placement placement{};
 

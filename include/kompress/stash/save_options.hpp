@@ -1,7 +1,7 @@
 #pragma once
-// kompress::stash_save_options: how one save is stored (its codec, its layer, its sign bits).
-// None of it changes the save's error bound, only the bytes it takes (docs/stash.md,
-// "Per-save options").
+// kompress::stash_save_options: how one save is stored (its codec, its layer, its sign bits,
+// its rounding) and whether its relative bound is relative to each group of values' range
+// (docs/stash.md, "Per-save options" and "Bounds relative to each group").
 
 #include <kompress/bound.hpp>
 
@@ -38,6 +38,14 @@ struct stash_save_options {
   /// repeats exactly. With keep_sign, a positive value that came back 0 restores as the
   /// smallest positive value, which keeps the estimate unbiased.
   std::optional<rounding_mode> rounding = std::nullopt;
+  /// A relative bound r taken relative to each group of 256 consecutive values (in memory
+  /// order) instead of the whole View: group g's values are kept within r 2^k_g, 2^k_g the
+  /// largest power of two at most the range of its finite values (its magnitude's for a constant
+  /// group; k_g within [-100, 127] for float, [-1000, 1023] for double). A group of small values
+  /// then keeps their digits where the View's range would round them all to one code: what
+  /// ActNN's per-group 2-bit codes do, here with a bound. Costs 2 bytes a group (counted in the
+  /// stored bytes); r must be 0 (lossless) or at least 2^-28, and the bound relative.
+  bool group_relative = false;
 };
 
 }  // namespace v0

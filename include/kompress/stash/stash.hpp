@@ -45,6 +45,7 @@
 #include <kompress/error.hpp>
 #include <kompress/format.hpp>
 #include <kompress/stash/detail/entry_table.hpp>
+#include <kompress/stash/detail/group_scales.hpp>
 #include <kompress/stash/detail/pending_saves.hpp>
 #include <kompress/stash/detail/pool_tier.hpp>
 #include <kompress/stash/detail/sign_bits.hpp>
@@ -438,6 +439,53 @@ struct stash<ExecutionSpace>::state {
     return chosen;
   }
 
+  bool asks_automatic(const stash_save_options& how) const {
+    return how.codec.value_or(options.codec.codec == codec_mode::ratio ? stash_codec::ratio : stash_codec::fast) ==
+           stash_codec::automatic;
+  }
+
+  /// The pool bytes that `count` scaled values of T take (a reservation, counted as held).
+  template <class T>
+  static std::size_t scaled_bytes(std::size_t count) {
+    return detail::first_fit_allocator::round_up(count * sizeof(T));
+  }
+
+  /// Scales values [first, first + count) of a group_relative save at `data` into a reservation
+  /// of the pool and calls `use(const T* scaled)`; returns false (calling nothing) when the pool
+  /// has no room for them. The reservation is counted as held while it lives.
+  template <class T, class Use>
+  bool with_scaled(const ExecutionSpace& exec_, const T* data, std::size_t first, std::size_t count,
+                   const detail::group_exponent* exponents, Use&& use) {
+    const std::size_t bytes = scaled_bytes<T>(count);
+    const std::optional<std::size_t> offset = pool->reserve(bytes);
+    if (!offset) return false;
+    try {
+      T* const scaled = reinterpret_cast<T*>(pool->data() + *offset);
+      detail::scale_down_groups(exec_, data, first, count, exponents, scaled);
+      use(static_cast<const T*>(scaled));
+      exec_.fence("kompress::stash::save: scaled values read");
+    } catch (...) {
+      pool->unreserve(*offset, bytes);
+      throw;
+    }
+    pool->unreserve(*offset, bytes);
+    return true;
+  }
+
+  /// choose_codec for a group_relative save: measured on its first `count` values scaled.
+  /// Nothing when the pool has no room for them.
+  template <class T>
+  std::optional<codec_mode> choose_codec_scaled(const ExecutionSpace& exec_, const T* data, std::size_t count,
+                                                const detail::group_exponent* exponents, const error_bound& bound,
+                                                const stash_save_options& how) {
+    std::optional<codec_mode> chosen;
+    with_scaled<T>(exec_, data, 0, count, exponents, [&](const T* scaled) {
+      chosen = choose_codec(exec_, Kokkos::View<const T*, memory_space, Kokkos::MemoryUnmanaged>(scaled, count),
+                            bound, how);
+    });
+    return chosen;
+  }
+
   static stash_save_options with_codec(stash_save_options how, codec_mode mode) {
     how.codec = mode == codec_mode::ratio ? stash_codec::ratio : stash_codec::fast;
     return how;
@@ -453,8 +501,11 @@ struct stash<ExecutionSpace>::state {
 
   // --- save -------------------------------------------------------------------------------
   template <class View>
-  void check_save(const View& view, const error_bound& requested, const char* who) const {
+  void check_save(const View& view, const error_bound& requested, const stash_save_options& how,
+                  const char* who) const {
     detail::validate_bound(requested, who);
+    if (how.group_relative)
+      detail::check_group_relative(requested.mode == bound_mode::relative, requested.value, who);
     detail::require_contiguous(view, who, "the View");
     const budget_policy& policy = options.policy;
     if (policy.what == budget_policy::action::loosen_bound && policy.ceiling.mode != requested.mode)
@@ -512,7 +563,7 @@ struct stash<ExecutionSpace>::state {
                     const stash_save_options& how) {
     constexpr const char* who = "kompress::stash::save";
     Kokkos::Profiling::ScopedRegion region(who);
-    check_save(view, requested, who);
+    check_save(view, requested, how, who);
     detail::stash_entry local;
     const std::uint32_t slot = acquire_slot<T>(view, requested, how, local);
     try {
@@ -534,12 +585,13 @@ struct stash<ExecutionSpace>::state {
     using values_view = Kokkos::View<const T*, typename View::memory_space, Kokkos::MemoryUnmanaged>;
     constexpr const char* who = "kompress::stash::save_async";
     Kokkos::Profiling::ScopedRegion region(who);
-    check_save(view, requested, who);
+    check_save(view, requested, how, who);
     const std::size_t count = view.size();
     if (count == 0) return save<T>(exec_, view, requested, how);  // no device work at all
     // keep_sign stores a ReLU's output as its positive values alone, and only the host can
     // place a stream of a length the device counts: such saves wait, as save does.
-    if (how.keep_sign) return save<T>(exec_, view, requested, how);
+    // So do group_relative saves, whose exponents are found before the first stream.
+    if (how.keep_sign || how.group_relative) return save<T>(exec_, view, requested, how);
     const std::size_t sample =
         std::min(count, detail::segment_values(options.segment_bytes, sizeof(T), options.codec.block_size));
     const codec_mode mode = choose_codec(exec_, values_view(view.data(), sample), requested, how);
@@ -669,7 +721,33 @@ struct stash<ExecutionSpace>::state {
       // would otherwise find with a scan before storing the View whole.
       error_bound segment_bound = bound;
       bool has_negative = false;
-      if ((segments > 1 || how.keep_sign) && bound.mode == bound_mode::relative) {
+      bool placed_all = true;
+      detail::stash_segment failed;
+      std::size_t failed_bytes = 0;
+      // group_relative: each group's exponent, kept in the pool as the entry's first segment,
+      // and its values compressed scaled by it within r (1 - 2^-20) (detail/group_scales.hpp).
+      const detail::group_exponent* exponents = nullptr;
+      entry.absolute_bound = 0.0;
+      entry.group_relative = how.group_relative && bound.value > 0.0 && count > 0;
+      if (entry.group_relative) {
+        detail::stash_segment scales{.first_value = 0, .count = count, .scales = true};
+        scales.stream_bytes = detail::group_scale_bytes(count);
+        if (const std::optional<std::size_t> offset = pool->borrow(scales.stream_bytes)) {
+          pool->keep(*offset, scales.stream_bytes, scales.stream_bytes);
+          scales.offset = *offset;
+          entry.segments.push_back(scales);
+          auto* const stored = reinterpret_cast<detail::group_exponent*>(pool->data() + *offset);
+          const detail::group_exponents_result found = detail::find_group_exponents(exec_, data, count, stored);
+          exponents = stored;
+          entry.max_group_exponent = found.max_exponent;
+          has_negative = found.has_negative;
+          segment_bound = absolute(detail::group_codec_bound(bound.value));
+        } else {
+          failed = scales;
+          failed_bytes = detail::first_fit_allocator::round_up(scales.stream_bytes);
+          placed_all = false;
+        }
+      } else if ((segments > 1 || how.keep_sign) && bound.mode == bound_mode::relative) {
         const compress_options resolve = codec_with(bound, options.codec.codec);
         const auto keys =
             detail::range_keys(exec_, data, count, resolve.fill_value.has_value(), detail::fill_bits_of<T>(resolve));
@@ -678,18 +756,23 @@ struct stash<ExecutionSpace>::state {
         segment_bound = absolute(e);
         has_negative = keys.low() <= keys.high() && keys.low() < 0;  // -0.0 included: its key is -1
       }
-      if (!mode) mode = choose_codec(exec_, values_view(data, std::min(count, per_segment)), segment_bound, how);
-      entry.codec = *mode;
+      if (!mode && placed_all) {
+        if (!exponents || !asks_automatic(how)) {
+          mode = choose_codec(exec_, values_view(data, std::min(count, per_segment)), segment_bound, how);
+        } else if (!(mode = choose_codec_scaled<T>(exec_, data, std::min(count, per_segment), exponents,
+                                                   segment_bound, how))) {
+          failed = {.first_value = 0, .count = std::min(count, per_segment)};
+          failed_bytes = scaled_bytes<T>(failed.count);
+          placed_all = false;
+        }
+      }
+      if (mode) entry.codec = *mode;
       entry.used = bound;
-      entry.absolute_bound = 0.0;
-      bool placed_all = true;
-      detail::stash_segment failed;
-      std::size_t failed_bytes = 0;
       // keep_sign: each segment's stream, then its sign bits. A segment of values >= 0 stores
       // its positive values alone; once one holds a negative value or no zero, the save stops
       // trying (the scan that finds out is a pass over the segment), and a View whose range
       // has a negative value does not start.
-      bool positives_only = how.keep_sign && !has_negative && per_segment < (std::size_t(1) << 32);
+      bool positives_only = how.keep_sign && !has_negative && per_segment < (std::size_t(1) << 32) && placed_all;
       // Segments of per_segment values; a packed one may end sooner (place_positives), and the
       // next starts where it ended.
       for (std::size_t next = 0, s = 0; next < count && placed_all; ++s) {
@@ -698,7 +781,8 @@ struct stash<ExecutionSpace>::state {
         segment.count = std::min(per_segment, count - next);
         const compress_options codec = stream_codec(segment_bound, *mode, entry, s);
         failed_bytes = place_piece<T, typename View::memory_space>(exec_, data, codec, segment_bound.value,
-                                                                   how.keep_sign, positives_only, segment, entry, who);
+                                                                   how.keep_sign, positives_only, exponents, segment,
+                                                                   entry, who);
         if (failed_bytes != 0) {
           failed = segment;
           placed_all = false;
@@ -721,7 +805,11 @@ struct stash<ExecutionSpace>::state {
       }
       std::string message =
           std::string(who) + ": budget exceeded: " +
-          (failed.signs ? "the sign bits" : "a compressed segment") + " of " +
+          (failed.signs    ? "the sign bits"
+           : failed.scales ? "the groups' exponents"
+           : exponents     ? "a compressed segment (or its scaled values)"
+                           : "a compressed segment") +
+          " of " +
           std::to_string(failed_bytes) + " bytes (values " + std::to_string(failed.first_value) +
           ".." + std::to_string(failed.first_value + failed.count) + " of " + std::to_string(count) +
           " " + detail::type_name<T>() + ", bound " + detail::bound_text(bound) +
@@ -781,12 +869,13 @@ struct stash<ExecutionSpace>::state {
   /// a stream. Returns 0, or the aligned size of what no tier took (`piece` then names it).
   template <class T, class Memory>
   std::size_t place_piece(const ExecutionSpace& exec_, const T* data, const compress_options& codec, double bound,
-                          bool keep_sign, bool& positives_only, detail::stash_segment& piece,
-                          detail::stash_entry& entry, const char* who) {
+                          bool keep_sign, bool& positives_only, const detail::group_exponent* exponents,
+                          detail::stash_segment& piece, detail::stash_entry& entry, const char* who) {
     double abs_bound = 0.0;
     if (positives_only) {
       detail::stash_segment signs;
-      switch (place_positives<T>(exec_, data + piece.first_value, codec, bound, piece, signs, abs_bound, who)) {
+      switch (place_positives<T>(exec_, data + piece.first_value, codec, bound, exponents, piece, signs, abs_bound,
+                                 who)) {
         case positives_placement::placed:
           entry.segments.push_back(piece);
           entry.segments.push_back(signs);
@@ -797,17 +886,24 @@ struct stash<ExecutionSpace>::state {
       }
     }
     using values_view = Kokkos::View<const T*, Memory, Kokkos::MemoryUnmanaged>;
-    std::size_t failed_bytes =
-        place_segment<T>(exec_, values_view(data + piece.first_value, piece.count), codec, piece, abs_bound, who);
-    if (failed_bytes != 0) return failed_bytes;
-    entry.segments.push_back(piece);
-    entry.absolute_bound = std::max(entry.absolute_bound, abs_bound);
-    if (!keep_sign) return 0;
-    detail::stash_segment signs{.first_value = piece.first_value, .count = piece.count};
-    failed_bytes = place_signs(exec_, data + piece.first_value, abs_bound,
-                               codec.rounding != rounding_mode::stochastic, signs, who);
-    if (failed_bytes == 0) entry.segments.push_back(signs);
-    else piece = signs;
+    // The piece's stream, then its sign bits, from `values` (the piece's first value).
+    const auto place_whole = [&](const T* values) -> std::size_t {
+      std::size_t failed_bytes = place_segment<T>(exec_, values_view(values, piece.count), codec, piece, abs_bound, who);
+      if (failed_bytes != 0) return failed_bytes;
+      entry.segments.push_back(piece);
+      entry.absolute_bound = std::max(entry.absolute_bound, abs_bound);
+      if (!keep_sign) return 0;
+      detail::stash_segment signs{.first_value = piece.first_value, .count = piece.count};
+      failed_bytes = place_signs(exec_, values, abs_bound, codec.rounding != rounding_mode::stochastic, signs, who);
+      if (failed_bytes == 0) entry.segments.push_back(signs);
+      else piece = signs;
+      return failed_bytes;
+    };
+    if (!exponents) return place_whole(data + piece.first_value);
+    std::size_t failed_bytes = 0;
+    if (!with_scaled<T>(exec_, data, piece.first_value, piece.count, exponents,
+                        [&](const T* scaled) { failed_bytes = place_whole(scaled); }))
+      return scaled_bytes<T>(piece.count);
     return failed_bytes;
   }
 
@@ -828,10 +924,12 @@ struct stash<ExecutionSpace>::state {
   /// pool_bytes, as a save_async's) until it is in. So stats().peak_pool_bytes stays the
   /// budget the run needed. Places nothing unless it returns `placed`: a segment with a value
   /// that is neither, without zeros, or without room in the pool is stored whole (place_segment,
-  /// place_signs).
+  /// place_signs). With `exponents` (a group_relative save), the packed values are scaled by
+  /// their groups' before they are compressed.
   template <class T>
   positives_placement place_positives(const ExecutionSpace& exec_, const T* values, const compress_options& codec,
-                                      double bound, detail::stash_segment& stream, detail::stash_segment& signs,
+                                      double bound, const detail::group_exponent* exponents,
+                                      detail::stash_segment& stream, detail::stash_segment& signs,
                                       double& abs_bound, const char* who) {
     std::size_t count = stream.count;
     std::size_t sign_bytes = detail::sign_bytes(count);
@@ -879,6 +977,8 @@ struct stash<ExecutionSpace>::state {
       T* const packed_values = reinterpret_cast<T*>(pool->workspace() + (beside ? workspace_bytes - packed_bytes : 0));
       if (packed.count > 0) {
         detail::pack_positives(exec_, values, count, sign_range, packed_values, tuning.simd_save);
+        if (exponents)
+          detail::scale_down_packed_groups(exec_, sign_range, stream.first_value, count, packed_values, exponents);
         const Kokkos::View<const T*, memory_space, Kokkos::MemoryUnmanaged> positives(packed_values, packed.count);
         std::optional<std::size_t> borrowed;  // in place: borrowed beside, reserved otherwise
         if (!beside) borrowed = pool->reserve(worst);
@@ -1020,9 +1120,14 @@ struct stash<ExecutionSpace>::state {
     } guard{this, handle.slot};
 
     // Each stream, then the sign bits that follow it (every value decoded before its sign is
-    // applied).
+    // applied); a group_relative save's values are then scaled back.
+    const detail::stash_segment* scales = nullptr;
     for (std::size_t s = 0; s < segment_count; ++s) {
       const detail::stash_segment& segment = segments[s];
+      if (segment.scales) {  // in the pool, read after the streams
+        scales = &segment;
+        continue;
+      }
       const Kokkos::View<T*, typename View::memory_space, Kokkos::MemoryUnmanaged> values(
           out.data() + segment.first_value, segment.count);
       if (segment.positives_only) {  // decoded into the workspace, then spread between zeros
@@ -1055,6 +1160,11 @@ struct stash<ExecutionSpace>::state {
         }
       }
       decompress(exec_, const_unmanaged_bytes(bytes.data, segment.stream_bytes), values);
+    }
+    if (scales) {
+      detail::scale_up_groups(exec_, out.data(), scales->count,
+                              reinterpret_cast<const detail::group_exponent*>(pool->data() + scales->offset));
+      exec_.fence("kompress::stash::restore: groups scaled back");
     }
     guard.self = nullptr;
     std::lock_guard lock(mutex);
@@ -1138,13 +1248,17 @@ struct stash<ExecutionSpace>::state {
     result.requested_bound = entry.requested;
     result.used_bound = entry.used;
     result.absolute_bound = entry.absolute_bound;
+    result.group_relative = entry.group_relative;
+    // The largest group's bound: r 2^k (the streams' own, r (1 - 2^-20) 2^k, leave room for the
+    // scaling's rounding; detail/group_scales.hpp).
+    if (entry.group_relative) result.absolute_bound = std::ldexp(entry.used.value, entry.max_group_exponent);
     result.sign_bytes = entry.sign_bytes();
     result.zeros_in_signs = entry.zeros_in_signs();
     result.codec = entry.codec;
     result.keeps_sign = entry.keeps_sign();
     result.rounding = entry.rounding;
     for (const detail::stash_segment& segment : entry.segments) {
-      if (segment.signs) continue;
+      if (segment.signs || segment.scales) continue;
       ++result.segments;
       tiers[segment.tier]->count(result.placement);
     }

@@ -22,13 +22,16 @@ namespace kompress::inline v0::detail {
 /// bits (a keep_sign save: stash/detail/sign_bits.hpp), right after the stream of the same
 /// values. With `positives_only`, the stream holds only the stored_values positive ones of a
 /// range whose other values are all +0: its sign bits say where they go, and both are in the
-/// pool (no stream at all when stored_values is 0).
+/// pool (no stream at all when stored_values is 0). With `scales`, not a stream but the
+/// exponents of a group_relative save's groups (stash/detail/group_scales.hpp), in the pool and
+/// first of its entry's segments.
 struct stash_segment {
   std::size_t first_value = 0;
   std::size_t count = 0;
   std::uint8_t tier = 0;
   bool signs = false;
   bool positives_only = false;
+  bool scales = false;
   std::size_t stored_values = 0;
   std::size_t offset = 0;
   std::size_t stream_bytes = 0;
@@ -50,7 +53,11 @@ struct stash_entry {
   std::size_t count = 0;
   error_bound requested{};
   error_bound used{};
-  double absolute_bound = 0.0;
+  double absolute_bound = 0.0;  ///< of the streams' values (a group_relative save's: scaled)
+  /// A group_relative save: its values were scaled by their groups' powers of two, the
+  /// largest of which is 2^max_group_exponent.
+  bool group_relative = false;
+  int max_group_exponent = 0;
   std::vector<stash_segment> segments;  ///< capacity kept when the slot is reused
   codec_mode codec = codec_mode::fast;
   rounding_mode rounding = rounding_mode::nearest;
