@@ -4,7 +4,9 @@ in PyTorch from the same weights in the same batch order once per way of keeping
 saves for backward: plainly, through kompress.torch.compressed_activations (every value within
 its bound), as float16 casts, and as ActNN-style 2-bit codes (groups of 256 values with their
 minimum and scale, stochastic rounding, and a ReLU output's mask as bits beside them, as ActNN
-keeps it; actnn@STEPS: at STEPS steps of each group's range instead of 3, in 4 bits).
+keeps it; actnn@STEPS: at STEPS steps of each group's range instead of 3, in 4 bits). The
+group@ variants take kompress's bound relative to each group of 256 values instead of each
+tensor, as ActNN's codes do, each value still within it.
 
 Per model and seed it prints each variant's final training loss (its final weights over the
 training set) and gap to the plain run's, held-out accuracy, and saved-activation memory: the
@@ -248,7 +250,7 @@ class Compressed:
     """kompress.torch.compressed_activations, reset each step; with softmax_rel, softmax's outputs
     (attention probabilities) at that bound and everything else at rel."""
 
-    def __init__(self, args, seed, segment_bytes, rel, softmax_rel=None, ceiling=None):
+    def __init__(self, args, seed, segment_bytes, rel, softmax_rel=None, ceiling=None, group_relative=False):
         stash = kompress.Stash(64 << 20, segment_bytes=segment_bytes, rounding_seed=seed)
         if softmax_rel is not None:
             rel = per_tensor(rel, softmax_rel)
@@ -256,7 +258,8 @@ class Compressed:
         # here feed it to a Linear or a convolution, which read its values, never a mask.
         exact_sign = (lambda t: t.grad_fn is not None) if args.exact_sign and not args.input_sign else args.exact_sign
         self.hooks = kompress.torch.compressed_activations(rel=rel, rounding=args.rounding, min_numel=args.min_numel,
-                                                           exact_sign=exact_sign, codec=args.codec, stash=stash)
+                                                           exact_sign=exact_sign, codec=args.codec, stash=stash,
+                                                           group_relative=group_relative)
         self.bounds = None if ceiling is None else kompress.torch.LayerBounds(
             self.hooks, ceiling=ceiling, growth=args.growth, tolerance=args.tolerance,
             check_every=args.check_every,
@@ -305,13 +308,17 @@ def variant(name, args, seed, segment_bytes):
         rel, _, softmax_rel = name.partition("@")[2].partition("/")
         return Compressed(args, seed, segment_bytes, float(rel or args.rel),
                           float(softmax_rel) if softmax_rel else None)
-    if name.startswith("layers@"):
+    if name.startswith("group@"):
+        return Compressed(args, seed, segment_bytes, float(name.partition("@")[2]), group_relative=True)
+    if name.startswith(("layers@", "group-layers@")):
         rel, _, ceiling = name.partition("@")[2].partition("/")
         if not ceiling:
-            raise SystemExit(f"activation_training: {name!r}: layers@INITIAL/CEILING")
-        return Compressed(args, seed, segment_bytes, float(rel), ceiling=float(ceiling))
+            raise SystemExit(f"activation_training: {name!r}: {name.partition('@')[0]}@INITIAL/CEILING")
+        return Compressed(args, seed, segment_bytes, float(rel), ceiling=float(ceiling),
+                          group_relative=name.startswith("group"))
     raise SystemExit(f"activation_training: unknown variant {name!r} (plain, kompress, kompress@REL, "
-                     "kompress@REL/SOFTMAX_REL, layers@INITIAL/CEILING, fp16, actnn2, actnn@STEPS)")
+                     "kompress@REL/SOFTMAX_REL, layers@INITIAL/CEILING, group@REL, group-layers@INITIAL/CEILING, "
+                     "fp16, actnn2, actnn@STEPS)")
 
 
 # --- training -----------------------------------------------------------------------------------
@@ -415,7 +422,9 @@ def main():
     parser.add_argument("--variants", default="plain,kompress,fp16,actnn2",
                         help="plain first; kompress@REL: kompress at that relative bound instead of --rel; "
                              "kompress@REL/SOFTMAX_REL: softmax's outputs at the second; layers@INITIAL/CEILING: "
-                             "kompress.torch.LayerBounds from INITIAL up to CEILING; actnn@STEPS: ActNN's codes "
+                             "kompress.torch.LayerBounds from INITIAL up to CEILING; group@REL, "
+                             "group-layers@INITIAL/CEILING: the same relative to each group of 256 values; "
+                             "actnn@STEPS: ActNN's codes "
                              "at STEPS steps of each group's range (actnn2: 3)")
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--epochs", type=int, default=5)
@@ -479,7 +488,7 @@ def main():
           f"{sum(r['seconds'] for r in results):.0f} s of training")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(dict(args=vars(args), runs=results, means=summaries), indent=1))
-    failed = [f"{m} ({v})" for m, s in summaries.items() for v in s if v.startswith(("kompress", "layers"))
+    failed = [f"{m} ({v})" for m, s in summaries.items() for v in s if v.startswith(("kompress", "layers", "group"))
               and args.max_loss_gap is not None and s[v]["gap"] > args.max_loss_gap]
     if failed:
         print(f"activation_training: kompress's final loss more than {args.max_loss_gap:.1%} above plain's on "

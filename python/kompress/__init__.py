@@ -757,7 +757,8 @@ class Stash:
         return self._stash.device
 
     def save(self, x, *, abs: float | None = None, rel: float | None = None, codec: str | None = None,
-             layer: int | None = None, keep_sign: bool = False, rounding: str | None = None) -> StashHandle:
+             layer: int | None = None, keep_sign: bool = False, rounding: str | None = None,
+             group_relative: bool = False) -> StashHandle:
         """Compresses ``x`` (C-contiguous float32/float64, on the stash's device; a CUDA tensor on
         torch's current stream) into the stash; returns its handle.
 
@@ -767,8 +768,11 @@ class Stash:
         exactly where x was, still within the bound; where x holds no negative value (a ReLU's
         output), its zeros are stored as those bits alone (``info(h).zeros_in_signs``) and come
         back exact. ``rounding``: None (the stash's), 'nearest'
-        or 'stochastic' (restored values unbiased, E[x''] = x, within the same bound)
-        (docs/stash.md, "Per-save options")."""
+        or 'stochastic' (restored values unbiased, E[x''] = x, within the same bound).
+        ``group_relative=True`` takes ``rel`` relative to each group of 256 values (in memory
+        order): group g within rel * 2^k_g, 2^k_g the largest power of two at most its range
+        (``info(h).absolute_bound`` is the largest group's); rel must be 0 or at least 2^-28
+        (docs/stash.md, "Per-save options" and "Bounds relative to each group")."""
         who = "kompress.Stash.save"
         if codec is not None and not isinstance(codec, str):
             raise TypeError(f"{who}: codec must be None or a str (got {type(codec).__name__})")
@@ -777,7 +781,7 @@ class Stash:
         if layer is not None:
             layer = _index(_integer(layer, who, "layer"), who)
         return self._stash.save(_host(x, who), *_bound_args(abs, rel), codec, layer, bool(keep_sign), rounding,
-                                _stream_of(x))
+                                bool(group_relative), _stream_of(x))
 
     def restore(self, handle: StashHandle, out=None, *, drop: bool = False):
         """Decompresses the entry into ``out`` (or a new 1-D array on the stash's device: numpy, or

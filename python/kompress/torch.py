@@ -361,6 +361,11 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         rounding: each save's rounding: None (the stash's, 'nearest' for a stash made here),
             'nearest' or 'stochastic' (restored activations unbiased, E[x''] = x, within the
             bound: their errors average out in a weight gradient), as kompress.Stash.save.
+        group_relative: take ``rel`` relative to each group of 256 values of a saved tensor
+            (in memory order) instead of the whole tensor, as kompress.Stash.save does: group g
+            within rel * 2^k_g, 2^k_g the largest power of two at most its range. A row of small
+            activations then keeps its digits where the batch's range would round it flat: what
+            ActNN's per-group codes do, with a bound. Needs ``rel``.
         stash: an existing kompress.Stash to use instead of making one.
 
     Non-contiguous activations are copied to a contiguous tensor before compression.
@@ -372,10 +377,13 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
                  policy: str = "throw", directory=None, ceiling_abs=None, ceiling_rel=None, growth: float = 2.0,
                  segment_bytes: int = 64 << 10, exact_sign=True, codec: str | None = None,
                  stash: "_k.Stash | None" = None, device: str = "cpu", rounding: str | None = None,
-                 narrow_integers: bool = True):
+                 narrow_integers: bool = True, group_relative: bool = False):
         who = "kompress.torch.compressed_activations"
         if abs is None and rel is None:
             rel = 1e-2
+        if group_relative and abs is not None:
+            raise _k.InvalidArgument(f"{who}: group_relative takes a rel bound (relative to each group's range), "
+                                     "not abs")
         if codec not in (None, "fast", "ratio", "auto"):
             raise _k.InvalidArgument(f"{who}: codec must be None, 'fast', 'ratio' or 'auto' (got {codec!r})")
         if rounding not in (None, "nearest", "stochastic"):
@@ -386,6 +394,7 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         self.narrow_integers = bool(narrow_integers)
         self.codec = codec
         self.rounding = rounding
+        self.group_relative = bool(group_relative)
         self.stash = stash if stash is not None else _k.Stash(
             budget_bytes, policy=policy, directory=directory, ceiling_abs=ceiling_abs, ceiling_rel=ceiling_rel,
             growth=growth, segment_bytes=segment_bytes, device=device)
@@ -526,7 +535,8 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         # A lossless bound restores every value exactly: its signs need no bits.
         keep_sign = self._exact_sign_of(t) and (abs_bound if abs_bound is not None else rel_bound) != 0
         saved.handle = self.stash.save(values, abs=abs_bound, rel=rel_bound, codec=self.codec, layer=site,
-                                       keep_sign=keep_sign, rounding=self.rounding)
+                                       keep_sign=keep_sign, rounding=self.rounding,
+                                       group_relative=self.group_relative and rel_bound is not None)
         saved.stash = self.stash
         saved.shape, saved.dtype, saved.device = values.shape, values.dtype, values.device
         saved.bound = self.stash.info(saved.handle).absolute_bound
@@ -637,14 +647,17 @@ class LayerBounds:
         # A check's group of rows is compressed at the absolute bound that the relative one gives
         # on all of the check's rows (their range, from the exact pass), as one pass over them
         # would be: a few rows' own range is narrower, and would judge the layer too gently.
-        seen = self._ranges.get(site) if self.hooks._only_site not in (None, -1) else None
+        # Bounds relative to each group of 256 values need no such help: a group's range is the
+        # same in a few rows as in all of them.
+        grouped = self.hooks.group_relative
+        seen = self._ranges.get(site) if self.hooks._only_site not in (None, -1) and not grouped else None
         if seen is not None and _math.isfinite(seen[1] - seen[0]) and seen[1] > seen[0]:
             return value * (seen[1] - seen[0]), None
         return None, value
 
     def _note_range(self, site, t):
         """Widens site's range over a check's rows by t's values (a relative bound's exact pass)."""
-        if self._mode != "rel" or t.numel() == 0:
+        if self._mode != "rel" or self.hooks.group_relative or t.numel() == 0:
             return
         low, high = (float(v) for v in _torch.aminmax(t.detach()))
         seen = self._ranges.get(site)

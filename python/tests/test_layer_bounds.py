@@ -242,3 +242,18 @@ def test_bad_arguments_are_refused():
     assert bounds.bound(0) == 1e-3 and bounds._bound_args(0) == (1e-3, None)   # an absolute schedule
     with pytest.raises(kompress.InvalidArgument, match="already have a LayerBounds"):
         kompress.torch.LayerBounds(hooks, ceiling=1e-2)
+
+
+def test_group_relative_hooks_give_a_checks_rows_the_relative_bound_itself():
+    # A group of 256 values has the same range in a check's few rows as in all of them: the
+    # bound stays relative (to each group), not resolved on the check's range.
+    hooks = kompress.torch.compressed_activations(rel=5e-2, min_numel=16, group_relative=True)
+    bounds = kompress.torch.LayerBounds(hooks, ceiling=2e-1)
+    bounds._note_range(0, torch.linspace(0, 10, 100))
+    assert bounds._ranges == {}
+    bounds._ranges = {0: (0.0, 10.0)}
+    hooks._only_site = 0
+    try:
+        assert bounds._bound_args(0) == (None, 5e-2)
+    finally:
+        hooks._only_site = None

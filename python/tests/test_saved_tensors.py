@@ -430,3 +430,15 @@ def test_the_rounding_reaches_the_stash():
     assert hooks.stash.info(hooks._pack(x).handle).rounding == "stochastic"
     with pytest.raises(kompress.InvalidArgument, match="rounding must be None, 'nearest' or 'stochastic'"):
         kompress.torch.compressed_activations(rounding="up")
+
+
+def test_group_relative_bounds_reach_the_stash():
+    a = torch.rand(64, 1024) * torch.logspace(-3, 0, 64)[:, None]   # rows at scales from 1e-3 to 1
+    hooks = kompress.torch.compressed_activations(rel=0.1, min_numel=1000, group_relative=True)
+    saved = hooks._pack(a)
+    info = hooks.stash.info(saved.handle)
+    assert info.group_relative and info.absolute_bound <= 0.1 * float(a.max() - a.min())
+    error = (hooks._unpack(saved) - a).abs()
+    assert float(error[0].max()) <= 0.1 * float(a[0].max() - a[0].min())   # the smallest row, its own range
+    with pytest.raises(kompress.InvalidArgument, match="group_relative takes a rel bound"):
+        kompress.torch.compressed_activations(abs=1e-3, group_relative=True)

@@ -258,3 +258,42 @@ def test_the_stashs_rounding_and_seed():
     assert not np.array_equal(first, other.restore(other.save(x, abs=1e-2)))
     top = kompress.Stash(8 << 20, rounding="stochastic", rounding_seed=(1 << 64) - 1)
     assert_within(x, top.restore(top.save(x, abs=1e-2)), 1e-2)
+
+
+def _group_bounds(x, rel):
+    """rel * 2^floor(log2(range)) of each group of 256 finite values (docs/stash.md)."""
+    groups = np.pad(x.astype(np.float64), (0, -x.size % 256), mode="edge").reshape(-1, 256)
+    spans = groups.max(1) - groups.min(1)
+    spans = np.where(spans > 0, spans, np.abs(groups).max(1))
+    k = np.clip(np.floor(np.log2(np.where(spans > 0, spans, 1.0))), -100, 127)
+    return np.repeat(rel * np.exp2(np.where(spans > 0, k, -100)), 256)[:x.size]
+
+
+@pytest.mark.parametrize("codec", ["fast", "ratio"])
+@pytest.mark.parametrize("keep_sign", [False, True])
+def test_group_relative_bounds_keep_each_group_within_its_own_range(codec, keep_sign):
+    x = load("act_mlp_relu2_out_1024x1024.f32").ravel()
+    x[:512 * 256] *= 1e-3                                    # half the groups a thousand times smaller
+    stash = kompress.Stash(16 << 20)
+    h = stash.save(x, rel=0.1, codec=codec, keep_sign=keep_sign, group_relative=True, rounding="stochastic")
+    info = stash.info(h)
+    bounds = _group_bounds(x, 0.1)
+    assert info.group_relative and info.absolute_bound == pytest.approx(bounds.max(), rel=1e-12)
+    restored = stash.restore(h)
+    error = np.abs(restored.astype(np.float64) - x)
+    assert (error <= bounds).all()
+    assert (error[:512 * 256].max() < 1e-3 * 0.1 * x[512 * 256:].max())  # the small groups keep their digits
+    if keep_sign:
+        assert np.array_equal(restored > 0, x > 0)
+    whole = stash.save(x, rel=0.1, codec=codec, keep_sign=keep_sign, rounding="stochastic")
+    assert not stash.info(whole).group_relative
+
+
+def test_group_relative_needs_a_relative_bound_of_at_least_2_to_the_minus_28():
+    stash = kompress.Stash(1 << 20)
+    x = np.linspace(0, 1, 5000, dtype=np.float32)
+    with pytest.raises(kompress.InvalidArgument, match="needs a relative bound"):
+        stash.save(x, abs=1e-3, group_relative=True)
+    with pytest.raises(kompress.InvalidArgument, match="2\\^-28"):
+        stash.save(x, rel=1e-9, group_relative=True)
+    assert stash.stats().entries == 0
