@@ -4,11 +4,11 @@ codes (stochastic rounding on a step of the bound, as the stash's `rounding=stoc
 and rounding to nearest on twice the bound) against the mean width of blocks of 32 such codes,
 each block's codes taken from its smallest (the fast codec's plain blocks, docs/format.md,
 before their descriptor and base). docs/stash.md, "Where a 10x would have to come from".
-Then the same for a bound relative to each group of 256 values' own range (a bound mode the
-stash does not have): ActNN's 2-bit codes are such a bound, a third of the group's range with
-stochastic rounding; what its positive values' codes would need entropy-coded, with a sign bit
-per value and 8 bytes a group, against ActNN's 2 bits a value, its mask bit and the same 8
-bytes (docs/stash.md, "Limits and future work").
+Then the same for a bound relative to each group of 256 values' own range (that range itself;
+the stash's group_relative saves take the power of two below it): ActNN's 2-bit codes are such a
+bound, a third of the group's range with stochastic rounding; what its positive values' codes
+would need entropy-coded, with a sign bit per value and 8 bytes a group, against ActNN's 2 bits
+a value, its mask bit and the same 8 bytes (docs/stash.md, "Limits and future work").
 
     python3 bench/stash_code_entropy.py [--data ../shared/data] [--seed 1]
 """

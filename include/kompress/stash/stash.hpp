@@ -888,7 +888,8 @@ struct stash<ExecutionSpace>::state {
     using values_view = Kokkos::View<const T*, Memory, Kokkos::MemoryUnmanaged>;
     // The piece's stream, then its sign bits, from `values` (the piece's first value).
     const auto place_whole = [&](const T* values) -> std::size_t {
-      std::size_t failed_bytes = place_segment<T>(exec_, values_view(values, piece.count), codec, piece, abs_bound, who);
+      std::size_t failed_bytes =
+          place_segment<T>(exec_, values_view(values, piece.count), codec, piece, abs_bound, who);
       if (failed_bytes != 0) return failed_bytes;
       entry.segments.push_back(piece);
       entry.absolute_bound = std::max(entry.absolute_bound, abs_bound);
