@@ -174,6 +174,36 @@ TEST_CASE("stash group_relative: a ReLU's output with all its values positive or
   }
 }
 
+TEST_CASE("stash group_relative: segments stored whole after packed ones start anywhere in a group") {
+  // A ReLU's output, mostly positive (packed pieces end where their positive values fill the
+  // workspace), with a stretch without zeros past its middle: the segments from there are
+  // stored whole, the first of them starting where a packed piece ended.
+  const exec_space exec;
+  std::mt19937 rng(9);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<float> x(60 * group + 13);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double v = (normal(rng) + 0.4) * std::pow(2.0, double(int(i / group % 9) - 4));
+    x[i] = v > 0 ? float(v) : 0.0f;
+  }
+  for (std::size_t i = x.size() * 3 / 5; i < x.size() * 3 / 5 + 1000; ++i) x[i] = std::fabs(x[i]) + 0.01f;
+  const auto view = to_view(x);
+  for (std::size_t segment_bytes : {std::size_t(1) << 10, std::size_t(2) << 10}) {
+    stash_type stash(exec, options(std::size_t(8) << 20, segment_bytes));
+    for (auto rounding : {kompress::rounding_mode::nearest, kompress::rounding_mode::stochastic}) {
+      CAPTURE(segment_bytes);
+      const auto handle = stash.save(exec, view, kompress::relative(0.125),
+                                     {.keep_sign = true, .rounding = rounding, .group_relative = true});
+      const auto info = stash.info(handle);
+      CHECK(info.zeros_in_signs > 0);
+      CHECK(info.zeros_in_signs < std::size_t(std::count(x.begin(), x.end(), 0.0f)));  // some stored whole
+      auto back = stash.restore<Kokkos::View<float*, memory_space>>(exec, handle);
+      require_within_groups(x, to_vector(back), 0.125, true);
+      stash.drop(handle);
+    }
+  }
+}
+
 TEST_CASE("stash group_relative: every real activation and gradient within its groups' bounds, and smaller") {
   const exec_space exec;
   for (const auto& file : kompress::test::float_data_files()) {

@@ -124,17 +124,57 @@ group_exponents_result find_group_exponents(const ExecutionSpace& exec, const T*
   return result;
 }
 
+/// The blocks of 32 values, aligned to the save's first value, that [first, first + n) meets:
+/// each lies in one group, so a thread scales its block by one power of two, in a loop of 32
+/// that vectorises where the block is whole, and the signs of activations (as good as random)
+/// cost no branch.
+struct group_blocks {
+  std::size_t first, last, first_block;
+  KOKKOS_INLINE_FUNCTION std::size_t begin(std::size_t b) const {
+    const std::size_t start = 32 * (first_block + b);
+    return start > first ? start : first;
+  }
+  KOKKOS_INLINE_FUNCTION std::size_t end(std::size_t b) const {
+    const std::size_t stop = 32 * (first_block + b) + 32;
+    return stop < last ? stop : last;
+  }
+  std::size_t count() const { return last > first ? (last - 1) / 32 + 1 - first_block : 0; }
+};
+
+template <class T>
+KOKKOS_INLINE_FUNCTION T scaled_down(T x, T scale) {
+  const T y = x * scale;
+  return x > T(0) && !(y > T(0)) ? Kokkos::Experimental::denorm_min_v<T> : y;
+}
+
+template <class T>
+KOKKOS_INLINE_FUNCTION T scaled_up(T y, T scale) {
+  const T x = y * scale;
+  const T finite = Kokkos::fabs(x) > Kokkos::Experimental::finite_max_v<T> &&
+                           Kokkos::fabs(y) <= Kokkos::Experimental::finite_max_v<T>
+                       ? Kokkos::copysign(Kokkos::Experimental::finite_max_v<T>, y)
+                       : x;
+  return y > T(0) && !(finite > T(0)) ? Kokkos::Experimental::denorm_min_v<T> : finite;
+}
+
 /// out[i] = values[first + i] 2^-k_g for i < n, g = (first + i) / group_values. A positive value
 /// the product takes to 0 becomes the least positive one, so that its sign bit stays set.
 template <class T, class ExecutionSpace>
 void scale_down_groups(const ExecutionSpace& exec, const T* values, std::size_t first, std::size_t n,
                        const group_exponent* exponents, T* out) {
+  const group_blocks blocks{first, first + n, first / 32};
   Kokkos::parallel_for(
-      "kompress::stash::scale_down_groups", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, n),
-      KOKKOS_LAMBDA(const std::size_t i) {
-        const T x = values[first + i];
-        const T y = x * power_of_two<T>(-int(exponents[(first + i) / group_values]));
-        out[i] = x > T(0) && !(y > T(0)) ? Kokkos::Experimental::denorm_min_v<T> : y;
+      "kompress::stash::scale_down_groups", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, blocks.count()),
+      KOKKOS_LAMBDA(const std::size_t b) {
+        const std::size_t begin = blocks.begin(b), end = blocks.end(b);
+        const T scale = power_of_two<T>(-int(exponents[begin / group_values]));
+        const T* const in = values + begin;
+        T* const to = out + (begin - first);
+        if (end - begin == 32) {
+          for (std::size_t i = 0; i < 32; ++i) to[i] = scaled_down(in[i], scale);
+        } else {
+          for (std::size_t i = 0; i < end - begin; ++i) to[i] = scaled_down(in[i], scale);
+        }
       });
 }
 
@@ -166,10 +206,7 @@ void scale_down_packed_groups(const ExecutionSpace& exec, const std::byte* signs
         }
         if (final) {
           const T scale = power_of_two<T>(-int(exponents[(first + begin) / group_values]));
-          for (std::size_t i = before; i < before + positives; ++i) {
-            const T y = packed[i] * scale;
-            packed[i] = y > T(0) ? y : Kokkos::Experimental::denorm_min_v<T>;
-          }
+          for (std::size_t i = before; i < before + positives; ++i) packed[i] = scaled_down(packed[i], scale);
         }
         before += positives;
       });
@@ -180,14 +217,18 @@ void scale_down_packed_groups(const ExecutionSpace& exec, const std::byte* signs
 /// product takes to 0 the least positive one (its sign as saved).
 template <class T, class ExecutionSpace>
 void scale_up_groups(const ExecutionSpace& exec, T* values, std::size_t count, const group_exponent* exponents) {
+  const group_blocks blocks{0, count, 0};
   Kokkos::parallel_for(
-      "kompress::stash::scale_up_groups", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, count),
-      KOKKOS_LAMBDA(const std::size_t i) {
-        const T y = values[i];
-        T x = y * power_of_two<T>(int(exponents[i / group_values]));
-        if (Kokkos::isinf(x) && Kokkos::isfinite(y)) x = Kokkos::copysign(Kokkos::Experimental::finite_max_v<T>, y);
-        if (y > T(0) && !(x > T(0))) x = Kokkos::Experimental::denorm_min_v<T>;
-        values[i] = x;
+      "kompress::stash::scale_up_groups", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, blocks.count()),
+      KOKKOS_LAMBDA(const std::size_t b) {
+        const std::size_t begin = blocks.begin(b), end = blocks.end(b);
+        const T scale = power_of_two<T>(int(exponents[begin / group_values]));
+        T* const block = values + begin;
+        if (end - begin == 32) {
+          for (std::size_t i = 0; i < 32; ++i) block[i] = scaled_up(block[i], scale);
+        } else {
+          for (std::size_t i = 0; i < end - begin; ++i) block[i] = scaled_up(block[i], scale);
+        }
       });
 }
 
