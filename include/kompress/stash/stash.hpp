@@ -49,6 +49,7 @@
 #include <kompress/stash/detail/pending_saves.hpp>
 #include <kompress/stash/detail/pool_tier.hpp>
 #include <kompress/stash/detail/sign_bits.hpp>
+#include <kompress/stash/detail/sign_code.hpp>
 #include <kompress/stash/detail/tier.hpp>
 #include <kompress/stash/detail/tiers.hpp>
 #include <kompress/stash/detail/tuning.hpp>
@@ -295,7 +296,10 @@ struct stash<ExecutionSpace>::state {
   stash_options options;
   detail::stash_tuning tuning;
   std::uint64_t id = 0;
+  /// The workspace: one segment's worst case (workspace_bytes), then the sign scratch (the sign
+  /// bits of a segment of floats, sign_scratch_bytes), both part of the pool's first range.
   std::size_t workspace_bytes = 0;
+  std::size_t sign_scratch_bytes = 0;
   std::uint64_t saves_begun = 0;  ///< numbers the saves (mutex): their rounding seeds
 
   /// tiers[0] is the pool; the policy's spill tiers follow, in order. Made once, never changed.
@@ -351,12 +355,15 @@ struct stash<ExecutionSpace>::state {
            max_compressed_size<double>(detail::segment_values(options.segment_bytes, 8, block_size), codec)});
     }
     workspace_bytes = detail::first_fit_allocator::round_up(workspace_bytes);
+    // After it, the sign bits of a segment of floats (keep_sign saves write and read them there).
+    sign_scratch_bytes = detail::first_fit_allocator::round_up(
+        detail::sign_bytes(detail::segment_values(options.segment_bytes, 4, block_size)));
     const std::size_t capacity = options.budget_bytes / detail::first_fit_allocator::alignment *
                                  detail::first_fit_allocator::alignment;
-    if (capacity < workspace_bytes + detail::first_fit_allocator::alignment)
+    if (capacity < workspace_bytes + sign_scratch_bytes + detail::first_fit_allocator::alignment)
       throw invalid_argument(std::string(who) + ": budget of " + std::to_string(options.budget_bytes) +
                              " bytes is too small: the workspace alone takes " +
-                             std::to_string(workspace_bytes) + " bytes (one segment of " +
+                             std::to_string(workspace_bytes + sign_scratch_bytes) + " bytes (one segment of " +
                              std::to_string(options.segment_bytes) +
                              " bytes at worst); raise budget_bytes or lower segment_bytes");
 
@@ -370,7 +377,7 @@ struct stash<ExecutionSpace>::state {
     // The spill tiers first: they check the policy's arguments before the pool is allocated.
     auto spill = detail::make_spill_tiers<ExecutionSpace>(
         policy, {.stash_id = id, .budget_bytes = options.budget_bytes, .largest_stream = workspace_bytes});
-    auto made_pool = std::make_unique<pool_tier>(exec, capacity, workspace_bytes);
+    auto made_pool = std::make_unique<pool_tier>(exec, capacity, workspace_bytes + sign_scratch_bytes);
     pool = made_pool.get();
     tiers.push_back(std::move(made_pool));
     for (auto& t : spill) tiers.push_back(std::move(t));
@@ -913,42 +920,37 @@ struct stash<ExecutionSpace>::state {
   /// A keep_sign segment whose values are all positive or +0 (a ReLU's output) is stored as
   /// its positive values alone, compressed within `codec`, and its sign bits, which say where
   /// they go: the zeros cost one bit each, not a code. The sign bits (packed with `bound`, the
-  /// absolute bound) go first; the positive values are packed into the workspace and
-  /// compressed from there. Where the packed values and their stream's worst case fit in the
-  /// workspace side by side (values at the top), the stream goes in place into the pool when a
-  /// worst-case range is free there, else into the bottom of the workspace and is copied into a
-  /// range of its exact length: the pool a run needs is then the workspace and what it keeps,
-  /// as for a stream stored whole. A segment with more positive values (more than about half)
-  /// is cut short where they fill the workspace so (stream.count shrinks; the caller goes on
-  /// from there); only where its first 128 values hold too many (tiny segments) does the
-  /// stream go into a worst-case range of the pool held as a reservation (counted in
-  /// pool_bytes, as a save_async's) until it is in. So stats().peak_pool_bytes stays the
-  /// budget the run needed. Places nothing unless it returns `placed`: a segment with a value
-  /// that is neither, without zeros, or without room in the pool is stored whole (place_segment,
-  /// place_signs). With `exponents` (a group_relative save), the packed values are scaled by
-  /// their groups' before they are compressed.
+  /// absolute bound) are written into the workspace's sign scratch; the positive values are
+  /// packed into the workspace and compressed from there. Where the packed values and their
+  /// stream's worst case fit in the workspace side by side (values at the top), the stream
+  /// goes in place into the pool when a worst-case range is free there (borrowed: the
+  /// workspace could have served), else through the workspace into a range of its exact
+  /// length: the pool a run needs is then the workspace and what it keeps, as for a stream
+  /// stored whole. A segment with more positive values (more than about half) is cut short
+  /// where they fill the workspace so (stream.count shrinks; the caller goes on from there);
+  /// only where its first 128 values hold too many (tiny segments) does the stream go into a
+  /// worst-case range of the pool held as a reservation (counted in pool_bytes, as a
+  /// save_async's) until it is in. The sign bits follow the stream into the pool, coded by
+  /// their rare value's gaps where that is shorter (detail/sign_code.hpp). So
+  /// stats().peak_pool_bytes stays the budget the run needed. Places nothing unless it returns
+  /// `placed`: a segment with a value that is neither, without zeros, or without room in the
+  /// pool is stored whole (place_segment, place_signs). With `exponents` (a group_relative
+  /// save), the packed values are scaled by their groups' before they are compressed.
   template <class T>
   positives_placement place_positives(const ExecutionSpace& exec_, const T* values, const compress_options& codec,
                                       double bound, const detail::group_exponent* exponents,
                                       detail::stash_segment& stream, detail::stash_segment& signs,
                                       double& abs_bound, const char* who) {
     std::size_t count = stream.count;
-    std::size_t sign_bytes = detail::sign_bytes(count);
-    // The bits are kept (counted as held) from the start: the stream's range is found beside them.
-    const std::optional<std::size_t> sign_offset = pool->borrow(sign_bytes);
-    if (!sign_offset) return positives_placement::no_room;
-    pool->keep(*sign_offset, sign_bytes, sign_bytes);
-    std::byte* const sign_range = pool->data() + *sign_offset;
     std::lock_guard workspace_lock(workspace_mutex);
+    std::byte* const sign_range = pool->workspace() + workspace_bytes;  // the sign scratch
     std::optional<std::size_t> offset;  // the stream's range once kept
     std::size_t length = 0;
     abs_bound = bound;  // without positives, what a stream would have recorded
     try {
       detail::packed_positives packed = detail::classify_signs(exec_, values, count, sign_range, tuning.simd_save);
-      if (!packed.others_zero || packed.count == count) {
-        pool->release(*sign_offset, sign_bytes);
+      if (!packed.others_zero || packed.count == count)
         return packed.others_zero ? positives_placement::no_zeros : positives_placement::not_all_positive_or_zero;
-      }
       const auto fits_beside = [&](std::size_t positives) {
         return (positives > 0 ? max_compressed_size<T>(positives, codec) : 0) + positives * sizeof(T) <=
                workspace_bytes;
@@ -967,9 +969,6 @@ struct stash<ExecutionSpace>::state {
         if (cut.values > 0) {
           count = stream.count = cut.values;
           packed.count = cut.positives;
-          const std::size_t shorter = detail::sign_bytes(count);
-          pool->shorten(*sign_offset, sign_bytes, shorter);
-          sign_bytes = shorter;
         }
       }
       const std::size_t packed_bytes = packed.count * sizeof(T);
@@ -984,10 +983,7 @@ struct stash<ExecutionSpace>::state {
         std::optional<std::size_t> borrowed;  // in place: borrowed beside, reserved otherwise
         if (!beside) borrowed = pool->reserve(worst);
         else if (tuning.compress_in_place) borrowed = pool->borrow(worst);
-        if (!beside && !borrowed) {
-          pool->release(*sign_offset, sign_bytes);
-          return positives_placement::no_room;
-        }
+        if (!beside && !borrowed) return positives_placement::no_room;
         const unmanaged_bytes range(borrowed ? pool->data() + *borrowed : pool->workspace(), worst);
         try {
           length = kompress::compress(exec_, positives, range, codec);
@@ -1002,7 +998,6 @@ struct stash<ExecutionSpace>::state {
           else pool->keep_reserved(*borrowed, worst, length);
           offset = borrowed;
         } else if (!(offset = pool->store(exec_, pool->workspace(), length, who))) {
-          pool->release(*sign_offset, sign_bytes);
           return positives_placement::no_room;
         }
       }
@@ -1010,21 +1005,38 @@ struct stash<ExecutionSpace>::state {
                                       codec.rounding != rounding_mode::stochastic);
       exec_.fence("kompress::stash::save: sign bits packed");
       stream.stored_values = packed.count;
+      // The bits after the stream: coded (written into the workspace, free again) where that
+      // is shorter, else as they are.
+      signs = stream;
+      signs.signs = true;
+      signs.positives_only = false;
+      signs.stored_values = 0;
+      signs.stream_bytes = detail::sign_bytes(count);
+      const std::byte* bits = sign_range;
+      const detail::sign_code_plan plan = detail::plan_sign_code(count, packed.count);
+      if (tuning.code_sign_bits && plan.estimate_bytes < signs.stream_bytes) {
+        const std::size_t coded = detail::encode_sign_bits(exec_, sign_range, count, plan, pool->workspace());
+        if (coded != 0 && coded < signs.stream_bytes) {
+          bits = pool->workspace();
+          signs.stream_bytes = coded;
+          signs.coded_signs = true;
+        }
+      }
+      const std::optional<std::size_t> sign_offset = pool->store(exec_, bits, signs.stream_bytes, who);
+      if (!sign_offset) {
+        if (offset) pool->release(*offset, length);
+        return positives_placement::no_room;
+      }
+      signs.offset = *sign_offset;
     } catch (...) {
       if (offset) pool->release(*offset, length);
-      pool->release(*sign_offset, sign_bytes);
       throw;
     }
     stream.tier = 0;
     stream.positives_only = true;
     stream.offset = offset.value_or(0);
     stream.stream_bytes = length;
-    signs = stream;
-    signs.signs = true;
-    signs.positives_only = false;
-    signs.stored_values = 0;
-    signs.offset = *sign_offset;
-    signs.stream_bytes = sign_bytes;
+    signs.tier = 0;
     return positives_placement::placed;
   }
 
@@ -1138,8 +1150,14 @@ struct stash<ExecutionSpace>::state {
         if (segment.stored_values > 0)
           decompress(exec_, const_unmanaged_bytes(pool->data() + segment.offset, segment.stream_bytes),
                      Kokkos::View<T*, memory_space, Kokkos::MemoryUnmanaged>(packed_values, segment.stored_values));
-        detail::unpack_positives(exec_, pool->data() + signs.offset, packed_values, values.data(), segment.count,
-                                 abs_bound, rounding == rounding_mode::stochastic, tuning.simd_restore);
+        const std::byte* bits = pool->data() + signs.offset;
+        if (signs.coded_signs) {  // decoded into the sign scratch
+          std::byte* const scratch = pool->workspace() + workspace_bytes;
+          detail::decode_sign_bits(exec_, bits, segment.count, scratch);
+          bits = scratch;
+        }
+        detail::unpack_positives(exec_, bits, packed_values, values.data(), segment.count, abs_bound,
+                                 rounding == rounding_mode::stochastic, tuning.simd_restore);
         exec_.fence("kompress::stash::restore: positive values unpacked");
         continue;
       }

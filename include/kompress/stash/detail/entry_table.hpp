@@ -32,6 +32,7 @@ struct stash_segment {
   bool signs = false;
   bool positives_only = false;
   bool scales = false;
+  bool coded_signs = false;  ///< sign bits coded by their rare value's gaps (sign_code.hpp)
   std::size_t stored_values = 0;
   std::size_t offset = 0;
   std::size_t stream_bytes = 0;

@@ -21,6 +21,9 @@ struct stash_tuning {
   /// through detail::pack_word_avx2 (a permute per 8 values instead of a step per value). Same
   /// bytes; off, the portable loops.
   bool simd_save = true;
+  /// Store a packed segment's sign bits coded by their rare value's gaps where that is shorter
+  /// (detail/sign_code.hpp); off, always as they are (what the tests compare them with).
+  bool code_sign_bits = true;
 };
 
 template <class ExecutionSpace>
