@@ -28,7 +28,9 @@ struct stash_save_options {
   std::optional<std::uint32_t> layer = std::nullopt;
   /// Keep x > 0 as one bit per value beside the streams: restored values are then on the
   /// saved side of 0 (x'' > 0 exactly where x > 0), still within the bound. What a ReLU's
-  /// backward needs to take its mask from the restored output.
+  /// backward needs to take its mask from the restored output. Where the values are all
+  /// positive or +0, the zeros are kept in the bits alone, and the bits coded in less where
+  /// zeros or positive values are rare (docs/stash.md, "Coded sign bits").
   bool keep_sign = false;
   /// Nothing: the stash's options().codec.rounding. rounding_mode::stochastic makes every
   /// restored value an unbiased estimate of the saved one (E[x''] = x, within the same bound),

@@ -1014,7 +1014,8 @@ struct stash<ExecutionSpace>::state {
       signs.stream_bytes = detail::sign_bytes(count);
       const std::byte* bits = sign_range;
       const detail::sign_code_plan plan = detail::plan_sign_code(count, packed.count);
-      if (tuning.code_sign_bits && plan.estimate_bytes < signs.stream_bytes) {
+      if (tuning.code_sign_bits &&
+          double(plan.estimate_bytes) <= detail::sign_code_max_share * double(signs.stream_bytes)) {
         const std::size_t coded = detail::encode_sign_bits(exec_, sign_range, count, plan, pool->workspace());
         if (coded != 0 && coded < signs.stream_bytes) {
           bits = pool->workspace();
