@@ -38,7 +38,8 @@
 //
 // --positive-share P (in (0, 1)): each file's values x become max(x - t, 0), t the quantile
 // that leaves a share P of them positive: a ReLU's output at that density (the MNIST MLP's
-// hidden outputs are 80-87% positive at its peak step), where the sign bits are coded.
+// hidden outputs are 80-87% positive at its peak step), where the sign bits are coded. A file
+// with more zeros than 1 - P already (a ReLU's output) has t = 0 and stays as it is.
 //
 // The thread count is Kokkos's (OMP_NUM_THREADS); bench/run sets it to 2.
 

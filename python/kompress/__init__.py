@@ -767,7 +767,8 @@ class Stash:
         ``keep_sign=True`` stores x > 0 as one bit per value: restored values are then > 0
         exactly where x was, still within the bound; where x holds no negative value (a ReLU's
         output), its zeros are stored as those bits alone (``info(h).zeros_in_signs``) and come
-        back exact. ``rounding``: None (the stash's), 'nearest'
+        back exact, the bits coded in fewer where zeros or positive values are rare.
+        ``rounding``: None (the stash's), 'nearest'
         or 'stochastic' (restored values unbiased, E[x''] = x, within the same bound).
         ``group_relative=True`` takes ``rel`` relative to each group of 256 values (in memory
         order): group g within rel * 2^k_g, 2^k_g the largest power of two at most its range

@@ -347,7 +347,8 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
             bound. Functions whose backward reads only where their output is positive (ReLU)
             then see exactly the mask the plain run sees. Costs 1/32 (float32) of the raw size,
             counted in the stash's stored bytes (``stats().sign_bytes``); on a tensor without
-            negative values (a ReLU's output) its zeros are stored as those bits alone. Or a
+            negative values (a ReLU's output) its zeros are stored as those bits alone, coded in
+            less where zeros or positive values are rare. Or a
             callable, ``exact_sign(tensor) -> bool`` for each saved tensor: e.g. ``lambda t:
             t.grad_fn is not None`` keeps no bits for the network's input, which is right where
             the input feeds only layers that read its values (Linear, convolutions) and none
