@@ -90,9 +90,9 @@ KOKKOS_INLINE_FUNCTION std::uint32_t rare_bits(std::uint32_t word, bool rare_set
 
 /// Codes the sign bits at `signs` (sign_bits.hpp's layout for `count` values, the sum included)
 /// into `out` as the plan says and returns the coded range's length (sign_code_bytes), unless
-/// that would not be shorter than the bits (sign_bytes(count)): then it writes only the header
-/// and the chunk table and returns 0. `out` needs sign_bytes(count) bytes. Waits for `exec`
-/// (it reads the codes' length).
+/// that would not be shorter than the bits (sign_bytes(count)): then it writes only the chunk
+/// table and returns 0. `out` needs sign_bytes(count) bytes. Waits for `exec` (it reads the
+/// codes' length).
 template <class ExecutionSpace>
 std::size_t encode_sign_bits(const ExecutionSpace& exec, const std::byte* signs, std::size_t count,
                              const sign_code_plan& plan, std::byte* out) {
@@ -239,6 +239,7 @@ void decode_sign_bits(const ExecutionSpace& exec, const std::byte* coded, std::s
           }
           const int zeros = Kokkos::Experimental::countr_zero_builtin(buffer);
           quotient += std::size_t(zeros);
+          if (quotient >= sign_code_chunk_bits) return false;  // no gap in a chunk is that long
           buffer = (buffer >> zeros) >> 1;
           held -= zeros + 1;
           std::size_t low = 0;
@@ -253,8 +254,8 @@ void decode_sign_bits(const ExecutionSpace& exec, const std::byte* coded, std::s
           return true;
         };
         for (std::size_t gap = 0; next_gap(gap); ++at) {
+          if (gap >= last - at) break;
           at += gap;
-          if (at >= last) break;
           if (at / 32 != word) {
             flush();
             word = at / 32;
