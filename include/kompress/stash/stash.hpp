@@ -17,7 +17,8 @@
 //
 // The parts: this facade; the entry table (stash/detail/entry_table.hpp); pending saves
 // (stash/detail/pending_saves.hpp); the storage tiers (stash/detail/tier.hpp and *_tier.hpp).
-// The stash uses only the codec's public API (compress.hpp).
+// The stash uses the codec's public API (compress.hpp), and its header checks and decoder to
+// read the packed pieces it keeps without their headers (stash/detail/piece_frame.hpp).
 //
 // Sync points (nothing here fences the whole device or any instance but those passed in):
 //   save_async  enqueues the compression on `exec` into a worst-case range of the pool and
@@ -47,6 +48,7 @@
 #include <kompress/stash/detail/entry_table.hpp>
 #include <kompress/stash/detail/group_scales.hpp>
 #include <kompress/stash/detail/pending_saves.hpp>
+#include <kompress/stash/detail/piece_frame.hpp>
 #include <kompress/stash/detail/pool_tier.hpp>
 #include <kompress/stash/detail/sign_bits.hpp>
 #include <kompress/stash/detail/sign_code.hpp>
@@ -502,7 +504,7 @@ struct stash<ExecutionSpace>::state {
   /// Frees the segments' streams in their tiers (the entry's own mutex held or not needed).
   void free_segments(detail::stash_entry& entry) {
     for (const detail::stash_segment& segment : entry.segments)
-      if (segment.has_range()) tiers[segment.tier]->release(segment.offset, segment.stream_bytes);
+      if (segment.has_range()) tiers[segment.tier]->release(segment.offset, segment.range_bytes());
     entry.segments.clear();
   }
 
@@ -922,16 +924,16 @@ struct stash<ExecutionSpace>::state {
   /// they go: the zeros cost one bit each, not a code. The sign bits (packed with `bound`, the
   /// absolute bound) are written into the workspace's sign scratch; the positive values are
   /// packed into the workspace and compressed from there. Where the packed values and their
-  /// stream's worst case fit in the workspace side by side (values at the top), the stream
-  /// goes in place into the pool when a worst-case range is free there (borrowed: the
-  /// workspace could have served), else through the workspace into a range of its exact
-  /// length: the pool a run needs is then the workspace and what it keeps, as for a stream
-  /// stored whole. A segment with more positive values (more than about half) is cut short
+  /// stream's worst case fit in the workspace side by side (values at the top), the stream is
+  /// compressed into the workspace and goes into the pool framed (its header cut to 16 bytes,
+  /// detail/piece_frame.hpp) after its sign bits, the two in one range of their exact length:
+  /// the pool a run needs is then the workspace and what it keeps, as for a stream stored
+  /// whole. A segment with more positive values (more than about half) is cut short
   /// where they fill the workspace so (stream.count shrinks; the caller goes on from there);
   /// only where its first 128 values hold too many (tiny segments) does the stream go into a
   /// worst-case range of the pool held as a reservation (counted in pool_bytes, as a
-  /// save_async's) until it is in. The sign bits follow the stream into the pool, coded by
-  /// their rare value's gaps where that is shorter (detail/sign_code.hpp). So
+  /// save_async's) until it is in, and the sign bits take a range of their own. The bits are
+  /// coded by their rare value's gaps where that is shorter (detail/sign_code.hpp). So
   /// stats().peak_pool_bytes stays the budget the run needed. Places nothing unless it returns
   /// `placed`: a segment with a value that is neither, without zeros, or without room in the
   /// pool is stored whole (place_segment, place_signs). With `exponents` (a group_relative
@@ -980,55 +982,69 @@ struct stash<ExecutionSpace>::state {
         if (exponents)
           detail::scale_down_packed_groups(exec_, sign_range, stream.first_value, count, packed_values, exponents);
         const Kokkos::View<const T*, memory_space, Kokkos::MemoryUnmanaged> positives(packed_values, packed.count);
-        std::optional<std::size_t> borrowed;  // in place: borrowed beside, reserved otherwise
-        if (!beside) borrowed = pool->reserve(worst);
-        else if (tuning.compress_in_place) borrowed = pool->borrow(worst);
-        if (!beside && !borrowed) return positives_placement::no_room;
-        const unmanaged_bytes range(borrowed ? pool->data() + *borrowed : pool->workspace(), worst);
+        std::optional<std::size_t> reserved;  // in place, where the workspace cannot hold both
+        if (!beside && !(reserved = pool->reserve(worst))) return positives_placement::no_room;
+        const unmanaged_bytes range(reserved ? pool->data() + *reserved : pool->workspace(), worst);
         try {
           length = kompress::compress(exec_, positives, range, codec);
-          abs_bound = kompress::inspect_header(exec_, range).absolute_bound;
+          const stream_info info = kompress::inspect_header(exec_, range);
+          abs_bound = info.absolute_bound;
+          if (beside && tuning.frame_pieces) detail::write_piece_frame(exec_, range.data(), info);
         } catch (...) {
-          if (borrowed && beside) pool->give_back(*borrowed, worst);
-          if (borrowed && !beside) pool->unreserve(*borrowed, worst);
+          if (reserved) pool->unreserve(*reserved, worst);
           throw;
         }
-        if (borrowed) {
-          if (beside) pool->keep(*borrowed, worst, length);
-          else pool->keep_reserved(*borrowed, worst, length);
-          offset = borrowed;
-        } else if (!(offset = pool->store(exec_, pool->workspace(), length, who))) {
-          return positives_placement::no_room;
+        if (reserved) {
+          pool->keep_reserved(*reserved, worst, length);
+          offset = reserved;
         }
       }
       detail::reduce_small_positives(exec_, packed_values, packed.count, sign_range, count, bound,
                                       codec.rounding != rounding_mode::stochastic);
       exec_.fence("kompress::stash::save: sign bits packed");
       stream.stored_values = packed.count;
-      // The bits after the stream: coded (written into the workspace, free again) where that
-      // is shorter, else as they are.
+      // The bits, coded where that is shorter (into the workspace, after the stream it may
+      // still hold: the packed values are no longer needed), else as they are.
       signs = stream;
       signs.signs = true;
       signs.positives_only = false;
       signs.stored_values = 0;
       signs.stream_bytes = detail::sign_bytes(count);
       const std::byte* bits = sign_range;
+      std::byte* const coded_at =
+          pool->workspace() + (beside ? detail::first_fit_allocator::round_up(length) : std::size_t(0));
       const detail::sign_code_plan plan = detail::plan_sign_code(count, packed.count);
-      if (tuning.code_sign_bits &&
+      if (tuning.code_sign_bits && std::size_t(pool->workspace() + workspace_bytes - coded_at) >= signs.stream_bytes &&
           double(plan.estimate_bytes) <= detail::sign_code_max_share * double(signs.stream_bytes)) {
-        const std::size_t coded = detail::encode_sign_bits(exec_, sign_range, count, plan, pool->workspace());
+        const std::size_t coded = detail::encode_sign_bits(exec_, sign_range, count, plan, coded_at);
         if (coded != 0 && coded < signs.stream_bytes) {
-          bits = pool->workspace();
+          bits = coded_at;
           signs.stream_bytes = coded;
           signs.coded_signs = true;
         }
       }
-      const std::optional<std::size_t> sign_offset = pool->store(exec_, bits, signs.stream_bytes, who);
+      // Beside, the stream is still in the workspace: framed, it follows the bits in their
+      // range. Else it is in the pool (stored now, unless reserved), and the bits take a range
+      // of their own.
+      const bool framed = beside && packed.count > 0 && tuning.frame_pieces;
+      if (beside && packed.count > 0 && !framed &&
+          !(offset = pool->store(exec_, pool->workspace(), length, who)))
+        return positives_placement::no_room;
+      const std::optional<std::size_t> sign_offset =
+          framed ? pool->store_pair(exec_, bits, signs.stream_bytes, pool->workspace() + detail::piece_frame_offset,
+                                    detail::framed_bytes(length))
+                 : pool->store(exec_, bits, signs.stream_bytes, who);
       if (!sign_offset) {
         if (offset) pool->release(*offset, length);
         return positives_placement::no_room;
       }
       signs.offset = *sign_offset;
+      if (framed) {
+        length = detail::framed_bytes(length);
+        offset = *sign_offset + signs.stream_bytes;
+        signs.trailing_bytes = length;
+        stream.framed = true;
+      }
     } catch (...) {
       if (offset) pool->release(*offset, length);
       throw;
@@ -1113,6 +1129,7 @@ struct stash<ExecutionSpace>::state {
     std::size_t segment_count;
     double abs_bound;
     rounding_mode rounding;
+    codec_mode codec;
     {
       std::lock_guard lock(mutex);
       detail::stash_entry& entry = entries.lookup(handle, who);
@@ -1122,6 +1139,7 @@ struct stash<ExecutionSpace>::state {
       segment_count = entry.segments.size();
       abs_bound = entry.absolute_bound;
       rounding = entry.rounding;
+      codec = entry.codec;
     }
     struct unpin_on_throw {
       state* self;
@@ -1147,17 +1165,23 @@ struct stash<ExecutionSpace>::state {
       if (segment.positives_only) {  // decoded into the workspace, then spread between zeros
         const detail::stash_segment& signs = segments[++s];  // both in the pool; applied here
         std::lock_guard workspace_lock(workspace_mutex);
-        T* const packed_values = reinterpret_cast<T*>(pool->workspace());
-        if (segment.stored_values > 0)
-          decompress(exec_, const_unmanaged_bytes(pool->data() + segment.offset, segment.stream_bytes),
-                     Kokkos::View<T*, memory_space, Kokkos::MemoryUnmanaged>(packed_values, segment.stored_values));
+        const Kokkos::View<T*, memory_space, Kokkos::MemoryUnmanaged> packed_values(
+            reinterpret_cast<T*>(pool->workspace()), segment.stored_values);
+        const std::byte* const stream = pool->data() + segment.offset;
+        if (segment.framed) {
+          const detail::stream_header header = detail::read_framed_header<T>(
+              exec_, stream, segment.stream_bytes, segment.stored_values, codec_with(absolute(abs_bound), codec), who);
+          detail::decompress_framed(exec_, stream, header, packed_values, who);
+        } else if (segment.stored_values > 0) {
+          decompress(exec_, const_unmanaged_bytes(stream, segment.stream_bytes), packed_values);
+        }
         const std::byte* bits = pool->data() + signs.offset;
         if (signs.coded_signs) {  // decoded into the sign scratch
           std::byte* const scratch = pool->workspace() + workspace_bytes;
           detail::decode_sign_bits(exec_, bits, segment.count, scratch);
           bits = scratch;
         }
-        detail::unpack_positives(exec_, bits, packed_values, values.data(), segment.count, abs_bound,
+        detail::unpack_positives(exec_, bits, packed_values.data(), values.data(), segment.count, abs_bound,
                                  rounding == rounding_mode::stochastic, tuning.simd_restore);
         exec_.fence("kompress::stash::restore: positive values unpacked");
         continue;

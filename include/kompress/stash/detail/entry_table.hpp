@@ -33,11 +33,17 @@ struct stash_segment {
   bool positives_only = false;
   bool scales = false;
   bool coded_signs = false;  ///< sign bits coded by their rare value's gaps (sign_code.hpp)
+  /// A packed piece's stream kept without its header (piece_frame.hpp), in its sign bits' range.
+  bool framed = false;
   std::size_t stored_values = 0;
   std::size_t offset = 0;
   std::size_t stream_bytes = 0;
+  /// Sign bits: the bytes of the framed stream that follows them in their range.
+  std::size_t trailing_bytes = 0;
 
-  bool has_range() const { return !(positives_only && stored_values == 0); }
+  /// Whether the segment has a range of its own, of range_bytes() from offset.
+  bool has_range() const { return !framed && !(positives_only && stored_values == 0); }
+  std::size_t range_bytes() const { return stream_bytes + trailing_bytes; }
 };
 
 struct stash_entry {

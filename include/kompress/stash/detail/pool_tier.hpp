@@ -65,13 +65,6 @@ class pool_tier final : public storage_tier<ExecutionSpace> {
     allocator_.shrink(offset, borrowed, length);
     add_stream(length);
   }
-  /// A kept range of `length` bytes now holds `shorter`; its tail goes back.
-  void shorten(std::size_t offset, std::size_t length, std::size_t shorter) {
-    std::lock_guard lock(mutex_);
-    allocator_.shrink(offset, length, shorter);
-    stored_bytes_ -= length - shorter;
-    held_bytes_ -= first_fit_allocator::round_up(length) - first_fit_allocator::round_up(shorter);
-  }
   void give_back(std::size_t offset, std::size_t borrowed) {
     std::lock_guard lock(mutex_);
     allocator_.free(offset, borrowed);
@@ -136,6 +129,15 @@ class pool_tier final : public storage_tier<ExecutionSpace> {
   // --- storage_tier ------------------------------------------------------------------------
   std::optional<std::size_t> store(const ExecutionSpace& exec, const std::byte* stream,
                                    std::size_t length, const char*) override {
+    return store_pair(exec, stream, length, nullptr, 0);
+  }
+
+  /// Stores `first_length` bytes from `first`, then `second_length` from `second`, in one range
+  /// of their total length (counted as one stream): a packed piece's sign bits and its framed
+  /// stream. Both are in the pool's memory space; nothing is copied when there is no room.
+  std::optional<std::size_t> store_pair(const ExecutionSpace& exec, const std::byte* first, std::size_t first_length,
+                                        const std::byte* second, std::size_t second_length) {
+    const std::size_t length = first_length + second_length;
     std::optional<std::size_t> offset;
     {
       std::lock_guard lock(mutex_);
@@ -143,8 +145,11 @@ class pool_tier final : public storage_tier<ExecutionSpace> {
       if (!offset) return offset;
       add_stream(length);
     }
-    Kokkos::deep_copy(exec, unmanaged_bytes(pool_.data() + *offset, length),
-                      const_unmanaged_bytes(stream, length));
+    Kokkos::deep_copy(exec, unmanaged_bytes(pool_.data() + *offset, first_length),
+                      const_unmanaged_bytes(first, first_length));
+    if (second_length != 0)
+      Kokkos::deep_copy(exec, unmanaged_bytes(pool_.data() + *offset + first_length, second_length),
+                        const_unmanaged_bytes(second, second_length));
     exec.fence("kompress::stash::save: stream copied into the pool");
     return offset;
   }

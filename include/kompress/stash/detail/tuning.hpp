@@ -24,6 +24,10 @@ struct stash_tuning {
   /// Store a packed segment's sign bits coded by their rare value's gaps where that is shorter
   /// (detail/sign_code.hpp); off, always as they are (what the tests compare them with).
   bool code_sign_bits = true;
+  /// Store a packed segment's stream framed (its 88-byte header cut to 16 bytes,
+  /// detail/piece_frame.hpp) after its sign bits in one range; off, whole, in a range of its
+  /// own (what the tests compare them with).
+  bool frame_pieces = true;
 };
 
 template <class ExecutionSpace>
