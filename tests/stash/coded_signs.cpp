@@ -66,6 +66,21 @@ std::size_t round_trip(const std::vector<std::byte>& raw, std::size_t count) {
   CHECK(std::memcmp(back.data(), raw.data(), raw.size()) == 0);
   CHECK(std::all_of(back.begin() + std::ptrdiff_t(raw.size()), back.end(),
                     [](std::byte b) { return b == std::byte{0xA5}; }));
+  // Without the sum (a stochastic save's bits): 16 bytes shorter, and zeros stand for it.
+  const auto plan_without = detail::plan_sign_code(count, set_bits(raw, count), false);
+  if (plan.estimate_bytes != std::size_t(-1)) CHECK(plan_without.estimate_bytes + 16 == plan.estimate_bytes);
+  const std::size_t without = detail::encode_sign_bits(exec, from.data(), count, plan, coded.data(), false);
+  if (without != 0) {
+    CHECK(without + 16 == length);
+    const auto out_without = to_view(filled);
+    detail::decode_sign_bits(exec, coded.data(), count, out_without.data(), false);
+    exec.fence();
+    const auto words = to_vector(out_without);
+    const std::size_t word_bytes = detail::sign_bytes(count, false);
+    CHECK(std::memcmp(words.data(), raw.data(), word_bytes) == 0);
+    CHECK(std::all_of(words.begin() + std::ptrdiff_t(word_bytes), words.begin() + std::ptrdiff_t(raw.size()),
+                      [](std::byte b) { return b == std::byte{0}; }));
+  }
   return length;
 }
 
@@ -190,4 +205,41 @@ TEST_CASE_TEMPLATE("stash keep_sign: coded bits restore the bytes of bits kept a
     }
   }
   CHECK(coding.stats().pool_bytes == coding.stats().workspace_bytes);
+}
+
+TEST_CASE_TEMPLATE("stash keep_sign: a stochastic save's bits are stored without the sum it does not read", T, float,
+                   double) {
+  const exec_space exec;
+  kompress::stash_options o;
+  o.budget_bytes = std::size_t(16) << 20;
+  o.segment_bytes = std::size_t(1) << 20;
+  auto plain = detail::tuned_stash(exec, o, {.code_sign_bits = false});
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  const std::size_t count = 5000;  // one segment, a third positive: one piece, never cut
+  std::vector<T> relu(count), signed_values(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const double x = uniform(rng);
+    signed_values[i] = T(x);
+    relu[i] = x > 1.0 / 3.0 ? T(x) : T(0);
+  }
+  for (const auto& values : {relu, signed_values}) {  // a packed piece's bits, a whole stream's
+    for (const auto rounding : {kompress::rounding_mode::nearest, kompress::rounding_mode::stochastic}) {
+      CAPTURE(int(rounding));
+      const auto view = to_view(values);
+      const auto h = plain.save(exec, view, kompress::relative(1e-2), {.keep_sign = true, .rounding = rounding});
+      const auto info = plain.info(h);
+      CHECK(info.sign_bytes == detail::sign_bytes(count, rounding == kompress::rounding_mode::nearest));
+      Kokkos::View<T*, memory_space> back("back", count);
+      plain.restore_and_drop(exec, h, back);
+      const auto x = to_vector(back);
+      std::size_t flips = 0, outside = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        flips += (values[i] > T(0)) != (x[i] > T(0));
+        outside += !(std::fabs(double(x[i]) - double(values[i])) <= info.absolute_bound);
+      }
+      CHECK(flips == 0);
+      CHECK(outside == 0);
+    }
+  }
 }

@@ -423,21 +423,23 @@ TEST_CASE("stash keep_sign: the host's SIMD restore loops write the portable loo
   }
 }
 
-TEST_CASE("stash keep_sign: a stochastic save's sign pass packs the same bits and leaves the mean's bytes 0") {
+TEST_CASE("stash keep_sign: a stochastic save's sign pass packs the same bits and writes nothing after them") {
   // Also: with the host's AVX2 (where it has it) both passes write the portable loops' bytes.
   // Restore gives a stochastic save's positive values that came back <= 0 the smallest positive
   // value, not the mean of (0, e]: the save packs the bits alone (detail::pack_signs without
-  // mean_of_small) and must write the words the full pass writes.
+  // mean_of_small) and must write the words the full pass writes, and nothing after them: the
+  // stash stores its bits without the sum (sign_bytes(count, false)).
   const exec_space exec;
   for (const std::size_t count : {std::size_t(1), std::size_t(31), std::size_t(32), std::size_t(4097)}) {
     CAPTURE(count);
     const auto values = to_view(straddling_zero<float>(count, 7, true));  // NaN and infinities from 41 on
     const std::size_t bytes = kompress::detail::sign_bytes(count);
     Kokkos::View<std::byte*, memory_space> with_mean("with_mean", bytes), bits_only("bits_only", bytes);
-    Kokkos::deep_copy(bits_only, std::byte{0xA5});  // every byte is written
+    Kokkos::deep_copy(bits_only, std::byte{0xA5});  // every word is written, nothing after them
     for (const bool simd : {false, true}) {  // the host's AVX2 loops write the portable loops' bytes
       CAPTURE(simd);
       Kokkos::View<std::byte*, memory_space> full_simd("full_simd", bytes), bits_simd("bits_simd", bytes);
+      Kokkos::deep_copy(bits_simd, std::byte{0xA5});
       kompress::detail::pack_signs(exec, values.data(), count, with_mean.data(), 0.5, true, false);
       kompress::detail::pack_signs(exec, values.data(), count, full_simd.data(), 0.5, true, simd);
       kompress::detail::pack_signs(exec, values.data(), count, bits_only.data(), 0.5, false, false);
@@ -449,8 +451,9 @@ TEST_CASE("stash keep_sign: a stochastic save's sign pass packs the same bits an
     const auto full = to_vector(with_mean), bits = to_vector(bits_only);
     const std::size_t word_bytes = kompress::detail::sign_words(count) * sizeof(std::uint32_t);
     CHECK(std::memcmp(full.data(), bits.data(), word_bytes) == 0);
+    CHECK(word_bytes == kompress::detail::sign_bytes(count, false));
     CHECK(std::all_of(bits.begin() + std::ptrdiff_t(word_bytes), bits.end(),
-                      [](std::byte b) { return b == std::byte{0}; }));
+                      [](std::byte b) { return b == std::byte{0xA5}; }));
     // The full pass's count of (0, 0.5] is there, so the comparison above compared real bits.
     Kokkos::complex<double> small;
     std::memcpy(&small, full.data() + word_bytes, sizeof(small));

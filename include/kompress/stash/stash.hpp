@@ -1009,14 +1009,15 @@ struct stash<ExecutionSpace>::state {
       signs.signs = true;
       signs.positives_only = false;
       signs.stored_values = 0;
-      signs.stream_bytes = detail::sign_bytes(count);
+      const bool with_sum = codec.rounding != rounding_mode::stochastic;  // restore reads it
+      signs.stream_bytes = detail::sign_bytes(count, with_sum);
       const std::byte* bits = sign_range;
       std::byte* const coded_at =
           pool->workspace() + (beside ? detail::first_fit_allocator::round_up(length) : std::size_t(0));
-      const detail::sign_code_plan plan = detail::plan_sign_code(count, packed.count);
+      const detail::sign_code_plan plan = detail::plan_sign_code(count, packed.count, with_sum);
       if (tuning.code_sign_bits && std::size_t(pool->workspace() + workspace_bytes - coded_at) >= signs.stream_bytes &&
           double(plan.estimate_bytes) <= detail::sign_code_max_share * double(signs.stream_bytes)) {
-        const std::size_t coded = detail::encode_sign_bits(exec_, sign_range, count, plan, coded_at);
+        const std::size_t coded = detail::encode_sign_bits(exec_, sign_range, count, plan, coded_at, with_sum);
         if (coded != 0 && coded < signs.stream_bytes) {
           bits = coded_at;
           signs.stream_bytes = coded;
@@ -1063,7 +1064,7 @@ struct stash<ExecutionSpace>::state {
   template <class T>
   std::size_t place_signs(const ExecutionSpace& exec_, const T* values, double abs_bound, bool mean_of_small,
                           detail::stash_segment& segment, const char* who) {
-    const std::size_t bytes = detail::sign_bytes(segment.count);
+    const std::size_t bytes = detail::sign_bytes(segment.count, mean_of_small);
     segment.signs = true;
     segment.stream_bytes = bytes;
     if (const std::optional<std::size_t> offset = pool->borrow(bytes)) {
@@ -1178,7 +1179,7 @@ struct stash<ExecutionSpace>::state {
         const std::byte* bits = pool->data() + signs.offset;
         if (signs.coded_signs) {  // decoded into the sign scratch
           std::byte* const scratch = pool->workspace() + workspace_bytes;
-          detail::decode_sign_bits(exec_, bits, segment.count, scratch);
+          detail::decode_sign_bits(exec_, bits, segment.count, scratch, rounding != rounding_mode::stochastic);
           bits = scratch;
         }
         detail::unpack_positives(exec_, bits, packed_values.data(), values.data(), segment.count, abs_bound,

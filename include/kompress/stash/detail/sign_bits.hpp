@@ -8,7 +8,7 @@
 // back <= 0 their mean, the expected value of what the quantizer rounded to 0, rather than a
 // fixed point of (0, e] that would shift every such value the same way. A stochastic save's
 // rounding is unbiased already: restore gives such a value the smallest positive one, and the
-// save writes zeros there instead of taking a sum it would not read.
+// bits are stored without the sum (sign_bytes(count, false)), which restore does not read.
 //
 // Where every value that is not positive is +0 (a ReLU's output), the bits also say where the
 // zeros are: the stash then compresses only the positive values, packed in order
@@ -61,8 +61,10 @@ KOKKOS_INLINE_FUNCTION int sign_popcount(std::uint32_t v) {
 
 constexpr std::size_t sign_words(std::size_t count) { return ((count + 31) / 32 + 3) / 4 * 4; }
 static_assert(alignof(Kokkos::complex<double>) <= 4 * sizeof(std::uint32_t));
-constexpr std::size_t sign_bytes(std::size_t count) {
-  return sign_words(count) * sizeof(std::uint32_t) + sizeof(Kokkos::complex<double>);
+/// Bytes of the bits of `count` values, and of the sum after them `with_sum` (a save that
+/// rounds to nearest; a stochastic one's bits end with their words).
+constexpr std::size_t sign_bytes(std::size_t count, bool with_sum = true) {
+  return sign_words(count) * sizeof(std::uint32_t) + (with_sum ? sizeof(Kokkos::complex<double>) : 0);
 }
 
 /// x where `mask` is all ones, +0 where it is 0: a select that vectorises.
@@ -170,8 +172,8 @@ struct pack_sign_bits_words_avx2 : pack_sign_bits_words<T> {
 
 /// Packs words[w] bit b = values[32 w + b] > 0 (NaN: 0) and reduces the sum and count of the
 /// values in (0, e] into the bytes after the words, e = `bound`; without `mean_of_small` (a
-/// stochastic save, whose restore does not read them) writes zeros there instead and the pass
-/// only packs bits. `simd`: on an x86-64 host with AVX2, the loops compiled for it. Enqueued on
+/// stochastic save, whose restore does not read them) the pass only packs bits and writes
+/// nothing after the words (`out` then needs sign_bytes(count, false)). `simd`: on an x86-64 host with AVX2, the loops compiled for it. Enqueued on
 /// `exec`, nothing waits.
 template <class T, class ExecutionSpace>
 void pack_signs(const ExecutionSpace& exec, const T* values, std::size_t count, std::byte* out, double bound,
@@ -188,7 +190,6 @@ void pack_signs(const ExecutionSpace& exec, const T* values, std::size_t count, 
     if (avx2) Kokkos::parallel_for("kompress::stash::pack_signs: bits", policy, pack_sign_bits_words_avx2<T>{pack});
 #endif
     if (!avx2) Kokkos::parallel_for("kompress::stash::pack_signs: bits", policy, pack);
-    Kokkos::deep_copy(exec, small_positives, Kokkos::complex<double>(0.0, 0.0));
     return;
   }
   const pack_signs_words<T> pack{values, words, count, bound};
@@ -292,12 +293,15 @@ template <class T, class ExecutionSpace>
 void apply_signs(const ExecutionSpace& exec, const std::byte* in, T* values, std::size_t count, double bound,
                  bool stochastic = false, bool simd = true) {
   const auto* const words = reinterpret_cast<const std::uint32_t*>(in);
+  // A stochastic save's bits have no sum after them: nothing reads past the words.
   const auto* const small_positives =
-      reinterpret_cast<const Kokkos::complex<double>*>(in + sign_words(count) * sizeof(std::uint32_t));
-  apply_signs_words<T> apply{words, values, count, bound, stochastic, small_positives, T(0)};
+      stochastic ? nullptr
+                 : reinterpret_cast<const Kokkos::complex<double>*>(in + sign_words(count) * sizeof(std::uint32_t));
+  apply_signs_words<T> apply{words, values, count, bound, stochastic, small_positives,
+                             stochastic ? Kokkos::Experimental::denorm_min_v<T> : T(0)};
   const Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>> policy(exec, 0, (count + 31) / 32);
   if constexpr (Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible) {
-    apply.known_at_zero = positive_at_zero<T>(*small_positives, bound, stochastic);
+    if (!stochastic) apply.known_at_zero = positive_at_zero<T>(*small_positives, bound, stochastic);
     apply.small_positives = nullptr;
   }
 #ifdef KOMPRESS_HOST_X86_SIMD
@@ -606,17 +610,20 @@ void unpack_positives(const ExecutionSpace& exec, const std::byte* signs, const 
   const auto* const small_positives =
       reinterpret_cast<const Kokkos::complex<double>*>(signs + sign_words(count) * sizeof(std::uint32_t));
   // On the host, what a positive value restored as 0 becomes is worked out once here rather
-  // than per word (a division); a device reads the mean where it lies.
+  // than per word (a division); a device reads the mean where it lies. A stochastic save's bits
+  // have no sum after them: nothing reads past the words.
   constexpr bool host = Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
-  T host_at_zero = T(0);
-  if constexpr (host) host_at_zero = positive_at_zero<T>(*small_positives, bound, stochastic);
+  T host_at_zero = Kokkos::Experimental::denorm_min_v<T>;
+  if constexpr (host)
+    if (!stochastic) host_at_zero = positive_at_zero<T>(*small_positives, bound, stochastic);
   Kokkos::parallel_scan(
       "kompress::stash::unpack_positives",
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>(exec, 0, (count + 31) / 32),
       KOKKOS_LAMBDA(const std::size_t w, std::size_t& prefix, const bool final) {
         const std::uint32_t bits = words[w];
         if (final) {
-          const T at_zero = host ? host_at_zero : positive_at_zero<T>(*small_positives, bound, stochastic);
+          const T at_zero =
+              host || stochastic ? host_at_zero : positive_at_zero<T>(*small_positives, bound, stochastic);
           const std::size_t first = 32 * w;
           const std::size_t n = count - first < 32 ? count - first : 32;
           const T* const from = packed + prefix;

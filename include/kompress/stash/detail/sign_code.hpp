@@ -12,7 +12,8 @@
 //     in the chunk (from the chunk's start for its first) in Rice code: g >> k zeros, a one, then
 //     the k low bits of g; bit i of the codes is bit i % 32 of their word i / 32, and a chunk's
 //     codes start on a word;
-//   zeros to 16 bytes, then the 16 bytes of the sum and count of (0, e] (pack_signs's layout).
+//   zeros to 16 bytes, then the 16 bytes of the sum and count of (0, e] (pack_signs's layout)
+//     where the save rounds to nearest; a stochastic save's range ends with the zeros.
 // Chunks are coded and decoded independently, a thread each, so both run in parallel on every
 // backend; decoding writes sign_bits.hpp's layout (words, then the sum) for unpack_positives.
 
@@ -38,10 +39,11 @@ inline constexpr int sign_code_max_k = 24;
 KOKKOS_INLINE_FUNCTION constexpr std::size_t sign_code_chunks(std::size_t count) {
   return (count + sign_code_chunk_bits - 1) / sign_code_chunk_bits;
 }
-/// Bytes of a coded range whose codes take `code_words` words.
-KOKKOS_INLINE_FUNCTION constexpr std::size_t sign_code_bytes(std::size_t count, std::size_t code_words) {
+/// Bytes of a coded range whose codes take `code_words` words, with the sum after them or not.
+KOKKOS_INLINE_FUNCTION constexpr std::size_t sign_code_bytes(std::size_t count, std::size_t code_words,
+                                                             bool with_sum = true) {
   return (sign_code_header_bytes + 4 * (sign_code_chunks(count) + code_words) + 15) / 16 * 16 +
-         sizeof(Kokkos::complex<double>);
+         (with_sum ? sizeof(Kokkos::complex<double>) : 0);
 }
 
 /// What to code: the rare value, how many bits have it and the Rice parameter.
@@ -56,7 +58,7 @@ struct sign_code_plan {
 /// of a rare value at density d are taken as geometric (mean (1 - d) / d), for which the bits
 /// a gap takes at parameter k are 1 + k + E[g >> k] = 1 + k + q / (1 - q), q = rho^(2^k),
 /// rho = 1 - d. estimate_bytes is what that predicts, plus the chunks' rounding to words.
-inline sign_code_plan plan_sign_code(std::size_t count, std::size_t positives) {
+inline sign_code_plan plan_sign_code(std::size_t count, std::size_t positives, bool with_sum = true) {
   sign_code_plan plan;
   plan.rare_set = positives <= count - positives;
   plan.rare = plan.rare_set ? positives : count - positives;
@@ -71,8 +73,8 @@ inline sign_code_plan plan_sign_code(std::size_t count, std::size_t positives) {
     }
   }
   const double words = double(plan.rare) * best / 32.0 + 0.5 * double(sign_code_chunks(count));
-  plan.estimate_bytes = plan.rare == 0 ? sign_code_bytes(count, 0)
-                        : std::isfinite(words) ? sign_code_bytes(count, std::size_t(std::ceil(words)))
+  plan.estimate_bytes = plan.rare == 0 ? sign_code_bytes(count, 0, with_sum)
+                        : std::isfinite(words) ? sign_code_bytes(count, std::size_t(std::ceil(words)), with_sum)
                                                : std::size_t(-1);
   return plan;
 }
@@ -88,14 +90,14 @@ KOKKOS_INLINE_FUNCTION std::uint32_t rare_bits(std::uint32_t word, bool rare_set
   return (rare_set ? word : ~word) & valid_bits(first_bit, count);
 }
 
-/// Codes the sign bits at `signs` (sign_bits.hpp's layout for `count` values, the sum included)
-/// into `out` as the plan says and returns the coded range's length (sign_code_bytes), unless
-/// that would not be shorter than the bits (sign_bytes(count)): then it writes only the chunk
-/// table and returns 0. `out` needs sign_bytes(count) bytes. Waits for `exec` (it reads the
-/// codes' length).
+/// Codes the sign bits at `signs` (sign_bits.hpp's layout for `count` values, with the sum after
+/// them `with_sum`) into `out` as the plan says and returns the coded range's length
+/// (sign_code_bytes), unless that would not be shorter than the bits (sign_bytes(count,
+/// with_sum)): then it writes only the chunk table and returns 0. `out` needs that many bytes.
+/// Waits for `exec` (it reads the codes' length).
 template <class ExecutionSpace>
 std::size_t encode_sign_bits(const ExecutionSpace& exec, const std::byte* signs, std::size_t count,
-                             const sign_code_plan& plan, std::byte* out) {
+                             const sign_code_plan& plan, std::byte* out, bool with_sum = true) {
   using policy = Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>;
   const auto* const words = reinterpret_cast<const std::uint32_t*>(signs);
   const std::size_t chunks = sign_code_chunks(count);
@@ -127,13 +129,13 @@ std::size_t encode_sign_bits(const ExecutionSpace& exec, const std::byte* signs,
         if (final) ends[c] = std::uint32_t(prefix);
       },
       total);
-  const std::size_t length = sign_code_bytes(count, total);
-  if (length >= sign_bytes(count)) return 0;
+  const std::size_t length = sign_code_bytes(count, total, with_sum);
+  if (length >= sign_bytes(count, with_sum)) return 0;
   // One kernel: each chunk's codes; the first chunk's thread also writes the header, the last
   // one's the zeros after the codes and the sum.
   const std::uint64_t rare = plan.rare;
   const std::size_t codes_end = sign_code_header_bytes + 4 * (chunks + total);
-  const std::size_t sum_at = length - sizeof(Kokkos::complex<double>);
+  const std::size_t sum_at = with_sum ? length - sizeof(Kokkos::complex<double>) : length;
   const std::byte* const sum = signs + sign_words(count) * sizeof(std::uint32_t);
   Kokkos::parallel_for(
       "kompress::stash::sign_code", policy(exec, 0, chunks), KOKKOS_LAMBDA(const std::size_t c) {
@@ -186,12 +188,14 @@ std::size_t encode_sign_bits(const ExecutionSpace& exec, const std::byte* signs,
 }
 
 /// Writes sign_bits.hpp's layout for `count` values (sign_bytes(count) bytes at `out`) from the
-/// coded range at `coded` (encode_sign_bits's). The chunk table is taken as written (ends that
-/// grow, within the range); a code that would put a bit past its chunk or read past its
-/// chunk's codes ends that chunk's decoding there, so codes that are not the encoder's never
-/// make it write outside `out`'s sign_bytes(count). Enqueued on `exec`.
+/// coded range at `coded` (encode_sign_bits's, with the sum or without: then zeros stand for
+/// it). The chunk table is taken as written (ends that grow, within the range); a code that
+/// would put a bit past its chunk or read past its chunk's codes ends that chunk's decoding
+/// there, so codes that are not the encoder's never make it write outside `out`'s
+/// sign_bytes(count). Enqueued on `exec`.
 template <class ExecutionSpace>
-void decode_sign_bits(const ExecutionSpace& exec, const std::byte* coded, std::size_t count, std::byte* out) {
+void decode_sign_bits(const ExecutionSpace& exec, const std::byte* coded, std::size_t count, std::byte* out,
+                      bool with_sum = true) {
   using policy = Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::size_t>>;
   const std::size_t chunks = sign_code_chunks(count);
   const std::size_t word_count = sign_words(count);
@@ -221,7 +225,7 @@ void decode_sign_bits(const ExecutionSpace& exec, const std::byte* coded, std::s
         if (c + 1 == chunks) {  // the sum and count of (0, e], after the codes
           const std::size_t sum_at = sign_code_bytes(count, ends[c]) - sizeof(Kokkos::complex<double>);
           for (std::size_t i = 0; i < sizeof(Kokkos::complex<double>); ++i)
-            out[word_count * sizeof(std::uint32_t) + i] = coded[sum_at + i];
+            out[word_count * sizeof(std::uint32_t) + i] = with_sum ? coded[sum_at + i] : std::byte{0};
         }
         std::size_t at = first;  // where the next gap counts from
         // The rare bits of the word being decoded, flipped in it once the codes move past it (a
