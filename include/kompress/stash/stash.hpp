@@ -836,16 +836,20 @@ struct stash<ExecutionSpace>::state {
     }
   }
 
-  /// Compresses one segment and places its stream: in place in the pool when a worst-case
-  /// range is free, else through the workspace into the first tier with room. Returns 0 when
-  /// placed (segment filled in), or the aligned stream size that no tier took.
+  /// Compresses one segment and places its stream: through the workspace into the pool framed
+  /// (detail/piece_frame.hpp), or whole into the first tier with room where the pool has none;
+  /// where another thread holds the workspace (or framing is off), in place in the pool when a
+  /// worst-case range is free there, whole. Returns 0 when placed (segment filled in), or the
+  /// aligned stream size that no tier took.
   template <class T, class InView>
   std::size_t place_segment(const ExecutionSpace& exec_, const InView& values,
                             const compress_options& codec, detail::stash_segment& segment,
                             double& abs_bound, const char* who) {
     const std::size_t worst = max_compressed_size<T>(values.size(), codec);
+    std::unique_lock workspace_lock(workspace_mutex, std::defer_lock);
+    const bool framing = tuning.frame_streams && workspace_lock.try_lock();
 
-    if (tuning.compress_in_place) {
+    if (!framing && tuning.compress_in_place) {
       if (const std::optional<std::size_t> offset = pool->borrow(worst)) {
         std::size_t length = 0;
         try {
@@ -864,10 +868,26 @@ struct stash<ExecutionSpace>::state {
       }
     }
 
-    std::lock_guard workspace_lock(workspace_mutex);
+    if (!workspace_lock.owns_lock()) workspace_lock.lock();
     const unmanaged_bytes workspace_range(pool->workspace(), workspace_bytes);
     const std::size_t length = kompress::compress(exec_, values, workspace_range, codec);
-    abs_bound = kompress::inspect_header(exec_, workspace_range).absolute_bound;
+    const stream_info info = kompress::inspect_header(exec_, workspace_range);
+    abs_bound = info.absolute_bound;
+    if (tuning.frame_streams) {
+      // The frame goes into the sign scratch (free here), so that the stream stays whole in the
+      // workspace for the spill tiers should the pool have no room for it.
+      std::byte* const frame = pool->workspace() + workspace_bytes;
+      detail::write_piece_frame(exec_, frame, info);
+      if (const std::optional<std::size_t> offset =
+              pool->store_pair(exec_, frame, detail::piece_frame_bytes, pool->workspace() + detail::header_bytes,
+                               length - detail::header_bytes)) {
+        segment.tier = 0;
+        segment.offset = *offset;
+        segment.stream_bytes = detail::framed_bytes(length);
+        segment.framed = true;
+        return 0;
+      }
+    }
     segment.stream_bytes = length;
     return store_from_workspace(exec_, segment, who);
   }
@@ -989,7 +1009,8 @@ struct stash<ExecutionSpace>::state {
           length = kompress::compress(exec_, positives, range, codec);
           const stream_info info = kompress::inspect_header(exec_, range);
           abs_bound = info.absolute_bound;
-          if (beside && tuning.frame_pieces) detail::write_piece_frame(exec_, range.data(), info);
+          if (beside && tuning.frame_streams)
+            detail::write_piece_frame(exec_, range.data() + detail::piece_frame_offset, info);
         } catch (...) {
           if (reserved) pool->unreserve(*reserved, worst);
           throw;
@@ -1027,7 +1048,7 @@ struct stash<ExecutionSpace>::state {
       // Beside, the stream is still in the workspace: framed, it follows the bits in their
       // range. Else it is in the pool (stored now, unless reserved), and the bits take a range
       // of their own.
-      const bool framed = beside && packed.count > 0 && tuning.frame_pieces;
+      const bool framed = beside && packed.count > 0 && tuning.frame_streams;
       if (beside && packed.count > 0 && !framed &&
           !(offset = pool->store(exec_, pool->workspace(), length, who)))
         return positives_placement::no_room;
@@ -1152,6 +1173,14 @@ struct stash<ExecutionSpace>::state {
       }
     } guard{this, handle.slot};
 
+    // A framed stream (always in the pool) behind the header its frame stands for.
+    const auto decompress_framed = [&](const detail::stash_segment& segment, const auto& into) {
+      const std::byte* const stream = pool->data() + segment.offset;
+      const detail::stream_header header = detail::read_framed_header<T>(
+          exec_, stream, segment.stream_bytes, into.size(), codec_with(absolute(abs_bound), codec), who);
+      detail::decompress_framed(exec_, stream, header, into, who);
+    };
+
     // Each stream, then the sign bits that follow it (every value decoded before its sign is
     // applied); a group_relative save's values are then scaled back.
     const detail::stash_segment* scales = nullptr;
@@ -1168,14 +1197,9 @@ struct stash<ExecutionSpace>::state {
         std::lock_guard workspace_lock(workspace_mutex);
         const Kokkos::View<T*, memory_space, Kokkos::MemoryUnmanaged> packed_values(
             reinterpret_cast<T*>(pool->workspace()), segment.stored_values);
-        const std::byte* const stream = pool->data() + segment.offset;
-        if (segment.framed) {
-          const detail::stream_header header = detail::read_framed_header<T>(
-              exec_, stream, segment.stream_bytes, segment.stored_values, codec_with(absolute(abs_bound), codec), who);
-          detail::decompress_framed(exec_, stream, header, packed_values, who);
-        } else if (segment.stored_values > 0) {
-          decompress(exec_, const_unmanaged_bytes(stream, segment.stream_bytes), packed_values);
-        }
+        if (segment.framed) decompress_framed(segment, packed_values);
+        else if (segment.stored_values > 0)
+          decompress(exec_, const_unmanaged_bytes(pool->data() + segment.offset, segment.stream_bytes), packed_values);
         const std::byte* bits = pool->data() + signs.offset;
         if (signs.coded_signs) {  // decoded into the sign scratch
           std::byte* const scratch = pool->workspace() + workspace_bytes;
@@ -1185,6 +1209,10 @@ struct stash<ExecutionSpace>::state {
         detail::unpack_positives(exec_, bits, packed_values.data(), values.data(), segment.count, abs_bound,
                                  rounding == rounding_mode::stochastic, tuning.simd_restore);
         exec_.fence("kompress::stash::restore: positive values unpacked");
+        continue;
+      }
+      if (segment.framed) {
+        decompress_framed(segment, values);
         continue;
       }
       tier& where = *tiers[segment.tier];

@@ -33,7 +33,8 @@ struct stash_segment {
   bool positives_only = false;
   bool scales = false;
   bool coded_signs = false;  ///< sign bits coded by their rare value's gaps (sign_code.hpp)
-  /// A packed piece's stream kept without its header (piece_frame.hpp), in its sign bits' range.
+  /// A stream in the pool kept without its header (piece_frame.hpp); a packed piece's is in its
+  /// sign bits' range.
   bool framed = false;
   std::size_t stored_values = 0;
   std::size_t offset = 0;
@@ -42,7 +43,7 @@ struct stash_segment {
   std::size_t trailing_bytes = 0;
 
   /// Whether the segment has a range of its own, of range_bytes() from offset.
-  bool has_range() const { return !framed && !(positives_only && stored_values == 0); }
+  bool has_range() const { return !(positives_only && (framed || stored_values == 0)); }
   std::size_t range_bytes() const { return stream_bytes + trailing_bytes; }
 };
 

@@ -1,8 +1,8 @@
 #pragma once
-// A packed piece's stream without its 88-byte header (docs/stash.md, "Framed pieces"). A stash
-// stores many small streams whose headers say the same thing: the element type, the codec, its
-// block sizes, the bound. A packed piece keeps only what differs, in a 16-byte frame, followed
-// by the stream's chunk tables and chunks as the codec wrote them:
+// A stream in the stash's pool without its 88-byte header (docs/stash.md, "Framed streams"). A
+// stash stores many small streams whose headers say the same thing: the element type, the
+// codec, its block sizes, the bound. A stream in the pool keeps only what differs, in a 16-byte
+// frame, followed by its chunk tables and chunks as the codec wrote them:
 //
 //   frame, 16 bytes: f64 the quantization step; u32 the value count; u8 the stream's flags;
 //     u8 its block size; u16 its blocks per chunk;
@@ -34,18 +34,18 @@ inline constexpr std::size_t piece_frame_offset = header_bytes - piece_frame_byt
 /// Bytes of the framed form of a stream of `stream_bytes`.
 constexpr std::size_t framed_bytes(std::size_t stream_bytes) { return stream_bytes - piece_frame_offset; }
 
-/// Writes the frame of the stream at `stream` (in the memory `exec` writes; its header read as
-/// `info`) over its header's last 16 bytes, through `exec`. The framed stream is then
-/// [stream + piece_frame_offset, + framed_bytes(info.compressed_bytes)).
+/// Writes the frame of a stream whose header reads as `info` at `frame` (16 bytes in the memory
+/// `exec` writes), through `exec`: over the header's last 16 bytes, the framed stream is
+/// [stream + piece_frame_offset, + framed_bytes(info.compressed_bytes)); elsewhere, the frame
+/// and the stream from its byte 88 on are stored one after the other.
 template <class ExecutionSpace>
-void write_piece_frame(const ExecutionSpace& exec, std::byte* stream, const stream_info& info) {
+void write_piece_frame(const ExecutionSpace& exec, std::byte* frame, const stream_info& info) {
   const double step = info.quantization_step;
   const auto count = static_cast<std::uint32_t>(info.count);
   const std::uint32_t flags = (info.has_fill_value ? flag_fill_value : 0u) |
                               (info.codec == codec_mode::ratio ? flag_ratio_codec : 0u) |
                               (info.format_minor >= 2 ? flag_rice_residuals : 0u);
   const std::uint32_t shape = flags | std::uint32_t(info.block_size) << 8 | std::uint32_t(info.blocks_per_chunk) << 16;
-  std::byte* const frame = stream + piece_frame_offset;
   Kokkos::parallel_for(
       "kompress::stash::frame_piece", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, 1), KOKKOS_LAMBDA(int) {
         store<double>(frame, step);

@@ -1,7 +1,8 @@
-// Packed pieces kept without their stream headers (detail/piece_frame.hpp): a framed stream
-// decodes to the values of the stream it was cut from, a frame or chunk table that is not the
-// stream's is refused before anything is decoded, and a stash that frames its pieces restores
-// the bytes of one that does not, in 72 bytes less a piece and one range instead of two.
+// Streams kept in the stash's pool without their headers (detail/piece_frame.hpp): a framed
+// stream decodes to the values of the stream it was cut from, a frame or chunk table that is
+// not the stream's is refused before anything is decoded, and a stash that frames its streams
+// restores the bytes of one that does not, in 72 bytes less a stream (a packed piece's in one
+// range with its sign bits), whether the streams stay in the pool or some spill.
 #include <kompress/stash.hpp>
 
 #include "support/stash_views.hpp"
@@ -40,7 +41,7 @@ Kokkos::View<std::byte*, memory_space> framed_stream(const std::vector<T>& value
   const auto in = to_view(values);
   Kokkos::View<std::byte*, memory_space> stream("stream", kompress::max_compressed_size(in, codec));
   length = kompress::compress(exec, in, stream, codec);
-  detail::write_piece_frame(exec, stream.data(), kompress::inspect_header(exec, stream));
+  detail::write_piece_frame(exec, stream.data() + detail::piece_frame_offset, kompress::inspect_header(exec, stream));
   exec.fence();
   return stream;
 }
@@ -127,7 +128,7 @@ TEST_CASE_TEMPLATE("stash keep_sign: framed pieces restore the bytes of whole st
     o.budget_bytes = std::size_t(16) << 20;
     o.segment_bytes = segment;
     auto framing = detail::tuned_stash(exec, o, {});
-    auto whole = detail::tuned_stash(exec, o, {.frame_pieces = false});
+    auto whole = detail::tuned_stash(exec, o, {.frame_streams = false});
     for (const double zeros : {0.1, 0.5, 0.9}) {
       for (const auto mode : {kompress::stash_codec::fast, kompress::stash_codec::ratio}) {
         CAPTURE(segment);
@@ -164,4 +165,63 @@ TEST_CASE_TEMPLATE("stash keep_sign: framed pieces restore the bytes of whole st
       }
     }
   }
+}
+
+TEST_CASE_TEMPLATE("stash: framed whole streams restore the bytes of whole ones, in the pool or spilled", T, float,
+                   double) {
+  const exec_space exec;
+  std::mt19937 rng(13);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const std::size_t count = 60001;
+  std::vector<T> values(count);
+  for (T& v : values) v = T(normal(rng));
+  const auto view = to_view(values);
+  for (const bool keep_sign : {false, true}) {
+    for (const auto mode : {kompress::stash_codec::fast, kompress::stash_codec::ratio}) {
+      CAPTURE(keep_sign);
+      CAPTURE(int(mode));
+      kompress::stash_options o;
+      o.budget_bytes = std::size_t(4) << 20;
+      o.segment_bytes = std::size_t(16) << 10;
+      auto framing = detail::tuned_stash(exec, o, {});
+      auto whole = detail::tuned_stash(exec, o, {.frame_streams = false});
+      const kompress::stash_save_options how{.codec = mode, .keep_sign = keep_sign};
+      const auto a = framing.save(exec, view, kompress::relative(1e-2), how);
+      const auto b = whole.save(exec, view, kompress::relative(1e-2), how);
+      const auto framed_info = framing.info(a), whole_info = whole.info(b);
+      CHECK(framed_info.segments == whole_info.segments);
+      CHECK(framed_info.segments > 1);
+      CHECK(framed_info.stored_bytes + 72 * framed_info.segments == whole_info.stored_bytes);
+      Kokkos::View<T*, memory_space> from_framed("from_framed", count), from_whole("from_whole", count);
+      framing.restore_and_drop(exec, a, from_framed);
+      whole.restore_and_drop(exec, b, from_whole);
+      const auto x = to_vector(from_framed), y = to_vector(from_whole);
+      CHECK(std::memcmp(x.data(), y.data(), count * sizeof(T)) == 0);
+      std::size_t outside = 0;
+      for (std::size_t i = 0; i < count; ++i)
+        outside += !(std::fabs(double(x[i]) - double(values[i])) <= framed_info.absolute_bound);
+      CHECK(outside == 0);
+      CHECK(framing.stats().pool_bytes == framing.stats().workspace_bytes);
+    }
+  }
+  // A pool too small for the whole save: what does not fit spills to host memory whole, the
+  // rest stays framed, and the save restores as one from a pool large enough for all of it.
+  kompress::stash_options roomy;
+  roomy.budget_bytes = std::size_t(4) << 20;
+  roomy.segment_bytes = std::size_t(16) << 10;
+  auto reference = detail::tuned_stash(exec, roomy, {});
+  const auto r = reference.save(exec, view, kompress::relative(1e-2));
+  kompress::stash_options tight = roomy;
+  tight.budget_bytes = (reference.stats().workspace_bytes + reference.info(r).stored_bytes / 2 + 4095) / 4096 * 4096;
+  tight.policy = kompress::budget_policy::spill_to_host();
+  auto spilling = detail::tuned_stash(exec, tight, {});
+  const auto h = spilling.save(exec, view, kompress::relative(1e-2));
+  const auto placement = spilling.info(h).placement;
+  CHECK(placement.pool_segments > 0);
+  CHECK(placement.host_segments > 0);
+  Kokkos::View<T*, memory_space> from_reference("from_reference", count), from_spilled("from_spilled", count);
+  reference.restore_and_drop(exec, r, from_reference);
+  spilling.restore_and_drop(exec, h, from_spilled);
+  const auto x = to_vector(from_spilled), y = to_vector(from_reference);
+  CHECK(std::memcmp(x.data(), y.data(), count * sizeof(T)) == 0);
 }
