@@ -16,8 +16,11 @@
 //               (group_relative; max error / bound is then over each value's group bound);
 //               "sign stoch, bits uncoded": the "sign stoch" saves with a packed segment's
 //               sign bits stored as they are (detail::stash_tuning::code_sign_bits off), to
-//               time and size the coded bits against; every stream and the codec-alone row in
-//               the codec --codec names (default fast)
+//               time and size the coded bits against; "sign stoch, streams whole": the same
+//               with every stream whole in the pool, its 88-byte header kept, compressed in
+//               place where the pool has room (detail::stash_tuning::frame_streams off); every
+//               stream and the codec-alone row in the codec --codec names (default fast), in
+//               segments of --segment-bytes (default the stash's, 4 MiB)
 //   float16     cast to IEEE binary16 and back (F16C where the CPU has it), ratio 2
 //   bfloat16    the upper 16 bits, rounded to nearest even, ratio 2
 //   actnn8      ActNN-style per-group quantizer: groups of 256 values, each with its min and
@@ -34,7 +37,7 @@
 // MET. Targets not met are reported, not failed; a broken bound fails the run.
 //
 //   bench_stash [--files a,b] [--bounds 1e-2[,1e-3...]] [--reps 5] [--min-time-ms 10] [--codec ratio]
-//               [--block-size 32] [--positive-share P] [--csv bench_stash.csv]
+//               [--block-size 32] [--segment-bytes N] [--positive-share P] [--csv bench_stash.csv]
 //
 // --positive-share P (in (0, 1)): each file's values x become max(x - t, 0), t the quantile
 // that leaves a share P of them positive: a ReLU's output at that density (the MNIST MLP's
@@ -96,6 +99,7 @@ struct options {
   int block_size = 32;
   kompress::codec_mode codec = kompress::codec_mode::fast;
   double positive_share = 0;  ///< 0: the files as they are
+  std::size_t segment_bytes = kompress::stash_options{}.segment_bytes;
   std::string csv = "bench_stash.csv";
 };
 
@@ -103,7 +107,7 @@ struct options {
   std::fprintf(stderr,
                "bench_stash: %s\nusage: bench_stash [--files SUBSTR[,SUBSTR...]] [--bounds REL[,REL...]]\n"
                "                   [--reps N] [--min-time-ms MS] [--block-size 32|64|128] [--codec fast|ratio]\n"
-               "                   [--positive-share P] [--csv PATH]\n",
+               "                   [--segment-bytes N] [--positive-share P] [--csv PATH]\n",
                why.c_str());
   std::exit(why == "help" ? 0 : 2);
 }
@@ -131,6 +135,9 @@ options parse_options(int argc, char** argv) {
       } else if (arg == "--positive-share") {
         opts.positive_share = std::stod(value);
         if (!(opts.positive_share > 0 && opts.positive_share < 1)) usage("--positive-share is in (0, 1)");
+      } else if (arg == "--segment-bytes") {
+        opts.segment_bytes = std::stoul(value);
+        if (opts.segment_bytes < 1024) usage("--segment-bytes is at least 1024");
       } else if (arg == "--csv") opts.csv = value;
       else usage("unknown argument " + arg);
     } catch (const std::invalid_argument&) {
@@ -317,16 +324,19 @@ void run_file(file_result& r, const options& opts, const host_exec& one, const h
 
   // The stash. Budget: room for a few saves of the largest file; default 4 MiB segments.
   const kompress::stash_options stash_options{.budget_bytes = std::size_t(96) << 20,
+                                              .segment_bytes = opts.segment_bytes,
                                               .codec = {.block_size = opts.block_size, .codec = opts.codec}};
   kompress::stash<host_exec> stash(all, stash_options);
   auto staged = kompress::detail::tuned_stash(all, stash_options, {.compress_in_place = false});
   auto uncoded = kompress::detail::tuned_stash(all, stash_options, {.code_sign_bits = false});
-  for (const double bound : opts.bounds) for (const int variant : {0, 1, 2, 3, 4}) {
+  auto whole = kompress::detail::tuned_stash(all, stash_options, {.frame_streams = false});
+  for (const double bound : opts.bounds) for (const int variant : {0, 1, 2, 3, 4, 5}) {
     const bool keep_sign = variant >= 1, stochastic = variant >= 2, grouped = variant == 3;
-    auto& stash_used = variant == 4 ? uncoded : stash;
+    auto& stash_used = variant == 4 ? uncoded : variant == 5 ? whole : stash;
     method_result m;
     char name[48];
-    const char* format = variant == 4 ? "stash REL %g sign stoch, bits uncoded"
+    const char* format = variant == 5   ? "stash REL %g sign stoch, streams whole"
+                         : variant == 4 ? "stash REL %g sign stoch, bits uncoded"
                          : grouped    ? "stash REL %g sign stoch group"
                          : stochastic ? "stash REL %g sign stoch"
                          : keep_sign  ? "stash REL %g sign"

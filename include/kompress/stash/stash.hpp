@@ -10,10 +10,11 @@
 // when it is made, and nothing else there. Part of the pool is the compression workspace (one
 // segment's worst case); the rest holds the streams, placed by an address-ordered first-fit
 // allocator (kompress/stash/pool.hpp; docs/stash.md says why). A save compresses its View in
-// segments of at most options.segment_bytes: each segment is compressed straight into the pool
-// when a worst-case range is free there, and its unused tail given back; otherwise into the
-// workspace, and then stored in the first storage tier with room: the pool, then the tiers the
-// budget policy adds (host memory, a file: stash/detail/tiers.hpp).
+// segments of at most options.segment_bytes: each segment is compressed into the workspace
+// and stored in the first storage tier with room: the pool, its header cut to a 16-byte frame
+// (stash/detail/piece_frame.hpp), then, whole, the tiers the budget policy adds (host memory,
+// a file: stash/detail/tiers.hpp). While another thread holds the workspace, a segment is
+// compressed straight into the pool where a worst-case range is free, whole.
 //
 // The parts: this facade; the entry table (stash/detail/entry_table.hpp); pending saves
 // (stash/detail/pending_saves.hpp); the storage tiers (stash/detail/tier.hpp and *_tier.hpp).

@@ -18,9 +18,11 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,12 +48,17 @@ void write_piece_frame(const ExecutionSpace& exec, std::byte* frame, const strea
                               (info.codec == codec_mode::ratio ? flag_ratio_codec : 0u) |
                               (info.format_minor >= 2 ? flag_rice_residuals : 0u);
   const std::uint32_t shape = flags | std::uint32_t(info.block_size) << 8 | std::uint32_t(info.blocks_per_chunk) << 16;
-  Kokkos::parallel_for(
-      "kompress::stash::frame_piece", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, 1), KOKKOS_LAMBDA(int) {
-        store<double>(frame, step);
-        store<std::uint32_t>(frame + 8, count);
-        store<std::uint32_t>(frame + 12, shape);
-      });
+  const auto write = [=] KOKKOS_FUNCTION(int) {
+    store<double>(frame, step);
+    store<std::uint32_t>(frame + 8, count);
+    store<std::uint32_t>(frame + 12, shape);
+  };
+  // The host writes host memory directly (`exec` has finished the stream: its header was read);
+  // elsewhere a one-thread kernel, ordered on `exec` before the copies that read the frame.
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename ExecutionSpace::memory_space>::accessible)
+    write(0);
+  else
+    Kokkos::parallel_for("kompress::stash::frame_stream", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, 1), write);
 }
 
 /// The checked header of the framed stream at `framed` (`bytes` long, in `exec`'s memory) of
@@ -70,8 +77,11 @@ stream_header read_framed_header(const ExecutionSpace& exec, const std::byte* fr
   if (bytes < piece_frame_bytes || header.stream_bytes < data_offset)
     throw_format(who, "a framed piece of " + std::to_string(bytes) + " bytes is too short for " +
                           std::to_string(count) + " values");
-  // The frame and the tables, behind a header rebuilt for parse_header to check.
-  std::vector<std::byte> prefix(data_offset);
+  // The frame and the tables, behind a header rebuilt for parse_header to check (on the stack
+  // for up to 58 chunks: a restore reads one such prefix per stream).
+  std::array<std::byte, 1024> small;
+  std::vector<std::byte> large(data_offset > small.size() ? data_offset : 0);
+  const std::span<std::byte> prefix(data_offset > small.size() ? large.data() : small.data(), data_offset);
   const std::size_t copied = data_offset - piece_frame_offset;
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, memory_space>::accessible) {
     std::memcpy(prefix.data() + piece_frame_offset, framed, copied);
