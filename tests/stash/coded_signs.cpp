@@ -195,13 +195,9 @@ TEST_CASE_TEMPLATE("stash keep_sign: coded bits restore the bytes of bits kept a
       plain.restore_and_drop(exec, b, from_plain);
       const auto x = to_vector(from_coded), y = to_vector(from_plain);
       CHECK(std::memcmp(x.data(), y.data(), count * sizeof(T)) == 0);
-      std::size_t flips = 0, outside = 0;
-      for (std::size_t i = 0; i < count; ++i) {
-        flips += (values[i] > T(0)) != (x[i] > T(0)) || (values[i] == T(0) && (x[i] != T(0) || std::signbit(x[i])));
-        outside += !(std::fabs(double(x[i]) - double(values[i])) <= coded_info.absolute_bound);
-      }
-      CHECK(flips == 0);
-      CHECK(outside == 0);
+      const auto errors = kompress::test::count_errors(values, x, coded_info.absolute_bound);
+      CHECK(errors.flips == 0);
+      CHECK(errors.outside == 0);
     }
   }
   CHECK(coding.stats().pool_bytes == coding.stats().workspace_bytes);
@@ -233,13 +229,9 @@ TEST_CASE_TEMPLATE("stash keep_sign: a stochastic save's bits are stored without
       Kokkos::View<T*, memory_space> back("back", count);
       plain.restore_and_drop(exec, h, back);
       const auto x = to_vector(back);
-      std::size_t flips = 0, outside = 0;
-      for (std::size_t i = 0; i < count; ++i) {
-        flips += (values[i] > T(0)) != (x[i] > T(0));
-        outside += !(std::fabs(double(x[i]) - double(values[i])) <= info.absolute_bound);
-      }
-      CHECK(flips == 0);
-      CHECK(outside == 0);
+      const auto errors = kompress::test::count_errors(values, x, info.absolute_bound);
+      CHECK(errors.flips == 0);
+      CHECK(errors.outside == 0);
     }
   }
 }

@@ -153,13 +153,9 @@ TEST_CASE_TEMPLATE("stash keep_sign: framed pieces restore the bytes of whole st
         whole.restore_and_drop(exec, b, from_whole);
         const auto x = to_vector(from_framed), y = to_vector(from_whole);
         CHECK(std::memcmp(x.data(), y.data(), count * sizeof(T)) == 0);
-        std::size_t flips = 0, outside = 0;
-        for (std::size_t i = 0; i < count; ++i) {
-          flips += (values[i] > T(0)) != (x[i] > T(0)) || (values[i] == T(0) && x[i] != T(0));
-          outside += !(std::fabs(double(x[i]) - double(values[i])) <= framed_info.absolute_bound);
-        }
-        CHECK(flips == 0);
-        CHECK(outside == 0);
+        const auto errors = kompress::test::count_errors(values, x, framed_info.absolute_bound);
+        CHECK(errors.flips == 0);
+        CHECK(errors.outside == 0);
         // Dropped, the pool holds the workspace alone again: the shared range was freed whole.
         CHECK(framing.stats().pool_bytes == framing.stats().workspace_bytes);
       }
@@ -197,10 +193,7 @@ TEST_CASE_TEMPLATE("stash: framed whole streams restore the bytes of whole ones,
       whole.restore_and_drop(exec, b, from_whole);
       const auto x = to_vector(from_framed), y = to_vector(from_whole);
       CHECK(std::memcmp(x.data(), y.data(), count * sizeof(T)) == 0);
-      std::size_t outside = 0;
-      for (std::size_t i = 0; i < count; ++i)
-        outside += !(std::fabs(double(x[i]) - double(values[i])) <= framed_info.absolute_bound);
-      CHECK(outside == 0);
+      CHECK(kompress::test::count_errors(values, x, framed_info.absolute_bound).outside == 0);
       CHECK(framing.stats().pool_bytes == framing.stats().workspace_bytes);
     }
   }

@@ -5,6 +5,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cmath>
+#include <cstddef>
 #include <vector>
 
 namespace kompress::test {
@@ -29,6 +31,23 @@ std::vector<typename View::non_const_value_type> to_vector(const View& view) {
                                                                                  values.size()),
                     flat);
   return values;
+}
+
+/// What a keep_sign restore must never do: put a value on the other side of 0 than its saved
+/// one (a saved 0 restored as anything but +0 counts), or farther than `bound` from it.
+struct sign_and_bound_errors {
+  std::size_t flips = 0;
+  std::size_t outside = 0;
+};
+template <class T>
+sign_and_bound_errors count_errors(const std::vector<T>& saved, const std::vector<T>& restored, double bound) {
+  sign_and_bound_errors errors;
+  for (std::size_t i = 0; i < saved.size(); ++i) {
+    errors.flips += (saved[i] > T(0)) != (restored[i] > T(0)) ||
+                    (saved[i] == T(0) && (restored[i] != T(0) || std::signbit(restored[i])));
+    errors.outside += !(std::fabs(double(restored[i]) - double(saved[i])) <= bound);
+  }
+  return errors;
 }
 
 }  // namespace kompress::test
