@@ -41,7 +41,8 @@ Kokkos::View<std::byte*, memory_space> framed_stream(const std::vector<T>& value
   const auto in = to_view(values);
   Kokkos::View<std::byte*, memory_space> stream("stream", kompress::max_compressed_size(in, codec));
   length = kompress::compress(exec, in, stream, codec);
-  detail::write_piece_frame(exec, stream.data() + detail::piece_frame_offset, kompress::inspect_header(exec, stream));
+  detail::write_piece_frame(exec, stream.data(), stream.data() + detail::piece_frame_offset,
+                            kompress::inspect_header(exec, stream));
   exec.fence();
   return stream;
 }
@@ -84,8 +85,9 @@ TEST_CASE_TEMPLATE("a framed stream decodes to its stream's values; a wrong fram
       const auto x = to_vector(out), y = to_vector(expected);
       CHECK(std::memcmp(x.data(), y.data(), count * sizeof(T)) == 0);
 
-      // Every field of the frame but the step is checked against the entry, and the chunk
-      // tables as decompress checks them; the chunks by their checksums.
+      // The frame's count is checked against the entry, the frame's check covers its step, the
+      // header it stands for (the entry's codec) and the chunk tables, which are also checked
+      // as decompress checks them; the chunks by their checksums.
       const auto refused = [&](std::size_t at, std::uint8_t flip) {
         const auto damaged = with_flip(stream, length, at, flip);
         const std::byte* const f = damaged.data() + detail::piece_frame_offset;
@@ -97,10 +99,11 @@ TEST_CASE_TEMPLATE("a framed stream decodes to its stream's values; a wrong fram
         }
         return false;
       };
+      CHECK(refused(0, 0x01));   // the step's lowest bit
+      CHECK(refused(7, 0x40));   // its exponent
       CHECK(refused(8, 0x01));   // the count
-      CHECK(refused(12, 0x02));  // the flags
-      CHECK(refused(13, 0x40));  // the block size
-      CHECK(refused(14, 0x01));  // the blocks per chunk
+      CHECK(refused(12, 0x02));  // the check
+      CHECK(refused(15, 0x80));
       CHECK(refused(16, 0x08));  // the first chunk's end
       CHECK(refused(16 + 8 * header.layout().chunk_count(), 0x10));  // its checksum
       CHECK(refused(bytes - 1, 0x80));                                // its last byte

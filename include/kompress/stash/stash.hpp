@@ -878,7 +878,7 @@ struct stash<ExecutionSpace>::state {
       // The frame goes into the sign scratch (free here), so that the stream stays whole in the
       // workspace for the spill tiers should the pool have no room for it.
       std::byte* const frame = pool->workspace() + workspace_bytes;
-      detail::write_piece_frame(exec_, frame, info);
+      detail::write_piece_frame(exec_, pool->workspace(), frame, info);
       if (const std::optional<std::size_t> offset =
               pool->store_pair(exec_, frame, detail::piece_frame_bytes, pool->workspace() + detail::header_bytes,
                                length - detail::header_bytes)) {
@@ -1011,7 +1011,7 @@ struct stash<ExecutionSpace>::state {
           const stream_info info = kompress::inspect_header(exec_, range);
           abs_bound = info.absolute_bound;
           if (beside && tuning.frame_streams)
-            detail::write_piece_frame(exec_, range.data() + detail::piece_frame_offset, info);
+            detail::write_piece_frame(exec_, range.data(), range.data() + detail::piece_frame_offset, info);
         } catch (...) {
           if (reserved) pool->unreserve(*reserved, worst);
           throw;
