@@ -19,7 +19,7 @@
 // The parts: this facade; the entry table (stash/detail/entry_table.hpp); pending saves
 // (stash/detail/pending_saves.hpp); the storage tiers (stash/detail/tier.hpp and *_tier.hpp).
 // The stash uses the codec's public API (compress.hpp), and its header checks and decoder to
-// read the packed pieces it keeps without their headers (stash/detail/piece_frame.hpp).
+// read the streams it keeps in the pool without their headers (stash/detail/piece_frame.hpp).
 //
 // Sync points (nothing here fences the whole device or any instance but those passed in):
 //   save_async  enqueues the compression on `exec` into a worst-case range of the pool and
