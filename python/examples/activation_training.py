@@ -6,7 +6,10 @@ its bound), as float16 casts, and as ActNN-style 2-bit codes (groups of 256 valu
 minimum and scale, stochastic rounding, and a ReLU output's mask as bits beside them, as ActNN
 keeps it; actnn@STEPS: at STEPS steps of each group's range instead of 3, in 4 bits). The
 group@ variants take kompress's bound relative to each group of 256 values instead of each
-tensor, as ActNN's codes do, each value still within it.
+tensor, as ActNN's codes do, each value still within it. budget@REL/RATIO keeps kompress's
+stash in a pool of plain's saved-activation bytes over RATIO (the same seed's plain run, which
+comes first), with the stash's loosen_bound policy: a save that does not fit is stored within
+a looser bound, up to --budget-ceiling, and each is reported.
 
 Per model and seed it prints each variant's final training loss (its final weights over the
 training set) and gap to the plain run's, held-out accuracy, and saved-activation memory: the
@@ -250,8 +253,13 @@ class Compressed:
     """kompress.torch.compressed_activations, reset each step; with softmax_rel, softmax's outputs
     (attention probabilities) at that bound and everything else at rel."""
 
-    def __init__(self, args, seed, segment_bytes, rel, softmax_rel=None, ceiling=None, group_relative=False):
-        stash = kompress.Stash(64 << 20, segment_bytes=segment_bytes, rounding_seed=seed)
+    def __init__(self, args, seed, segment_bytes, rel, softmax_rel=None, ceiling=None, group_relative=False,
+                 budget_bytes=None):
+        # With a budget, a save that does not fit is stored within a looser bound, up to the
+        # ceiling: the pool never grows past it.
+        stash = (kompress.Stash(64 << 20, segment_bytes=segment_bytes, rounding_seed=seed) if budget_bytes is None else
+                 kompress.Stash(budget_bytes, policy="loosen_bound", ceiling_rel=args.budget_ceiling,
+                                growth=args.budget_growth, segment_bytes=segment_bytes, rounding_seed=seed))
         if softmax_rel is not None:
             rel = per_tensor(rel, softmax_rel)
         # --no-input-sign: the network's input (a leaf: no grad_fn) without sign bits; the models
@@ -271,6 +279,14 @@ class Compressed:
     @property
     def peak_bytes(self):
         return self.hooks.peak_bytes
+
+    @property
+    def loosened(self):
+        return self.hooks.loosened
+
+    @property
+    def saves(self):
+        return self.hooks.stats().saves
 
     def __enter__(self):
         return self.hooks.__enter__()
@@ -292,7 +308,7 @@ def per_tensor(rel, softmax_rel):
 SEGMENT_BYTES = dict(mlp=16 << 10, cnn=16 << 10, transformer=64 << 10)
 
 
-def variant(name, args, seed, segment_bytes):
+def variant(name, args, seed, segment_bytes, plain_bytes):
     if name == "plain":
         return Kept(args.min_numel, narrow_integers=False)
     if name == "fp16":
@@ -310,6 +326,12 @@ def variant(name, args, seed, segment_bytes):
                           float(softmax_rel) if softmax_rel else None)
     if name.startswith("group@"):
         return Compressed(args, seed, segment_bytes, float(name.partition("@")[2]), group_relative=True)
+    if name.startswith("budget@"):
+        rel, _, ratio = name.partition("@")[2].partition("/")
+        if not ratio or not float(ratio) > 1:
+            raise SystemExit(f"activation_training: {name!r}: budget@REL/RATIO, RATIO > 1")
+        return Compressed(args, seed, segment_bytes, float(rel),
+                          budget_bytes=int(plain_bytes / float(ratio)) // 16 * 16)
     if name.startswith(("layers@", "group-layers@")):
         rel, _, ceiling = name.partition("@")[2].partition("/")
         if not ceiling:
@@ -318,7 +340,7 @@ def variant(name, args, seed, segment_bytes):
                           group_relative=name.startswith("group"))
     raise SystemExit(f"activation_training: unknown variant {name!r} (plain, kompress, kompress@REL, "
                      "kompress@REL/SOFTMAX_REL, layers@INITIAL/CEILING, group@REL, group-layers@INITIAL/CEILING, "
-                     "fp16, actnn2, actnn@STEPS)")
+                     "budget@REL/RATIO, fp16, actnn2, actnn@STEPS)")
 
 
 # --- training -----------------------------------------------------------------------------------
@@ -331,7 +353,7 @@ def data(folder, train, held_out):
     return (x[:train], y[:train]), (x[-held_out:], y[-held_out:])
 
 
-def train(model_name, variant_name, seed, args, training, held_out):
+def train(model_name, variant_name, seed, args, training, held_out, plain_bytes=None):
     torch.manual_seed(seed)
     model = MODELS[model_name]()
     x, y = training
@@ -342,7 +364,7 @@ def train(model_name, variant_name, seed, args, training, held_out):
         optimizer, lambda s: (s + 1) / warmup if s < warmup else
         0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, steps - warmup))))
     order = torch.Generator().manual_seed(seed + 1)
-    hooks = variant(variant_name, args, seed, args.segment_bytes or SEGMENT_BYTES[model_name])
+    hooks = variant(variant_name, args, seed, args.segment_bytes or SEGMENT_BYTES[model_name], plain_bytes)
     bounds = getattr(hooks, "bounds", None)
     peak = step = 0
     start = time.perf_counter()
@@ -370,6 +392,8 @@ def train(model_name, variant_name, seed, args, training, held_out):
         extra = dict(check_peak_bytes=bounds.check_peak_bytes,
                      final_bounds={f"{n}: {name}": bounds.bound(n) for n, name in bounds.layers().items()},
                      bound_changes=len(bounds.log()), bound_log=bounds.log())
+    if getattr(hooks, "loosened", None) is not None:
+        extra.update(saves=hooks.saves, loosened={name: tuple(r) for name, r in hooks.loosened.items()})
     with torch.no_grad():
         loss = sum(F.cross_entropy(model(x[i:i + 1000]), y[i:i + 1000], reduction="sum").item()
                    for i in range(0, len(x), 1000)) / len(x)
@@ -401,6 +425,10 @@ def report(model_name, variants, rows):
                 print(f"        {v}: {r['bound_changes']} changes; final bounds "
                       + ", ".join(f"{name} {bound:g}" for name, bound in r["final_bounds"].items())
                       + f"; a check held {r['check_peak_bytes'] / 1e3:.1f} KB")
+            if by[(v, seed)].get("loosened") is not None and v.startswith("budget@"):
+                r = by[(v, seed)]
+                print(f"        {v}: {sum(n for n, _ in r['loosened'].values())} of {r['saves']} saves loosened"
+                      + "".join(f"; {name} {n}, up to REL {bound:.3g}" for name, (n, bound) in r["loosened"].items()))
     print("  mean", end="")
     for v in variants:
         gaps = [by[(v, s)]["gap"] for s in seeds]
@@ -424,7 +452,8 @@ def main():
                              "kompress@REL/SOFTMAX_REL: softmax's outputs at the second; layers@INITIAL/CEILING: "
                              "kompress.torch.LayerBounds from INITIAL up to CEILING; group@REL, "
                              "group-layers@INITIAL/CEILING: the same relative to each group of 256 values; "
-                             "actnn@STEPS: ActNN's codes "
+                             "budget@REL/RATIO: kompress at REL in a pool of plain's bytes / RATIO, loosening "
+                             "what does not fit; actnn@STEPS: ActNN's codes "
                              "at STEPS steps of each group's range (actnn2: 3)")
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--epochs", type=int, default=5)
@@ -447,6 +476,10 @@ def main():
                         help="layers@: the parameter gradients' deviation a layer's bound may cause")
     parser.add_argument("--growth", type=float, default=2.0,
                         help="layers@: the factor a tolerant layer's bound grows by")
+    parser.add_argument("--budget-ceiling", type=float, default=4e-1,
+                        help="budget@: the loosest relative bound a save that does not fit is stored within")
+    parser.add_argument("--budget-growth", type=float, default=1.25,
+                        help="budget@: the factor each retry of such a save loosens its bound by")
     parser.add_argument("--check-every", type=int, default=50, help="layers@: steps between checks")
     parser.add_argument("--check-batch", type=int, default=16, help="layers@: the rows a check runs")
     parser.add_argument("--check-rows", type=int, default=4,
@@ -474,8 +507,11 @@ def main():
     for model_name in args.models.split(","):
         if model_name not in MODELS:
             raise SystemExit(f"activation_training: unknown model {model_name!r} (mlp, cnn, transformer)")
-        rows = [train(model_name, v, int(seed), args, training, held_out)
-                for seed in args.seeds.split(",") for v in variants]
+        rows = []
+        for seed in args.seeds.split(","):
+            plain = train(model_name, "plain", int(seed), args, training, held_out)
+            rows += [plain] + [train(model_name, v, int(seed), args, training, held_out, plain["peak_bytes"])
+                               for v in variants[1:]]
         summaries[model_name] = report(model_name, variants, rows)
         results += rows
     signs = ("without sign bits" if not args.exact_sign else
@@ -488,7 +524,8 @@ def main():
           f"{sum(r['seconds'] for r in results):.0f} s of training")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(dict(args=vars(args), runs=results, means=summaries), indent=1))
-    failed = [f"{m} ({v})" for m, s in summaries.items() for v in s if v.startswith(("kompress", "layers", "group"))
+    failed = [f"{m} ({v})" for m, s in summaries.items() for v in s
+              if v.startswith(("kompress", "layers", "group", "budget"))
               and args.max_loss_gap is not None and s[v]["gap"] > args.max_loss_gap]
     if failed:
         print(f"activation_training: kompress's final loss more than {args.max_loss_gap:.1%} above plain's on "

@@ -372,6 +372,10 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
     Non-contiguous activations are copied to a contiguous tensor before compression.
     ``stats()`` gives the stash's statistics; ``saved_bytes()`` the bytes held now (the pool in
     use, sign bits included, and tensors passed through); ``peak_bytes`` their high-water mark.
+    With ``policy='loosen_bound'`` a save that does not fit the budget is stored within a looser
+    bound, up to the ceiling; ``loosened`` says which: for each kind of saved tensor
+    (``"ReluBackward0 (128, 1024)"``), how many of its saves were loosened and the loosest bound
+    one was stored within, in the save's mode (REL for ``rel``), since the hooks were made.
     """
 
     def __init__(self, *, abs=None, rel=None, budget_bytes: int = 256 << 20, min_numel: int = 1 << 14,
@@ -407,6 +411,7 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         self._site = 0             # with a schedule: the number the next distinct float save gets
         self._only_site = None     # with a schedule: None (every save by size), -1 (none), n (only save n)
         self._site_names = {}      # with a schedule: save number -> what it is ("ReluBackward0 (128, 1024)")
+        self.loosened = {}         # what a save was -> [its saves loosened by the policy, the loosest bound]
         super().__init__(self._pack, self._unpack)
 
     def __enter__(self):
@@ -540,7 +545,13 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
                                        group_relative=self.group_relative and rel_bound is not None)
         saved.stash = self.stash
         saved.shape, saved.dtype, saved.device = values.shape, values.dtype, values.device
-        saved.bound = self.stash.info(saved.handle).absolute_bound
+        info = self.stash.info(saved.handle)
+        saved.bound = info.absolute_bound
+        if info.loosened:
+            name = f"{t.grad_fn.name() if t.grad_fn is not None else 'no grad_fn'} {tuple(t.shape)}"
+            record = self.loosened.setdefault(name, [0, 0.0])
+            record[0] += 1
+            record[1] = max(record[1], info.used_bound)
         saved.owner = self
         self._remember(t, saved, contiguous)
         self._note()

@@ -141,3 +141,10 @@ add_test(NAME python.activation_training
           --variants plain,kompress,layers@5e-2/2e-1,fp16,actnn2,actnn@10)
 set_tests_properties(python.activation_training PROPERTIES ENVIRONMENT "${kompress_python_env}"
   SKIP_RETURN_CODE 77 LABELS "python;example" TIMEOUT 300)
+# The MLP in a budget of an eleventh of plain's saved bytes (the stash's loosen_bound policy: a
+# save that does not fit is stored within a looser bound; a few do here), the ratio codec.
+add_test(NAME python.activation_training.budget
+  COMMAND ${Python_EXECUTABLE} "${examples_dir}/activation_training.py" --quick --max-loss-gap 0.01
+          --models mlp --no-input-sign --codec ratio --variants plain,budget@8e-2/11)
+set_tests_properties(python.activation_training.budget PROPERTIES ENVIRONMENT "${kompress_python_env}"
+  SKIP_RETURN_CODE 77 LABELS "python;example" TIMEOUT 300)

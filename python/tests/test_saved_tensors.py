@@ -336,6 +336,22 @@ def test_budget_policies_apply():
     assert x.grad is not None
 
 
+def test_saves_the_budget_loosens_are_recorded_and_restored_within_their_bound():
+    x = torch.randn(256, 1024, requires_grad=True)  # 1 MiB: at REL 1e-6 it does not fit 256 KiB
+    with kompress.torch.compressed_activations(rel=1e-6, budget_bytes=256 << 10, min_numel=1000,
+                                               policy="loosen_bound", ceiling_rel=1e-1, growth=4.0) as hooks:
+        y = torch.sigmoid(x)
+    assert hooks.stats().loosened_saves == 1
+    assert list(hooks.loosened) == ["SigmoidBackward0 (256, 1024)"]
+    count, bound = hooks.loosened["SigmoidBackward0 (256, 1024)"]
+    assert count == 1 and 1e-6 < bound <= 1e-1
+    y.sum().backward()
+    # sigmoid's backward reads its output: s(1 - s) moves by at most (1 + e) e when s moves by e
+    exact = torch.sigmoid(x.detach())
+    e = bound * float(exact.max() - exact.min())
+    assert float((x.grad - exact * (1 - exact)).abs().max()) <= (1 + e) * e * (1 + 1e-6) + 1e-7
+
+
 def test_a_new_tensor_in_a_freed_tensors_memory_is_not_taken_for_it():
     # What the allocator does when it gives a freed activation's memory to a new one of the
     # same shape, made deterministic: the same storage, offset, shape and version counter,
