@@ -15,7 +15,7 @@ Bits per coded value (the positive ones of a ReLU output), the chunk's bytes onl
 header and chunk table, which both would keep, left out). It times nothing.
 docs/stash.md, "Limits and future work".
 
-    python3 bench/ratio_chunk_entropy.py [--data ../shared/data] [--seed 1]
+    PYTHONPATH=build/python/python/package python3 bench/ratio_chunk_entropy.py [--data ../shared/data] [--seed 1]
 """
 import argparse
 import math

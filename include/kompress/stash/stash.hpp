@@ -815,8 +815,8 @@ struct stash<ExecutionSpace>::state {
       }
       std::string message =
           std::string(who) + ": budget exceeded: " +
-          (failed.signs    ? "the sign bits"
-           : failed.scales ? "the groups' exponents"
+          (failed.signs    ? "a range of sign bits"
+           : failed.scales ? "a range of the groups' exponents"
            : exponents     ? "a compressed segment (or its scaled values)"
                            : "a compressed segment") +
           " of " +
