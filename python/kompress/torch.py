@@ -537,7 +537,7 @@ class compressed_activations(_torch.autograd.graph.saved_tensors_hooks):
         if not contiguous:
             values = values.contiguous()
         saved = _Saved(key)
-        abs_bound, rel_bound = self._bound_of(t) if site is None else self._schedule._bound_args(site)
+        abs_bound, rel_bound = self._bound_of(t) if site is None else self._schedule._bound_args(site, t)
         # A lossless bound restores every value exactly: its signs need no bits.
         keep_sign = self._exact_sign_of(t) and (abs_bound if abs_bound is not None else rel_bound) != 0
         saved.handle = self.stash.save(values, abs=abs_bound, rel=rel_bound, codec=self.codec, layer=site,
@@ -652,18 +652,24 @@ class LayerBounds:
         return [dict(step=step, layer=layer, name=names.get(layer, "?"), **{"from": before}, to=after,
                      deviation=deviation) for step, layer, before, after, deviation in self._bounds.log()]
 
-    def _bound_args(self, site):
+    def _bound_args(self, site, t):
         value = self._bounds.bound(site)
         if self._mode == "abs":
             return value, None
         # A check's group of rows is compressed at the absolute bound that the relative one gives
         # on all of the check's rows (their range, from the exact pass), as one pass over them
-        # would be: a few rows' own range is narrower, and would judge the layer too gently.
+        # would be: a few rows' own range is narrower, and would judge the layer too gently. It
+        # goes to the stash as the relative bound that is on these rows, so that a stash whose
+        # policy loosens relative bounds takes it (a ceiling and a bound must share their mode).
         # Bounds relative to each group of 256 values need no such help: a group's range is the
         # same in a few rows as in all of them.
         grouped = self.hooks.group_relative
         seen = self._ranges.get(site) if self.hooks._only_site not in (None, -1) and not grouped else None
         if seen is not None and _math.isfinite(seen[1] - seen[0]) and seen[1] > seen[0]:
+            low, high = (float(v) for v in _torch.aminmax(t.detach()))
+            own = high - low
+            if _math.isfinite(own) and own > 0:
+                return None, value * (seen[1] - seen[0]) / own
             return value * (seen[1] - seen[0]), None
         return None, value
 

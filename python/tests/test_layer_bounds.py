@@ -239,7 +239,7 @@ def test_bad_arguments_are_refused():
             kompress.torch.LayerBounds(kompress.torch.compressed_activations(rel=1e-2), ceiling=1e-1, **bad)
     hooks = kompress.torch.compressed_activations(abs=1e-3)
     bounds = kompress.torch.LayerBounds(hooks, ceiling=1e-2)
-    assert bounds.bound(0) == 1e-3 and bounds._bound_args(0) == (1e-3, None)   # an absolute schedule
+    assert bounds.bound(0) == 1e-3 and bounds._bound_args(0, torch.ones(4)) == (1e-3, None)  # an absolute schedule
     with pytest.raises(kompress.InvalidArgument, match="already have a LayerBounds"):
         kompress.torch.LayerBounds(hooks, ceiling=1e-2)
 
@@ -254,6 +254,29 @@ def test_group_relative_hooks_give_a_checks_rows_the_relative_bound_itself():
     bounds._ranges = {0: (0.0, 10.0)}
     hooks._only_site = 0
     try:
-        assert bounds._bound_args(0) == (None, 5e-2)
+        assert bounds._bound_args(0, torch.linspace(0, 1, 100)) == (None, 5e-2)
     finally:
         hooks._only_site = None
+
+
+def test_a_checks_rows_take_a_relative_bound_so_a_stash_that_loosens_relative_bounds_runs_them():
+    # The rows a check compresses get the bound all its rows' range gives, as the relative bound
+    # it is on their own range (a loosen_bound ceiling and a save's bound share their mode).
+    hooks = kompress.torch.compressed_activations(rel=5e-2, min_numel=16)
+    bounds = kompress.torch.LayerBounds(hooks, ceiling=2e-1)
+    bounds._ranges = {0: (0.0, 10.0)}
+    hooks._only_site = 0
+    try:
+        abs_bound, rel_bound = bounds._bound_args(0, torch.linspace(2, 4, 100))
+        assert abs_bound is None and rel_bound == pytest.approx(5e-2 * 10 / 2)
+        assert bounds._bound_args(0, torch.full((100,), 3.0)) == (5e-2 * 10, None)  # no range of their own
+    finally:
+        hooks._only_site = None
+    torch.manual_seed(0)
+    model = TwoInputs()
+    hooks = kompress.torch.compressed_activations(rel=1e-3, min_numel=1000, budget_bytes=1 << 20,
+                                                  policy="loosen_bound", ceiling_rel=1e-1)
+    bounds = kompress.torch.LayerBounds(hooks, ceiling=1e-1, tolerance=0.05, check_batch=32)
+    x, y = two_inputs()
+    bounds.train_step(0, model, torch.nn.functional.mse_loss, x, y)   # a check, then the step
+    assert bounds.bound(0) == 1e-1 and len(bounds.log()) > 0
