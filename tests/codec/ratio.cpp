@@ -306,25 +306,29 @@ TEST_CASE_TEMPLATE("ratio codec: a team per chunk writes the thread-per-chunk ke
     out.resize(detail::load<std::uint64_t>(out.data() + detail::stream_length_offset));
     return out;
   };
-  const auto decompress_with = [&](const std::vector<std::byte>& stream, int team_size) {
+  const auto decompress_with = [&](const std::vector<std::byte>& stream, const detail::kernel_tuning& tuning) {
     const Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(
         stream.data(), stream.size());
     const detail::stream_header header = detail::read_header(in, "test");
     detail::value_codec<T> codec;
     codec.step = header.quant_step;
     std::vector<T> out(header.count);
-    detail::decompress_ratio_chunks<T>(host{}, stream.data(), header, codec, out.data(), "test",
-                                       {.team_size = team_size});
+    detail::decompress_ratio_chunks<T>(host{}, stream.data(), header, codec, out.data(), "test", tuning);
     return out;
   };
   const auto reference = compress_with(0);
-  const auto reference_values = decompress_with(reference, 0);
+  const auto reference_values = decompress_with(reference, {.team_size = 0});
   for (const int team_size : {1, 2, 64, -1}) {
     CAPTURE(team_size);
     const auto stream = compress_with(team_size);
     REQUIRE(stream.size() == reference.size());
     CHECK(std::memcmp(stream.data(), reference.data(), reference.size()) == 0);
-    const auto decoded = decompress_with(reference, team_size);
+    const auto decoded = decompress_with(reference, {.team_size = team_size});
+    CHECK(std::memcmp(decoded.data(), reference_values.data(), values.size() * sizeof(T)) == 0);
+  }
+  // The host's AVX2 + BMI decoder, where the CPU has it, gives the portable decoder's values.
+  if (detail::host_runs(detail::encoder_kind::avx2_fma)) {
+    const auto decoded = decompress_with(reference, {.decoder = detail::encoder_kind::avx2_fma, .team_size = 0});
     CHECK(std::memcmp(decoded.data(), reference_values.data(), values.size() * sizeof(T)) == 0);
   }
 }
@@ -869,6 +873,117 @@ TEST_CASE("Rice residuals: a quotient that does not fit 32 bits after its shift 
   CHECK(out[0] == float(detail::value_codec<float>::reconstruct(0x1p30, codec.step)));
   const auto twos = chunk_with(3);
   CHECK_FALSE(detail::decode_ratio_chunk<float>(twos.data(), twos.size(), 64, 0, codec, *scratch, out.data(), true));
+}
+
+namespace {
+
+/// The Rice section as docs/format.md describes it, read a bit at a time: the reader the
+/// library's two-pass one must agree with on every section, well formed or not.
+bool read_rice_bit_by_bit(const std::vector<std::byte>& in, int padded, std::vector<std::uint32_t>& residuals) {
+  namespace detail = kompress::detail;
+  const int blocks = padded / detail::rice_block;
+  std::size_t header = 1 + std::size_t(blocks / 2);
+  if (in.size() < header) return false;
+  const int shift = int(std::uint8_t(in[0]));
+  if (shift > 31) return false;
+  const auto bit_at = [&](std::size_t byte_offset, std::uint64_t bit) {
+    return (std::uint8_t(in[byte_offset + bit / 8]) >> (bit % 8)) & 1u;
+  };
+  std::vector<int> k(static_cast<std::size_t>(blocks));
+  std::size_t remainder_bytes = 0;
+  for (int b = 0; b < blocks; ++b) {
+    k[std::size_t(b)] = (std::uint8_t(in[1 + std::size_t(b) / 2]) >> (4 * (b & 1))) & 0xF;
+    if (k[std::size_t(b)] == detail::rice_zero_block) continue;
+    if (k[std::size_t(b)] + shift > 32) return false;
+    remainder_bytes += std::size_t(k[std::size_t(b)]) * 4;
+  }
+  if (in.size() - header < remainder_bytes) return false;
+  const std::size_t quotients = header + remainder_bytes;
+  const std::uint64_t quotient_bits = 8 * std::uint64_t(in.size() - quotients);
+  std::uint64_t remainder_bit = 0, bit = 0;
+  residuals.assign(std::size_t(padded), 0);
+  for (int b = 0; b < blocks; ++b) {
+    const int kb = k[std::size_t(b)];
+    if (kb == detail::rice_zero_block) continue;
+    for (int i = 0; i < detail::rice_block; ++i) {
+      std::uint64_t remainder = 0, quotient = 0;
+      for (int j = 0; j < kb; ++j) remainder |= std::uint64_t(bit_at(header, remainder_bit++)) << j;
+      for (;; ++bit) {
+        if (bit >= quotient_bits) return false;
+        if (bit_at(quotients, bit)) break;
+        ++quotient;
+      }
+      ++bit;
+      const std::uint64_t residual = ((quotient << kb) | remainder) << shift;
+      if (residual >> 32) return false;
+      residuals[std::size_t(detail::rice_block * b + i)] = std::uint32_t(residual);
+    }
+  }
+  // Whole bytes, the bits after the last quotient 0.
+  if ((bit + 7) / 8 != quotient_bits / 8) return false;
+  for (; bit < quotient_bits; ++bit)
+    if (bit_at(quotients, bit)) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("Rice residuals: the reader agrees with a bit-by-bit one on every mutated section") {
+  namespace detail = kompress::detail;
+  const auto values = relu_positives(4096, 11);
+  const auto codec = detail::make_value_codec<float>(2e-2, 4.0);
+  auto scratch = std::make_unique<detail::ratio_scratch>();
+  const auto chunk = encode_chunk(values, codec, *scratch, true);
+  REQUIRE((std::uint8_t(chunk[0]) & detail::ratio_flag_rice) != 0);
+  REQUIRE((std::uint8_t(chunk[0]) & 3) < detail::predict_lorenzo2);  // the section starts at byte 1
+  const std::vector<std::byte> section(chunk.begin() + 1, chunk.end());
+  std::vector<std::uint32_t> expected, residuals(4096), ends(4096);
+  const auto agree = [&](const std::vector<std::byte>& s) {
+    const bool reference = read_rice_bit_by_bit(s, 4096, expected);
+    const bool library = detail::read_rice(s.data(), s.size(), 4096, residuals.data(), ends.data());
+    CHECK(library == reference);
+    if (library && reference) CHECK(residuals == expected);
+    return reference;
+  };
+  REQUIRE(agree(section));
+  std::mt19937 rng(3);
+  int accepted = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    auto mutated = section;
+    // One to three flipped bits anywhere, the parameters and the last bytes more often.
+    const int flips = 1 + int(rng() % 3);
+    for (int f = 0; f < flips; ++f) {
+      const std::size_t at = trial % 3 == 0   ? 1 + rng() % 64
+                             : trial % 3 == 1 ? mutated.size() - 1 - rng() % std::min<std::size_t>(16, mutated.size())
+                                              : rng() % mutated.size();
+      mutated[at] ^= std::byte(std::uint8_t(1u << (rng() % 8)));
+    }
+    if (trial % 7 == 0) mutated.resize(mutated.size() - 1 - rng() % 8);
+    if (trial % 11 == 0) mutated.push_back(std::byte(std::uint8_t(rng())));
+    CAPTURE(trial);
+    accepted += agree(mutated) ? 1 : 0;
+  }
+  MESSAGE(accepted << " of 3000 mutated sections well formed");
+  CHECK(accepted > 0);
+  CHECK(accepted < 3000);
+  // Quotients at their limit: shift 31 and k = 0 allow 0 and 1 only. Blocks 0, 2, 4, ... are
+  // coded, the others zero; every quotient 1, then one of them 2.
+  for (const int too_large_at : {-1, 0, 31, 2047}) {
+    std::vector<std::byte> limit = {std::byte(31)};
+    for (int b = 0; b < 4096 / 64; ++b) limit.push_back(std::byte(0xF0));
+    std::vector<bool> bits;
+    for (int q = 0; q < 2048; ++q) {
+      bits.insert(bits.end(), q == too_large_at ? 2 : 1, false);
+      bits.push_back(true);
+    }
+    for (std::size_t at = 0; at < bits.size(); at += 8) {
+      std::uint8_t byte = 0;
+      for (std::size_t j = 0; j < 8 && at + j < bits.size(); ++j) byte |= std::uint8_t(bits[at + j] ? 1u << j : 0u);
+      limit.push_back(std::byte(byte));
+    }
+    CAPTURE(too_large_at);
+    CHECK(agree(limit) == (too_large_at < 0));
+  }
 }
 
 TEST_CASE("Rice residuals: the header says which streams may hold them") {

@@ -483,6 +483,14 @@ inline constexpr int rice_block = 32;
 inline constexpr std::uint8_t rice_zero_block = 15;
 inline constexpr int rice_max_parameter = 14;
 
+KOMPRESS_FUNCTION int popcount64(std::uint64_t v) {
+#if defined(__CUDA_ARCH__)
+  return __popcll(v);
+#else
+  return std::popcount(v);
+#endif
+}
+
 KOMPRESS_FUNCTION int lowest_bit64(std::uint64_t v) {
 #if defined(__CUDA_ARCH__)
   return __ffsll(static_cast<long long>(v)) - 1;
@@ -546,28 +554,27 @@ KOMPRESS_FUNCTION std::uint64_t write_rice(const std::uint32_t* residuals, int p
     pack<rice_block>(k, low, out + position);
     position += std::uint64_t(k) * (rice_block / 8);
   }
-  // The quotients: a 64-bit accumulator, stored whole as it fills, the rest byte by byte.
+  // The quotients: a 64-bit accumulator, stored whole when a one falls past it, the rest byte
+  // by byte. `used` counts the bits taken in it (up to 64), so a value costs one add and one
+  // branch that is taken only when the word is full.
   std::uint64_t word = 0;
   std::uint64_t used = 0;
-  const auto flush = [&]() {
-    store<std::uint64_t>(out + position, word);
-    position += 8;
-    word = 0;
-  };
   for (int b = 0; b < blocks; ++b) {
     const int k = parameters[b];
     if (k == rice_zero_block) continue;
     for (int i = 0; i < rice_block; ++i) {
-      used += ((residuals[rice_block * b + i] >> shift) >> k);  // the zeros
-      while (used >= 64) {
-        flush();
-        used -= 64;
+      std::uint64_t next = used + (std::uint64_t(residuals[rice_block * b + i]) >> (shift + k)) + 1;
+      if (next > 64) {
+        store<std::uint64_t>(out + position, word);
+        position += 8;
+        word = 0;
+        for (next -= 64; next > 64; next -= 64) {
+          store<std::uint64_t>(out + position, 0);
+          position += 8;
+        }
       }
-      word |= std::uint64_t(1) << used;  // the one
-      if (++used == 64) {
-        flush();
-        used = 0;
-      }
+      word |= std::uint64_t(1) << (next - 1);
+      used = next;
     }
   }
   for (std::uint64_t j = 0; j < (used + 7) / 8; ++j) out[position++] = std::byte(std::uint8_t(word >> (8 * j)));
@@ -575,8 +582,14 @@ KOMPRESS_FUNCTION std::uint64_t write_rice(const std::uint32_t* residuals, int p
 }
 
 /// Reads a Rice section of exactly `bytes` bytes into residuals[0, padded); false if it is
-/// malformed (never reads outside [in, in + bytes)).
-KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int padded, std::uint32_t* residuals) {
+/// malformed (never reads outside [in, in + bytes)). `ends` is scratch for `padded` positions.
+///
+/// The quotients are read in two passes rather than one quotient at a time: the positions of
+/// the set bits (each ends a quotient) first, a step per set bit whose only dependency is
+/// clearing the lowest bit of a word; then each quotient as the distance between two ends, a
+/// loop over a block's 32 values without a dependency that the compiler vectorizes.
+KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int padded, std::uint32_t* residuals,
+                                 std::uint32_t* ends) {
   const int blocks = padded / rice_block;
   const std::uint64_t header = 1 + std::uint64_t(blocks / 2);
   if (bytes < header) return false;
@@ -584,32 +597,59 @@ KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int p
   if (shift > 31) return false;
   const auto parameter = [&](int b) { return (std::uint8_t(in[1 + b / 2]) >> (4 * (b & 1))) & 0xF; };
   std::uint64_t remainder_bytes = 0;
+  std::uint32_t total = 0;  // quotients: 32 per coded block
   for (int b = 0; b < blocks; ++b) {
     const int k = parameter(b);
     if (k == rice_zero_block) continue;
     if (k + shift > 32) return false;
     remainder_bytes += std::uint64_t(k) * (rice_block / 8);
+    total += rice_block;
   }
   if (bytes - header < remainder_bytes) return false;
   const std::byte* const quotients = in + header + remainder_bytes;
   const std::uint64_t quotient_bytes = bytes - header - remainder_bytes;
-  const std::uint64_t end_bit = 8 * quotient_bytes;
-  std::uint64_t bit = 0;
-  // The next bits from `bit` on, and how many of them are the section's.
-  const auto window = [&](int& valid) {
-    const std::uint64_t at = bit / 8;
-    const int skip = int(bit % 8);
-    if (at + 8 <= quotient_bytes) {
-      valid = 64 - skip;
-      return load<std::uint64_t>(quotients + at) >> skip;
+  // Bit positions are 32-bit: a section that long is never written (its chunk is stored raw).
+  if (quotient_bytes >= (std::uint64_t(1) << 28)) return false;
+
+  // Every set bit's position; exactly `total` of them, the last in the section's last byte
+  // (the rest of that byte 0 bits).
+  // Eight positions at a time, whatever the word's count: a branch per eight set bits, not one
+  // per bit that mispredicts at the word's end. Past `total - 64` the last ones go singly, so
+  // nothing is written past ends[total).
+  std::uint32_t found = 0;
+  const auto collect = [&](std::uint64_t w, std::uint32_t base) {
+    const std::uint32_t count = std::uint32_t(popcount64(w));
+    if (found + count > total) return false;
+    if (total - found >= 64) {
+      std::uint32_t* out = ends + found;
+      for (std::uint32_t at = 0; at < count; at += 8) {
+        for (int j = 0; j < 8; ++j) {
+          out[at + j] = base + std::uint32_t(lowest_bit64(w));
+          w &= w - 1;
+        }
+      }
+      found += count;
+    } else {
+      while (w != 0) {
+        ends[found++] = base + std::uint32_t(lowest_bit64(w));
+        w &= w - 1;
+      }
     }
-    std::uint64_t w = 0;
-    for (std::uint64_t j = at; j < quotient_bytes; ++j)
-      w |= std::uint64_t(std::uint8_t(quotients[j])) << (8 * (j - at));
-    valid = int(end_bit - bit);
-    return w >> skip;
+    return true;
   };
+  const std::uint64_t whole_words = quotient_bytes / 8;
+  for (std::uint64_t word = 0; word < whole_words; ++word)
+    if (!collect(load<std::uint64_t>(quotients + 8 * word), std::uint32_t(64 * word))) return false;
+  std::uint64_t tail = 0;
+  for (std::uint64_t j = 8 * whole_words; j < quotient_bytes; ++j)
+    tail |= std::uint64_t(std::uint8_t(quotients[j])) << (8 * (j - 8 * whole_words));
+  if (!collect(tail, std::uint32_t(64 * whole_words))) return false;
+  if (found != total) return false;
+  if (total == 0 ? quotient_bytes != 0 : ends[total - 1] / 8 != quotient_bytes - 1) return false;
+
   const std::byte* remainders = in + header;
+  std::uint32_t start = 0;  // the first bit of the block's first quotient
+  const std::uint32_t* e = ends;
   for (int b = 0; b < blocks; ++b) {
     std::uint32_t* r = residuals + rice_block * b;
     const int k = parameter(b);
@@ -619,38 +659,19 @@ KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int p
     }
     unpack<rice_block>(k, remainders, r);
     remainders += std::uint64_t(k) * (rice_block / 8);
-    const int limit = 32 - shift - k;  // a quotient must stay below 2^limit
-    std::uint64_t quotient = 0, too_large = 0;
-    int i = 0;
-    // A window of bits at a time: each set bit ends a quotient; a window of zeros adds to one.
-    while (i < rice_block) {
-      if (bit >= end_bit) return false;
-      int valid = 0;
-      std::uint64_t w = window(valid);
-      int used = 0;
-      while (w != 0 && i < rice_block) {
-        const int zeros = lowest_bit64(w);
-        quotient += std::uint64_t(zeros);
-        too_large |= quotient >> limit;
-        r[i] = std::uint32_t(((quotient << k) | r[i]) << shift);
-        ++i;
-        quotient = 0;
-        w >>= zeros;
-        w >>= 1;
-        used += zeros + 1;
-      }
-      if (i < rice_block) {
-        quotient += std::uint64_t(valid - used);
-        bit += std::uint64_t(valid);
-      } else {
-        bit += std::uint64_t(used);
-      }
+    // A quotient is the zeros between two ends; it must stay below 2^(32 - shift - k).
+    const std::uint32_t first = e[0] - start;
+    std::uint32_t any = first;
+    r[0] = ((first << k) | r[0]) << shift;
+    for (int i = 1; i < rice_block; ++i) {
+      const std::uint32_t quotient = e[i] - e[i - 1] - 1;
+      any |= quotient;
+      r[i] = ((quotient << k) | r[i]) << shift;
     }
-    if (too_large) return false;
+    if ((std::uint64_t(any) >> (32 - shift - k)) != 0) return false;
+    start = e[rice_block - 1] + 1;
+    e += rice_block;
   }
-  // The quotients end in the section's last byte, the rest of it 0 bits.
-  if ((bit + 7) / 8 != quotient_bytes) return false;
-  if (bit % 8 && (std::uint8_t(quotients[bit / 8]) >> (bit % 8)) != 0) return false;
   return true;
 }
 
@@ -922,7 +943,10 @@ KOMPRESS_FUNCTION bool decode_ratio_chunk(const std::byte* in, std::uint64_t byt
   if (bytes - position < std::uint64_t(raw_count) * sizeof(T)) return false;
   position += std::uint64_t(raw_count) * sizeof(T);
   if (kind & ratio_flag_rice) {
-    if (!read_rice(in + position, bytes - position, padded, scratch.residuals)) return false;
+    // The codes are not written before the residuals are read: their room holds the ends.
+    if (!read_rice(in + position, bytes - position, padded, scratch.residuals,
+                   reinterpret_cast<std::uint32_t*>(scratch.codes)))
+      return false;
   } else {
     const std::int64_t used = read_zero_eliminated(in + position, bytes - position,
                                                    std::uint32_t(4 * padded), scratch.levels,

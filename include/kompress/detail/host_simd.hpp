@@ -20,6 +20,7 @@ namespace kompress::inline v0::detail {
 
 inline bool host_has_avx2() { return __builtin_cpu_supports("avx2"); }
 inline bool host_has_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+inline bool host_has_bmi_popcnt() { return __builtin_cpu_supports("bmi") && __builtin_cpu_supports("popcnt"); }
 
 }  // namespace kompress::inline v0::detail
 #endif

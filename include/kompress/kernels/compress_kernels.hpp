@@ -216,4 +216,46 @@ void decompress_chunks(const Exec& exec, const std::byte* in, const stream_heade
     throw_format(who, "malformed block data in chunk " + std::to_string(first_bad));
 }
 
+/// Verifies every chunk's checksum, then decodes the ratio chunks (with the backend's decoder,
+/// or, with `tuning.team_size` set, a team per chunk: one thread decodes, its ratio_scratch in
+/// team scratch). Throws format_error before writing any output if a checksum does not match.
+template <class T, class Exec>
+void decompress_ratio_chunks(const Exec& exec, const std::byte* in, const stream_header& header,
+                             const value_codec<T>& codec, T* out, const char* who,
+                             const kernel_tuning& tuning = backend<Exec>::tuning()) {
+  const stream_layout layout = header.layout();
+  const std::uint64_t chunks = layout.chunk_count();
+  const std::byte* const ends = in + layout.chunk_end_table_offset();
+  const std::byte* const checksums = in + layout.chunk_checksum_table_offset();
+  const std::byte* const data = in + layout.data_offset();
+  std::uint64_t first_bad = backend<Exec>::verify_chunks(exec, chunks, data, ends, checksums);
+  if (first_bad < chunks)
+    throw_format(who, "checksum mismatch in chunk " + std::to_string(first_bad) + " of " +
+                          std::to_string(chunks) + " (the stream is corrupted)");
+
+  const ratio_chunk_decoder<T> decoder{data,   ends, layout, codec, out, layout.values_per_chunk(),
+                                       (header.flags & flag_rice_residuals) != 0};
+  if (tuning.team_size != 0) {
+    using member = team_member_of<Exec>;
+    const int level = team_scratch_level<Exec>(sizeof(ratio_scratch));
+    const auto kernel = KOKKOS_LAMBDA(const member& team, std::uint64_t& bad) {
+      auto* const scratch = static_cast<ratio_scratch*>(
+          team.team_scratch(level).get_shmem_aligned(sizeof(ratio_scratch), 16));
+      const std::uint64_t chunk = team.league_rank();
+      Kokkos::single(Kokkos::PerTeam(team), [&]() {
+        if (!decoder.decode(chunk, *scratch)) bad = chunk < bad ? chunk : bad;
+      });
+    };
+    Kokkos::parallel_reduce(
+        "kompress::decompress::team_decode_ratio_chunks",
+        team_policy(exec, chunks, tuning.team_size, sizeof(ratio_scratch), level, kernel,
+                    Kokkos::ParallelReduceTag{}),
+        kernel, Kokkos::Min<std::uint64_t>(first_bad));
+  } else {
+    first_bad = backend<Exec>::decode_ratio_chunks(exec, chunks, decoder, tuning.decoder);
+  }
+  if (first_bad < chunks)
+    throw_format(who, "malformed ratio chunk " + std::to_string(first_bad));
+}
+
 }  // namespace kompress::inline v0::detail

@@ -1,6 +1,6 @@
 #pragma once
-// The ratio codec's chunk encoder and chunk decoding (codec/ratio.hpp mapped over chunks): the
-// counterparts of chunk_encoder and decompress_chunks for codec_mode::ratio streams. Chunks are
+// The ratio codec's chunk encoder and chunk decoder (codec/ratio.hpp mapped over chunks): the
+// counterparts of chunk_encoder and chunk_decoder for codec_mode::ratio streams. Chunks are
 // encoded at their worst-case slots and assembled by the same steps as fast-mode streams
 // (enqueue_compress_kernels).
 
@@ -14,7 +14,6 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
-#include <string>
 
 namespace kompress::inline v0::detail {
 
@@ -109,70 +108,31 @@ ratio_shape ratio_shape_of(const View& view) {
   return shape;
 }
 
-/// Verifies every chunk's checksum, then decodes the ratio chunks. Throws format_error before
-/// writing any output if a checksum does not match.
-/// With `tuning.team_size` set, a team per chunk decodes (one thread, its ratio_scratch in team
-/// scratch).
-template <class T, class Exec>
-void decompress_ratio_chunks(const Exec& exec, const std::byte* in, const stream_header& header,
-                             const value_codec<T>& codec, T* out, const char* who,
-                             const kernel_tuning& tuning) {
-  const stream_layout layout = header.layout();
-  const std::uint64_t chunks = layout.chunk_count();
-  const std::uint64_t values_per_chunk = layout.values_per_chunk();
-  const std::byte* const ends = in + layout.chunk_end_table_offset();
-  const std::byte* const checksums = in + layout.chunk_checksum_table_offset();
-  const std::byte* const data = in + layout.data_offset();
-  const bool rice_allowed = (header.flags & flag_rice_residuals) != 0;
-  const auto chunk_begin = [=] KOKKOS_FUNCTION(std::uint64_t chunk) {
-    return chunk ? load<std::uint64_t>(ends + 8 * (chunk - 1)) : std::uint64_t(0);
-  };
+/// Decodes ratio chunk `chunk` into its values; a malformed chunk lowers `bad` to it. The
+/// call operator keeps its ratio_scratch (about 54 KiB) on its own stack; a team kernel passes
+/// one in team scratch to `decode`.
+template <class T>
+struct ratio_chunk_decoder {
+  const std::byte* data;
+  const std::byte* ends;
+  stream_layout layout;
+  value_codec<T> codec;
+  T* out;
+  std::uint64_t values_per_chunk;
+  bool rice_allowed;
 
-  std::uint64_t first_bad = chunks;
-  Kokkos::parallel_reduce(
-      "kompress::decompress::verify", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
-      KOKKOS_LAMBDA(std::uint64_t chunk, std::uint64_t& bad) {
-        if (!chunk_matches(data, ends, checksums, chunk)) bad = chunk < bad ? chunk : bad;
-      },
-      Kokkos::Min<std::uint64_t>(first_bad));
-  if (first_bad < chunks)
-    throw_format(who, "checksum mismatch in chunk " + std::to_string(first_bad) + " of " +
-                          std::to_string(chunks) + " (the stream is corrupted)");
+  KOKKOS_INLINE_FUNCTION void operator()(std::uint64_t chunk, std::uint64_t& bad) const {
+    ratio_scratch scratch;
+    if (!decode(chunk, scratch)) bad = chunk < bad ? chunk : bad;
+  }
 
-  const auto decode = [=] KOKKOS_FUNCTION(std::uint64_t chunk, ratio_scratch& scratch) {
-    const std::uint64_t begin = chunk_begin(chunk);
+  KOKKOS_INLINE_FUNCTION bool decode(std::uint64_t chunk, ratio_scratch& scratch) const {
+    const std::uint64_t begin = chunk ? load<std::uint64_t>(ends + 8 * (chunk - 1)) : 0;
     const std::uint64_t end = load<std::uint64_t>(ends + 8 * chunk);
     const std::uint64_t first = chunk * values_per_chunk;
-    return decode_ratio_chunk<T>(data + begin, end - begin, int(layout.values_in_chunk(chunk)),
-                                 first, codec, scratch, out + first, rice_allowed);
-  };
-  if (tuning.team_size != 0) {
-    using member = team_member_of<Exec>;
-    const int level = team_scratch_level<Exec>(sizeof(ratio_scratch));
-    const auto kernel = KOKKOS_LAMBDA(const member& team, std::uint64_t& bad) {
-      auto* const scratch = static_cast<ratio_scratch*>(
-          team.team_scratch(level).get_shmem_aligned(sizeof(ratio_scratch), 16));
-      const std::uint64_t chunk = team.league_rank();
-      Kokkos::single(Kokkos::PerTeam(team), [&]() {
-        if (!decode(chunk, *scratch)) bad = chunk < bad ? chunk : bad;
-      });
-    };
-    Kokkos::parallel_reduce(
-        "kompress::decompress::team_decode_ratio_chunks",
-        team_policy(exec, chunks, tuning.team_size, sizeof(ratio_scratch), level, kernel,
-                    Kokkos::ParallelReduceTag{}),
-        kernel, Kokkos::Min<std::uint64_t>(first_bad));
-  } else {
-    Kokkos::parallel_reduce(
-        "kompress::decompress::decode_ratio_chunks", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
-        KOKKOS_LAMBDA(std::uint64_t chunk, std::uint64_t& bad) {
-          ratio_scratch scratch;
-          if (!decode(chunk, scratch)) bad = chunk < bad ? chunk : bad;
-        },
-        Kokkos::Min<std::uint64_t>(first_bad));
+    return decode_ratio_chunk<T>(data + begin, end - begin, int(layout.values_in_chunk(chunk)), first, codec,
+                                 scratch, out + first, rice_allowed);
   }
-  if (first_bad < chunks)
-    throw_format(who, "malformed ratio chunk " + std::to_string(first_bad));
-}
+};
 
 }  // namespace kompress::inline v0::detail

@@ -1,13 +1,13 @@
 #pragma once
 // The host backend (Serial, OpenMP, Threads: every execution space whose memory is
-// HostSpace): on x86-64 the codec's three loops (the value range, the chunk encoder, the chunk
-// decoder) are compiled a second time for AVX2 + FMA and taken when the CPU has them. The
+// HostSpace): on x86-64 the codec's loops (the value range, both codecs' chunk encoders and
+// decoders) are compiled a second time for AVX2 + FMA and taken when the CPU has them. The
 // quantize-and-verify and reconstruct loops then work on four doubles at once instead of two,
 // and the value range's integer min/max on eight floats' keys (SSE2 has no 32-bit signed
 // min/max and no 64-bit compare). Streams and decoded values are identical either way: the
 // range is integer arithmetic, and no product in the codec can be fused with anything
-// (docs/error-bound.md, "Verification"); the golden checksums in tests/codec/format.cpp and
-// codec_adversarial's encoder and decoder comparisons check it. Not compiled when the whole
+// (docs/error-bound.md, "Verification"); the golden checksums in tests/codec/format.cpp,
+// codec_adversarial's encoder and decoder comparisons and codec_ratio's check it. Not compiled when the whole
 // build already targets AVX2 (nothing to gain), nor where detail/host_simd.hpp compiles no
 // host SIMD (device compilers, the sanitizers).
 
@@ -51,6 +51,17 @@ struct chunk_decoder_avx2 : chunk_decoder<T, BlockSize> {
   __attribute__((target("avx2,fma"), flatten)) void operator()(std::uint64_t chunk,
                                                                 std::uint64_t& bad) const {
     this->decode(chunk, bad);
+  }
+};
+
+// The ratio decoder takes BMI1 and POPCNT as well (every AVX2 CPU has them): the Rice reader's
+// step per set bit is then a tzcnt and a blsr, and a word's count one popcnt.
+template <class T>
+struct ratio_chunk_decoder_avx2 : ratio_chunk_decoder<T> {
+  __attribute__((target("avx2,fma,bmi,popcnt"), flatten)) void operator()(std::uint64_t chunk,
+                                                                          std::uint64_t& bad) const {
+    ratio_scratch scratch;
+    if (!this->decode(chunk, scratch)) bad = chunk < bad ? chunk : bad;
   }
 };
 
@@ -507,6 +518,25 @@ struct backend<Exec> {
 #endif
     (void)kind;
     Kokkos::parallel_reduce("kompress::decompress::decode_chunks", policy, decoder,
+                            Kokkos::Min<std::uint64_t>(first_bad));
+    return first_bad;
+  }
+
+  template <class T>
+  static std::uint64_t decode_ratio_chunks(const Exec& exec, std::uint64_t chunks,
+                                           const ratio_chunk_decoder<T>& decoder, encoder_kind kind) {
+    const Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Dynamic>> policy(exec, 0, chunks,
+                                                                              Kokkos::ChunkSize(1));
+    std::uint64_t first_bad = chunks;
+#ifdef KOMPRESS_HOST_AVX2_DISPATCH
+    if (kind == encoder_kind::avx2_fma && host_has_avx2_fma() && host_has_bmi_popcnt()) {
+      Kokkos::parallel_reduce("kompress::decompress::decode_ratio_chunks", policy,
+                              ratio_chunk_decoder_avx2<T>{decoder}, Kokkos::Min<std::uint64_t>(first_bad));
+      return first_bad;
+    }
+#endif
+    (void)kind;
+    Kokkos::parallel_reduce("kompress::decompress::decode_ratio_chunks", policy, decoder,
                             Kokkos::Min<std::uint64_t>(first_bad));
     return first_bad;
   }

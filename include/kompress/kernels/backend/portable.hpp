@@ -22,6 +22,9 @@
 //   template <class T, int B> static std::uint64_t decode_chunks(  runs `decoder` over chunks
 //       const Exec&, std::uint64_t n, const chunk_decoder<T, B>& decoder, encoder_kind);
 //                                                         [0, n): the first bad chunk, or n
+//   template <class T> static std::uint64_t               the same for ratio chunks
+//       decode_ratio_chunks(const Exec&, std::uint64_t n,
+//       const ratio_chunk_decoder<T>& decoder, encoder_kind);
 //   template <class Batch> static std::uint64_t           the same over every chunk of a
 //       decode_batch_chunks(const Exec&, const Batch&,    stream_batch (decode_batch.hpp)
 //       encoder_kind);
@@ -94,6 +97,17 @@ struct portable_backend {
                                      const chunk_decoder<T, BlockSize>& decoder, encoder_kind) {
     std::uint64_t first_bad = chunks;
     Kokkos::parallel_reduce("kompress::decompress::decode_chunks",
+                            Kokkos::RangePolicy<Exec>(exec, 0, chunks), decoder,
+                            Kokkos::Min<std::uint64_t>(first_bad));
+    return first_bad;
+  }
+
+  /// The ratio codec's chunks: the first bad one, or `chunks`.
+  template <class T>
+  static std::uint64_t decode_ratio_chunks(const Exec& exec, std::uint64_t chunks,
+                                           const ratio_chunk_decoder<T>& decoder, encoder_kind) {
+    std::uint64_t first_bad = chunks;
+    Kokkos::parallel_reduce("kompress::decompress::decode_ratio_chunks",
                             Kokkos::RangePolicy<Exec>(exec, 0, chunks), decoder,
                             Kokkos::Min<std::uint64_t>(first_bad));
     return first_bad;
