@@ -18,6 +18,7 @@
 
 #include <kompress/codec/bitpack.hpp>
 #include <kompress/codec/quantizer.hpp>
+#include <kompress/codec/ratio_sse2.hpp>
 #include <kompress/detail/bytes.hpp>
 
 #include <bit>
@@ -581,6 +582,18 @@ KOMPRESS_FUNCTION std::uint64_t write_rice(const std::uint32_t* residuals, int p
   return position;
 }
 
+/// Writes base + the position of each of w's `count` set bits, lowest first, to out (and up to
+/// 7 more entries past them).
+KOMPRESS_FUNCTION void collect_set_bits(std::uint64_t w, std::uint32_t base, std::uint32_t count,
+                                        std::uint32_t* out) {
+  for (std::uint32_t at = 0; at < count; at += 8) {
+    for (int j = 0; j < 8; ++j) {
+      out[at + j] = base + std::uint32_t(lowest_bit64(w));
+      w &= w - 1;
+    }
+  }
+}
+
 /// Reads a Rice section of exactly `bytes` bytes into residuals[0, padded); false if it is
 /// malformed (never reads outside [in, in + bytes)). `ends` is scratch for `padded` positions.
 ///
@@ -614,20 +627,19 @@ KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int p
   // Every set bit's position; exactly `total` of them, the last in the section's last byte
   // (the rest of that byte 0 bits).
   // Eight positions at a time, whatever the word's count: a branch per eight set bits, not one
-  // per bit that mispredicts at the word's end. Past `total - 64` the last ones go singly, so
-  // nothing is written past ends[total).
+  // per bit that mispredicts at the word's end (on x86 hosts, a byte's positions from a table).
+  // Either writes up to 8 entries past the word's last; past `total - 72` the last ones go
+  // singly, so nothing is written past ends[total).
   std::uint32_t found = 0;
   const auto collect = [&](std::uint64_t w, std::uint32_t base) {
     const std::uint32_t count = std::uint32_t(popcount64(w));
     if (found + count > total) return false;
-    if (total - found >= 64) {
-      std::uint32_t* out = ends + found;
-      for (std::uint32_t at = 0; at < count; at += 8) {
-        for (int j = 0; j < 8; ++j) {
-          out[at + j] = base + std::uint32_t(lowest_bit64(w));
-          w &= w - 1;
-        }
-      }
+    if (total - found >= 72) {
+#ifdef KOMPRESS_HOST_X86_SIMD
+      collect_set_bits_sse2(w, base, ends + found);
+#else
+      collect_set_bits(w, base, count, ends + found);
+#endif
       found += count;
     } else {
       while (w != 0) {
@@ -957,15 +969,22 @@ KOMPRESS_FUNCTION bool decode_ratio_chunk(const std::byte* in, std::uint64_t byt
 
   // Codes back from the residuals, then values.
   std::int32_t* const q = scratch.codes;
+  bool values_written = false;
   const std::uint32_t* const r = scratch.residuals;
   if (g.predictor == predict_none) {
     for (int i = 0; i < n; ++i) q[i] = std::int32_t(unzigzag32(r[i]));
   } else if (g.predictor == predict_delta) {
+#ifdef KOMPRESS_HOST_X86_SIMD
+    // Straight to values: the codes are needed for nothing else.
+    undelta_reconstruct_sse2(r, n, codec.step, out);
+    values_written = true;
+#else
     std::uint32_t code = 0;
     for (int i = 0; i < n; ++i) {
       code += unzigzag32(r[i]);
       q[i] = std::int32_t(code);
     }
+#endif
   } else {
     const auto general = [&](int i, std::uint32_t x, std::uint32_t y) {
       q[i] = std::int32_t(predict(q, i, x, y, g) + unzigzag32(r[i]));
@@ -994,7 +1013,8 @@ KOMPRESS_FUNCTION bool decode_ratio_chunk(const std::byte* in, std::uint64_t byt
     }
   }
   const double step = codec.step;
-  for (int i = 0; i < n; ++i) out[i] = value_codec<T>::reconstruct(double(q[i]), step);
+  if (!values_written)
+    for (int i = 0; i < n; ++i) out[i] = value_codec<T>::reconstruct(double(q[i]), step);
   const T fill = from_bits<T>(static_cast<bits_t<T>>(codec.fill_bits));
   std::uint64_t raw_at = raw_position;
   for (int w = 0; w < words; ++w) {

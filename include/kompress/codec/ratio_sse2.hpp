@@ -1,0 +1,94 @@
+#pragma once
+// Two loops of the ratio decoder written with SSE2 (every x86-64 CPU has it), for the host
+// only: the portable loops they replace take a step per value on a dependency chain, and no
+// compiler vectorizes either. Both give exactly what the portable loops give (integer adds, and
+// the same products as value_codec<T>::reconstruct); tests/codec/ratio.cpp's portable build
+// (KOMPRESS_NO_HOST_DISPATCH) runs the other ones.
+
+#include <kompress/codec/quantizer.hpp>
+#include <kompress/detail/host_simd.hpp>
+
+#include <cstdint>
+#include <type_traits>
+
+#ifdef KOMPRESS_HOST_X86_SIMD
+#include <emmintrin.h>
+
+namespace kompress::inline v0::detail {
+
+/// For each byte value, the positions of its set bits (lowest first) and their count.
+struct set_bit_table {
+  std::uint8_t positions[256][8];
+  std::uint8_t counts[256];
+};
+
+inline constexpr set_bit_table make_set_bit_table() {
+  set_bit_table table{};
+  for (int v = 0; v < 256; ++v) {
+    int count = 0;
+    for (int j = 0; j < 8; ++j)
+      if ((v >> j) & 1) table.positions[v][count++] = std::uint8_t(j);
+    table.counts[v] = std::uint8_t(count);
+  }
+  return table;
+}
+
+inline constexpr set_bit_table set_bits_of_byte = make_set_bit_table();
+
+/// Writes base + the position of each set bit of w, lowest first, to out; returns their
+/// count. A byte at a time, without a branch: eight positions are written for every byte and
+/// the next byte's overwrite those past its count, so out must have room for popcount(w) + 8.
+inline int collect_set_bits_sse2(std::uint64_t w, std::uint32_t base, std::uint32_t* out) {
+  const __m128i zero = _mm_setzero_si128();
+  std::uint32_t* at = out;
+  for (int byte = 0; byte < 8; ++byte) {
+    const unsigned v = unsigned(w >> (8 * byte)) & 0xFFu;
+    const __m128i positions = _mm_unpacklo_epi8(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(set_bits_of_byte.positions[v])), zero);
+    const __m128i offset = _mm_set1_epi32(int(base + 8 * std::uint32_t(byte)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm_add_epi32(_mm_unpacklo_epi16(positions, zero), offset));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(at + 4), _mm_add_epi32(_mm_unpackhi_epi16(positions, zero), offset));
+    at += set_bits_of_byte.counts[v];
+  }
+  return int(at - out);
+}
+
+/// out[i] = reconstruct(code_i) for i < n, code_i = code_(i-1) + unzigzag(residuals[i]) and
+/// code_-1 = 0 (the delta predictor), four codes at a time: an in-register prefix sum whose
+/// carry is one add and one shuffle per four values. Reads residuals up to n rounded up to 4.
+template <class T>
+inline void undelta_reconstruct_sse2(const std::uint32_t* residuals, int n, double step, T* out) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  const __m128i one = _mm_set1_epi32(1);
+  const __m128d scale = _mm_set1_pd(step);
+  __m128i carry = _mm_setzero_si128();
+  const auto value = [&](__m128i codes) {  // code * step + 0.0 of the low two codes
+    return _mm_add_pd(_mm_mul_pd(_mm_cvtepi32_pd(codes), scale), _mm_setzero_pd());
+  };
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m128i z = _mm_loadu_si128(reinterpret_cast<const __m128i*>(residuals + i));
+    // unzigzag: (z >> 1) ^ -(z & 1), then the running sum across the four lanes.
+    __m128i d = _mm_xor_si128(_mm_srli_epi32(z, 1), _mm_sub_epi32(_mm_setzero_si128(), _mm_and_si128(z, one)));
+    d = _mm_add_epi32(d, _mm_slli_si128(d, 4));
+    d = _mm_add_epi32(d, _mm_slli_si128(d, 8));
+    d = _mm_add_epi32(d, carry);
+    carry = _mm_shuffle_epi32(d, 0xFF);
+    const __m128d low = value(d), high = value(_mm_shuffle_epi32(d, 0xEE));
+    if constexpr (std::is_same_v<T, float>) {
+      _mm_storeu_ps(out + i, _mm_movelh_ps(_mm_cvtpd_ps(low), _mm_cvtpd_ps(high)));
+    } else {
+      _mm_storeu_pd(out + i, low);
+      _mm_storeu_pd(out + i + 2, high);
+    }
+  }
+  std::uint32_t code = std::uint32_t(_mm_cvtsi128_si32(carry));
+  for (; i < n; ++i) {
+    const std::uint32_t z = residuals[i];
+    code += (z >> 1) ^ (0u - (z & 1u));
+    out[i] = value_codec<T>::reconstruct(double(std::int32_t(code)), step);
+  }
+}
+
+}  // namespace kompress::inline v0::detail
+#endif
