@@ -35,22 +35,20 @@ inline constexpr set_bit_table make_set_bit_table() {
 
 inline constexpr set_bit_table set_bits_of_byte = make_set_bit_table();
 
-/// Writes base + the position of each set bit of w, lowest first, to out; returns their
-/// count. A byte at a time, without a branch: eight positions are written for every byte and
-/// the next byte's overwrite those past its count, so out must have room for popcount(w) + 8.
-inline int collect_set_bits_sse2(std::uint64_t w, std::uint32_t base, std::uint32_t* out) {
+/// Writes base + the position of each set bit of w, lowest first, to out. A byte at a time,
+/// without a branch: eight positions are written for every byte and the next byte's overwrite
+/// those past its count, so out must have room for popcount(w) + 8.
+inline void collect_set_bits_sse2(std::uint64_t w, std::uint32_t base, std::uint32_t* out) {
   const __m128i zero = _mm_setzero_si128();
-  std::uint32_t* at = out;
   for (int byte = 0; byte < 8; ++byte) {
     const unsigned v = unsigned(w >> (8 * byte)) & 0xFFu;
     const __m128i positions = _mm_unpacklo_epi8(
         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(set_bits_of_byte.positions[v])), zero);
     const __m128i offset = _mm_set1_epi32(int(base + 8 * std::uint32_t(byte)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm_add_epi32(_mm_unpacklo_epi16(positions, zero), offset));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(at + 4), _mm_add_epi32(_mm_unpackhi_epi16(positions, zero), offset));
-    at += set_bits_of_byte.counts[v];
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_add_epi32(_mm_unpacklo_epi16(positions, zero), offset));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4), _mm_add_epi32(_mm_unpackhi_epi16(positions, zero), offset));
+    out += set_bits_of_byte.counts[v];
   }
-  return int(at - out);
 }
 
 /// out[i] = reconstruct(code_i) for i < n, code_i = code_(i-1) + unzigzag(residuals[i]) and
