@@ -100,14 +100,18 @@ class pool_tier final : public storage_tier<ExecutionSpace> {
   /// goes back. Returns the stream's offset.
   std::size_t settle(const ExecutionSpace& exec, std::size_t offset, std::size_t reserved, std::size_t length) {
     std::unique_lock lock(mutex_);
-    std::optional<std::size_t> lower = allocator_.allocate(length);
-    if (lower && *lower > offset) {
-      allocator_.free(*lower, length);
-      lower.reset();
+    // A plain offset rather than the optional across the unlock: GCC's -Wmaybe-uninitialized
+    // misreads the optional's payload there at -O1.
+    std::size_t settled = offset;
+    if (const std::optional<std::size_t> lower = allocator_.allocate(length)) {
+      if (*lower > offset)
+        allocator_.free(*lower, length);
+      else
+        settled = *lower;
     }
-    if (lower) {
+    if (settled != offset) {
       lock.unlock();  // both ranges are ours: copy without the lock
-      Kokkos::deep_copy(exec, unmanaged_bytes(pool_.data() + *lower, length),
+      Kokkos::deep_copy(exec, unmanaged_bytes(pool_.data() + settled, length),
                         const_unmanaged_bytes(pool_.data() + offset, length));
       exec.fence("kompress::stash: a settled stream moved down");
       lock.lock();
@@ -117,7 +121,7 @@ class pool_tier final : public storage_tier<ExecutionSpace> {
       allocator_.shrink(offset, reserved, length);
     }
     reservation_to_stream(reserved, length);
-    return lower.value_or(offset);
+    return settled;
   }
 
   void reset_peaks() {
