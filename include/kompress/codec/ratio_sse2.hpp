@@ -2,7 +2,7 @@
 // Three loops of the ratio decoder written with SSE2 (every x86-64 CPU has it), for the host
 // only: two of the portable loops they replace take a step per value on a dependency chain, and
 // no compiler vectorizes either; GCC leaves the third (the Rice quotients) scalar inside the
-// AVX2 decoder, where it took 40% of the decoder's time. Each gives exactly what the portable
+// AVX2 decoder, the largest part of its time (docs/performance.md). Each gives what the portable
 // loop gives (integer adds and shifts, and the same products as value_codec<T>::reconstruct);
 // tests/codec/ratio.cpp's portable build (KOMPRESS_NO_HOST_DISPATCH) runs the other ones.
 
