@@ -374,8 +374,10 @@ TEST_CASE("stash: stats follow saves and drops in LIFO and in any order") {
 
 namespace {
 std::atomic<long> kokkos_allocations{0};
-void count_allocation(const Kokkos::Tools::SpaceHandle, const char*, const void*, std::uint64_t) {
-  ++kokkos_allocations;
+std::string allocation_labels;  // what was allocated, for the failure's message
+void count_allocation(const Kokkos::Tools::SpaceHandle space, const char* label, const void*, std::uint64_t bytes) {
+  if (kokkos_allocations++ < 12)
+    allocation_labels += std::string(" [") + space.name + " '" + label + "' " + std::to_string(bytes) + " B]";
 }
 }  // namespace
 
@@ -405,9 +407,10 @@ TEST_CASE("stash: no Kokkos allocation per save or restore once warm") {
     Kokkos::View<float*, memory_space> probe("probe", 1);  // the counter works
   }
   REQUIRE(kokkos_allocations.exchange(0) == 1);
+  allocation_labels.clear();
   for (int i = 0; i < 3; ++i) step();
   Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
-  CHECK(kokkos_allocations.load() == 0);
+  CHECK_MESSAGE(kokkos_allocations.load() == 0, "the first allocations:" << allocation_labels);
 }
 
 // --- concurrency -------------------------------------------------------------------------------------
