@@ -489,7 +489,11 @@ positives_cut cut_positives(const ExecutionSpace& exec, std::byte* signs, std::s
   // values before it; one group crosses the cap, so one writer. Written where the bits' sum
   // and count go later (reduce_small_positives): the stash allocates nothing per save.
   const found_view found(reinterpret_cast<std::uint64_t*>(signs + sign_words(count) * sizeof(std::uint32_t)));
-  Kokkos::deep_copy(exec, found, std::uint64_t(groups));
+  // Set by a kernel of one thread, not deep_copy(exec, found, value): Kokkos::Cuda's fill of a
+  // small View writes far outside it (docs/gpu.md, "Measured on an H200").
+  Kokkos::parallel_for(
+      "kompress::stash::cut_positives_reset", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, 1),
+      KOKKOS_LAMBDA(int) { found(0) = found(1) = groups; });
   std::size_t total = 0;
   Kokkos::parallel_scan(
       "kompress::stash::cut_positives",
@@ -521,8 +525,10 @@ void reduce_small_positives(const ExecutionSpace& exec, const T* packed, std::si
   using memory_space = typename ExecutionSpace::memory_space;
   const Kokkos::View<Kokkos::complex<double>, memory_space, Kokkos::MemoryUnmanaged> small_positives(
       reinterpret_cast<Kokkos::complex<double>*>(signs + sign_words(count) * sizeof(std::uint32_t)));
-  if (positives == 0 || !mean_of_small) {
-    Kokkos::deep_copy(exec, small_positives, Kokkos::complex<double>(0.0, 0.0));
+  if (positives == 0 || !mean_of_small) {  // a kernel, not deep_copy: see cut_positives
+    Kokkos::parallel_for(
+        "kompress::stash::no_small_positives", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, 1),
+        KOKKOS_LAMBDA(int) { small_positives() = Kokkos::complex<double>(0.0, 0.0); });
     return;
   }
   Kokkos::parallel_reduce(
