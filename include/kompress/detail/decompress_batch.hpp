@@ -53,15 +53,13 @@ Kokkos::View<std::byte*, Kokkos::HostSpace> gather_prefixes(const Exec& exec,
   Kokkos::deep_copy(exec, device_plan, plan);
   const Kokkos::View<std::byte*, Memory> gathered(
       Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::batch_prefixes"), total);
-  using member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  // A thread per stream (a header is 88 bytes, its tables some hundreds): a team per stream
+  // faulted on Kokkos::Cuda (docs/gpu.md, "Measured on an H200").
   Kokkos::parallel_for(
-      "kompress::decompress::gather_prefixes", Kokkos::TeamPolicy<Exec>(exec, std::int64_t(m), Kokkos::AUTO),
-      KOKKOS_LAMBDA(const member& team) {
-        const std::size_t i = team.league_rank();
+      "kompress::decompress::gather_prefixes", Kokkos::RangePolicy<Exec>(exec, 0, m), KOKKOS_LAMBDA(std::size_t i) {
         const auto* const from = reinterpret_cast<const std::byte*>(device_plan(3 * i));
         std::byte* const to = gathered.data() + device_plan(3 * i + 1);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, device_plan(3 * i + 2)),
-                             [&](std::uint64_t b) { to[b] = from[b]; });
+        for (std::uint64_t b = 0; b < device_plan(3 * i + 2); ++b) to[b] = from[b];
       });
   Kokkos::View<std::byte*, Kokkos::HostSpace> host(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::batch_prefixes_host"), total);
