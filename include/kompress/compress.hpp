@@ -29,6 +29,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace kompress {
 inline namespace v0 {
@@ -96,20 +97,17 @@ auto host_prefix(const InView& in, std::size_t bytes) {
   return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, prefix);
 }
 
-/// The same through `exec`: a stream the host cannot read is copied on `exec`, which is then
-/// waited for, and nothing else (host_prefix's deep_copy fences the whole device).
-template <class ExecutionSpace, byte_view InView>
-auto host_prefix(const ExecutionSpace& exec, const InView& in, std::size_t bytes) {
-  auto prefix = Kokkos::subview(in, std::pair<std::size_t, std::size_t>(0, bytes));
-  if constexpr (std::is_same_v<typename InView::memory_space, Kokkos::HostSpace>) {
-    return prefix;
-  } else {
-    Kokkos::View<std::byte*, Kokkos::HostSpace> host(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                                                        "kompress::stream_header"), bytes);
-    Kokkos::deep_copy(exec, host, prefix);
-    exec.fence("kompress: stream header copied to the host");
-    return host;
-  }
+/// The bytes a device stream's header is read with in one copy: the header and, for streams of
+/// up to 250 chunks (half a million floats with the fast codec), its chunk tables too.
+inline constexpr std::size_t header_prefetch_bytes = 4096;
+
+/// Copies `bytes` bytes of memory `exec` can read into host memory through `exec`, and waits
+/// for `exec` alone (a plain deep_copy would fence the whole device).
+template <class MemorySpace, class ExecutionSpace>
+void copy_to_host(const ExecutionSpace& exec, std::byte* to, const std::byte* from, std::size_t bytes) {
+  Kokkos::deep_copy(exec, Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(to, bytes),
+                    Kokkos::View<const std::byte*, MemorySpace, Kokkos::MemoryUnmanaged>(from, bytes));
+  exec.fence("kompress: stream header copied to the host");
 }
 
 /// Parses and fully checks a stream's header and chunk tables; `prefix(bytes)` gives the
@@ -129,10 +127,27 @@ stream_header read_header(const InView& in, const char* who) {
   return read_header_with(in.size(), who, [&](std::size_t bytes) { return host_prefix(in, bytes); });
 }
 
-/// The same, a device stream's first bytes copied through `exec` (waited for, nothing else).
+/// The same through `exec`. A stream outside HostSpace is copied into plain host memory (not a
+/// Kokkos allocation): its first header_prefetch_bytes in one copy, and the rest of its chunk
+/// tables in a second only where they run past those; each copy waits for `exec`, and nothing
+/// else (memory the host could read directly, UVM, is copied too: `exec` may still write it).
 template <class ExecutionSpace, byte_view InView>
 stream_header read_header(const ExecutionSpace& exec, const InView& in, const char* who) {
-  return read_header_with(in.size(), who, [&](std::size_t bytes) { return host_prefix(exec, in, bytes); });
+  using memory_space = typename InView::memory_space;
+  if constexpr (std::is_same_v<memory_space, Kokkos::HostSpace>) {
+    return read_header(in, who);
+  } else {
+    if (in.size() < header_bytes) parse_header(nullptr, 0, in.size(), who);  // throws
+    std::vector<std::byte> prefix(std::min(in.size(), header_prefetch_bytes));
+    copy_to_host<memory_space>(exec, prefix.data(), in.data(), prefix.size());
+    const std::size_t tables_end = parse_header(prefix.data(), header_bytes, in.size(), who).layout().data_offset();
+    if (tables_end > prefix.size()) {
+      const std::size_t copied = prefix.size();
+      prefix.resize(tables_end);
+      copy_to_host<memory_space>(exec, prefix.data() + copied, in.data() + copied, tables_end - copied);
+    }
+    return parse_header(prefix.data(), tables_end, in.size(), who);
+  }
 }
 
 /// decompress's output must be of the stream's element type.
@@ -145,12 +160,14 @@ void require_element_type(const stream_header& header, const char* who) {
                            (std::is_same_v<T, float> ? "float" : "double"));
 }
 
-/// A field of a stream already written in `MemorySpace`: read directly when the host can,
-/// else copied through `exec` (which this then waits for).
+/// A field of a stream `exec` writes in `MemorySpace`, once `exec` has run: waits for `exec`,
+/// then reads it directly where the host can, else copies it through `exec` first (one wait,
+/// not two).
 template <class U, class MemorySpace, class Exec>
 U read_stream_field(const Exec& exec, const std::byte* stream, std::size_t offset) {
   U value{};
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible) {
+    exec.fence("kompress: stream field read");
     std::memcpy(&value, stream + offset, sizeof(U));
   } else {
     Kokkos::deep_copy(
@@ -264,7 +281,6 @@ std::size_t compress(const ExecutionSpace& exec, const InView& in, const OutView
                      const compress_options& options) {
   detail::enqueue_compression(exec, in, out, options, static_cast<std::uint64_t*>(nullptr),
                               "kompress::compress");
-  exec.fence("kompress::compress: stream length");
   return detail::read_stream_field<std::uint64_t, typename OutView::memory_space>(
       exec, out.data(), detail::stream_length_offset);
 }
@@ -279,7 +295,6 @@ std::size_t compress_known_range(const ExecutionSpace& exec, const InView& in, c
                                  const compress_options& options,
                                  const packed_range<typename InView::non_const_value_type>& range) {
   enqueue_compression(exec, in, out, options, static_cast<std::uint64_t*>(nullptr), "kompress::compress", &range);
-  exec.fence("kompress::compress: stream length");
   return read_stream_field<std::uint64_t, typename OutView::memory_space>(exec, out.data(), stream_length_offset);
 }
 
