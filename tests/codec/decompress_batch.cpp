@@ -178,8 +178,8 @@ TEST_CASE("decompress_batch: a damaged stream is named, and no output is written
     streams(at) = std::byte(std::uint8_t(streams(at)) ^ 0x40);
     const device<std::byte> damaged("damaged", streams.size());
     Kokkos::deep_copy(damaged, streams);
-    const device<float> out("out", pieces.values);
-    Kokkos::deep_copy(out, 7.0f);
+    // Filled from the host: Kokkos::Cuda's fill of a View with a value writes outside small ones.
+    const device<float> out = kompress::test::to_default_space(std::vector<float>(pieces.values, 7.0f));
     std::vector<stream_to_decode<float>> items = pieces.batch(out);
     for (std::size_t i = 0; i < items.size(); ++i) items[i].stream = damaged.data() + pieces.offsets[i];
     try {
@@ -227,23 +227,4 @@ TEST_CASE("decompress_batch: a stream that does not hold what it should is rejec
   // Nothing to decode is not an error.
   CHECK(kompress::detail::decompress_batch<default_memory>(default_exec{}, std::span<const stream_to_decode<float>>(),
                                                            "test") == 0.0);
-}
-
-TEST_CASE("decompress_batch: the prefixes gathered by one kernel are the streams' first bytes") {
-  // What a device build reads its headers through, run here on the default space's memory.
-  const std::vector<float> values = kompress::test::read_raw<float>("hacc_x_32768.f32");
-  const device<float> input = kompress::test::to_default_space(values);
-  const compressed_pieces<float> pieces(input, {3, 20000, 0, 12000}, {{.bound = kompress::relative(1e-3)}});
-  const device<float> out("out", pieces.values);
-  const auto items = pieces.batch(out);
-  const std::vector<std::size_t> bytes = {88, 200, 88, 1};
-  const auto gathered = kompress::detail::gather_prefixes<default_memory>(
-      default_exec{}, std::span<const stream_to_decode<float>>(items), bytes);
-  const auto streams = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, pieces.streams);
-  REQUIRE(gathered.size() == 377);
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    CHECK(std::memcmp(gathered.data() + at, streams.data() + pieces.offsets[i], bytes[i]) == 0);
-    at += bytes[i];
-  }
 }

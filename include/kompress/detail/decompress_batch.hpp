@@ -1,9 +1,10 @@
 #pragma once
 // decompress_batch: many streams, each of a known element count and length in the execution
 // space's memory, decoded with a fixed number of launches and host waits whatever their
-// number (kernels/decode_batch.hpp); every output is what decompress writes for its stream,
-// and every check decompress makes is made. The collectives decode with it the streams that
-// arrive together. docs/gpu.md, "Batched decoding".
+// number (kernels/decode_batch.hpp; device memory's headers are read stream by stream for
+// now); every output is what decompress writes for its stream, and every check decompress
+// makes is made. The collectives decode with it the streams that arrive together. docs/gpu.md,
+// "Batched decoding".
 
 #include <kompress/compress.hpp>
 #include <kompress/kernels/decode_batch.hpp>
@@ -30,64 +31,6 @@ struct stream_to_decode {
   std::size_t count = 0;
 };
 
-/// The first bytes[i] bytes of each stream (in `Memory`) gathered on `exec` by one kernel into
-/// one buffer and copied to the host, waited for once; returns that buffer, the prefixes end to
-/// end in stream order.
-template <class Memory, class T, class Exec>
-Kokkos::View<std::byte*, Kokkos::HostSpace> gather_prefixes(const Exec& exec,
-                                                             std::span<const stream_to_decode<T>> streams,
-                                                             const std::vector<std::size_t>& bytes) {
-  // Per stream: its address, its prefix's place in the gathered buffer, its length.
-  const std::size_t m = streams.size();
-  Kokkos::View<std::uint64_t*, Kokkos::HostSpace> plan(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::batch_prefix_plan"), 3 * m);
-  std::size_t total = 0;
-  for (std::size_t i = 0; i < m; ++i) {
-    plan(3 * i) = reinterpret_cast<std::uintptr_t>(streams[i].stream);
-    plan(3 * i + 1) = total;
-    plan(3 * i + 2) = bytes[i];
-    total += bytes[i];
-  }
-  const Kokkos::View<std::uint64_t*, Memory> device_plan(
-      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::batch_prefix_plan"), 3 * m);
-  Kokkos::deep_copy(exec, device_plan, plan);
-  const Kokkos::View<std::byte*, Memory> gathered(
-      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::batch_prefixes"), total);
-  // A thread per stream (a header is 88 bytes, its tables some hundreds): a team per stream
-  // faulted on Kokkos::Cuda (docs/gpu.md, "Measured on an H200").
-  Kokkos::parallel_for(
-      "kompress::decompress::gather_prefixes", Kokkos::RangePolicy<Exec>(exec, 0, m), KOKKOS_LAMBDA(std::size_t i) {
-        const auto* const from = reinterpret_cast<const std::byte*>(device_plan(3 * i));
-        std::byte* const to = gathered.data() + device_plan(3 * i + 1);
-        for (std::uint64_t b = 0; b < device_plan(3 * i + 2); ++b) to[b] = from[b];
-      });
-  Kokkos::View<std::byte*, Kokkos::HostSpace> host(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::batch_prefixes_host"), total);
-  Kokkos::deep_copy(exec, host, gathered);
-  exec.fence("kompress: stream headers gathered to the host");
-  return host;
-}
-
-/// The first bytes[i] bytes of each stream where the host can read them: the streams
-/// themselves in host memory, else gathered into `held` (gather_prefixes).
-template <class Memory, class T, class Exec>
-std::vector<const std::byte*> host_prefixes(const Exec& exec, std::span<const stream_to_decode<T>> streams,
-                                            const std::vector<std::size_t>& bytes,
-                                            Kokkos::View<std::byte*, Kokkos::HostSpace>& held) {
-  std::vector<const std::byte*> prefixes(streams.size());
-  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible) {
-    for (std::size_t i = 0; i < streams.size(); ++i) prefixes[i] = streams[i].stream;
-  } else {
-    held = gather_prefixes<Memory>(exec, streams, bytes);
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < streams.size(); ++i) {
-      prefixes[i] = held.data() + at;
-      at += bytes[i];
-    }
-  }
-  return prefixes;
-}
-
 /// A stream must hold what its message was posted for: `count` values in exactly `length` bytes.
 inline void require_expected_stream(const stream_header& header, std::size_t count, std::size_t length,
                                     const char* who) {
@@ -97,25 +40,23 @@ inline void require_expected_stream(const stream_header& header, std::size_t cou
                        " values in a message of " + std::to_string(length) + " bytes");
 }
 
-/// Every stream's header and chunk tables read and checked (two gathers from device memory),
-/// and each held to its expected element type, count and length.
+/// Every stream's header and chunk tables read and checked, and each held to its expected
+/// element type, count and length: in host memory where the streams are; in device memory
+/// stream by stream, as decompress reads them (a batched gather of the headers gave wrong bytes
+/// on Kokkos::Cuda, docs/gpu.md, "Measured on an H200 (2026-12-04)").
 template <class Memory, class T, class Exec>
 std::vector<stream_header> read_batch_headers(const Exec& exec, std::span<const stream_to_decode<T>> streams,
                                               const char* who) {
-  const std::size_t m = streams.size();
-  std::vector<std::size_t> bytes(m);
-  for (std::size_t i = 0; i < m; ++i) {
-    if (streams[i].length < header_bytes) parse_header(nullptr, 0, streams[i].length, who);  // throws
-    bytes[i] = header_bytes;
-  }
-  Kokkos::View<std::byte*, Kokkos::HostSpace> held;
-  std::vector<const std::byte*> prefixes = host_prefixes<Memory>(exec, streams, bytes, held);
-  for (std::size_t i = 0; i < m; ++i)
-    bytes[i] = parse_header(prefixes[i], header_bytes, streams[i].length, who).layout().data_offset();
-  prefixes = host_prefixes<Memory>(exec, streams, bytes, held);
-  std::vector<stream_header> headers(m);
-  for (std::size_t i = 0; i < m; ++i) {
-    headers[i] = parse_header(prefixes[i], bytes[i], streams[i].length, who);
+  std::vector<stream_header> headers(streams.size());
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    const std::byte* const stream = streams[i].stream;
+    if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible)
+      headers[i] = read_header_with(streams[i].length, who, [&](std::size_t bytes) {
+        return Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(stream, bytes);
+      });
+    else
+      headers[i] =
+          read_header(exec, Kokkos::View<const std::byte*, Memory, Kokkos::MemoryUnmanaged>(stream, streams[i].length), who);
     require_element_type<T>(headers[i], who);
     require_expected_stream(headers[i], streams[i].count, streams[i].length, who);
   }
