@@ -151,7 +151,9 @@ def test_grouped_checks_see_the_same_gradients_as_one_pass():
         bounds._check(0, model, torch.nn.functional.mse_loss, x, y)
         chosen.append(([bounds.bound(n) for n in range(2)], [c["deviation"] for c in bounds.log()]))
     assert chosen[0][0] == chosen[1][0]
-    assert chosen[1][1] == pytest.approx(chosen[0][1], rel=0.25)
+    # Layer 0's deviations are float32 rounding (about 1e-7, where the checks' tolerance is 5e-2):
+    # they agree to within that, not to a fraction of themselves.
+    assert chosen[1][1] == pytest.approx(chosen[0][1], rel=0.25, abs=1e-6)
 
 
 class Noisy(torch.nn.Module):
