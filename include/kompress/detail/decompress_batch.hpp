@@ -91,6 +91,7 @@ void decode_fast_batch(const Exec& exec, std::span<const stream_to_decode<T>> st
       Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::batch_streams"), index.size());
   Kokkos::deep_copy(exec, device_entries, used);
   batch.streams = device_entries;
+  batch.first_bad = make_flag_slot<Memory>(exec);
 
   // Where chunk c of the batch is: stream k = the last entry whose first chunk is <= c.
   const auto locate = [&](std::uint64_t chunk) {

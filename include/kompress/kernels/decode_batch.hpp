@@ -9,6 +9,7 @@
 #include <kompress/format.hpp>
 #include <kompress/kernels/backend/backend.hpp>
 #include <kompress/kernels/chunk_encoder.hpp>
+#include <kompress/kernels/first_flagged.hpp>
 #include <kompress/kernels/team_codec.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -35,6 +36,7 @@ struct stream_batch {
   Kokkos::View<const batched_stream<T, BlockSize>*, Memory> streams;
   std::uint64_t chunks = 0;
   int blocks_per_chunk = default_blocks_per_chunk;  ///< the most of any stream
+  flag_slot<Memory> first_bad;  ///< where the kernels' first bad chunk waits (make_flag_slot)
 
   KOKKOS_INLINE_FUNCTION std::uint64_t stream_of(std::uint64_t chunk) const {
     std::uint64_t low = 0, high = streams.extent(0);  // the answer is in [low, high)
@@ -66,14 +68,12 @@ struct stream_batch {
 /// The first chunk of the batch whose checksum does not match, or batch.chunks.
 template <class Exec, class T, int BlockSize, class Memory>
 std::uint64_t verify_batch(const Exec& exec, const stream_batch<T, BlockSize, Memory>& batch) {
-  std::uint64_t first_bad = batch.chunks;
-  Kokkos::parallel_reduce(
+  return first_flagged(
       "kompress::decompress::verify_batch", Kokkos::RangePolicy<Exec>(exec, 0, batch.chunks),
       KOKKOS_LAMBDA(std::uint64_t chunk, std::uint64_t& bad) {
         if (!batch.verify(chunk)) bad = chunk < bad ? chunk : bad;
       },
-      Kokkos::Min<std::uint64_t>(first_bad));
-  return first_bad;
+      batch.first_bad, batch.chunks);
 }
 
 /// Every chunk of the batch decoded, a team per chunk where `tuning` says so, else by the
@@ -81,7 +81,6 @@ std::uint64_t verify_batch(const Exec& exec, const stream_batch<T, BlockSize, Me
 template <class Exec, class T, int BlockSize, class Memory>
 std::uint64_t decode_batch(const Exec& exec, const stream_batch<T, BlockSize, Memory>& batch,
                            const kernel_tuning& tuning = backend<Exec>::tuning()) {
-  std::uint64_t first_bad = batch.chunks;
   if (tuning.team_size == 0) return backend<Exec>::decode_batch_chunks(exec, batch, tuning.decoder);
   using member = team_member_of<Exec>;
   const std::size_t scratch = team_decode_scratch_bytes(batch.blocks_per_chunk);
@@ -94,9 +93,7 @@ std::uint64_t decode_batch(const Exec& exec, const stream_batch<T, BlockSize, Me
   };
   const auto policy = team_policy(exec, batch.chunks, tuning.team_size, scratch, level, kernel,
                                   Kokkos::ParallelReduceTag{});
-  Kokkos::parallel_reduce("kompress::decompress::team_decode_batch", policy, kernel,
-                          Kokkos::Min<std::uint64_t>(first_bad));
-  return first_bad;
+  return first_flagged("kompress::decompress::team_decode_batch", policy, kernel, batch.first_bad, batch.chunks);
 }
 
 }  // namespace kompress::inline v0::detail

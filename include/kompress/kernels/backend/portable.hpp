@@ -34,6 +34,7 @@
 
 #include <kompress/kernels/backend/tuning.hpp>
 #include <kompress/kernels/chunk_encoder.hpp>
+#include <kompress/kernels/first_flagged.hpp>
 #include <kompress/kernels/ratio_encoder.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -116,10 +117,8 @@ struct portable_backend {
   /// Every chunk of a stream_batch (kernels/decode_batch.hpp): the first bad one, or all.
   template <class Batch>
   static std::uint64_t decode_batch_chunks(const Exec& exec, const Batch& batch, encoder_kind) {
-    std::uint64_t first_bad = batch.chunks;
-    Kokkos::parallel_reduce("kompress::decompress::decode_batch", Kokkos::RangePolicy<Exec>(exec, 0, batch.chunks),
-                            batch, Kokkos::Min<std::uint64_t>(first_bad));
-    return first_bad;
+    return first_flagged("kompress::decompress::decode_batch", Kokkos::RangePolicy<Exec>(exec, 0, batch.chunks),
+                         batch, batch.first_bad, batch.chunks);
   }
 };
 
