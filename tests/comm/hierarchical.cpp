@@ -398,8 +398,8 @@ TEST_CASE("hierarchical reduce_scatter and allgather: a bad call on one rank is 
     CHECK_THROWS_AS(kompress::allgather(exec_space{}, mine, all, groups), kompress::invalid_argument);
   }
   // Then good calls still work on every rank.
-  device_view<float> ones("ones", 64 * std::size_t(p)), sums("sums", 64);
-  Kokkos::deep_copy(ones, 1.0f);
+  const auto ones = filled(64 * std::size_t(p), 1.0f);
+  device_view<float> sums("sums", 64);
   kompress::reduce_scatter(exec_space{}, ones, sums, groups, {.codec = {.bound = kompress::absolute(1e-3)}});
   CHECK(on_every_rank(std::fabs(to_host(sums)(0) - float(p)) <= 1e-3 * p));
 }
@@ -471,8 +471,7 @@ TEST_CASE("hierarchical allreduce: a bad call on one rank is an invalid_argument
                            kompress::invalid_argument);
   }
   // Then a good call still works on every rank.
-  device_view<float> data("data", 64);
-  Kokkos::deep_copy(data, 1.0f);
+  const auto data = filled(std::size_t(64), 1.0f);
   kompress::allreduce(exec_space{}, data, groups, {.codec = {.bound = kompress::absolute(1e-3)}});
   const auto got = to_host(data);
   CHECK(on_every_rank(std::fabs(got(0) - float(size_of())) <= 1e-3 * size_of()));

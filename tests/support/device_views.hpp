@@ -27,6 +27,15 @@ device_view<T> to_device(const host_view<T>& values) {
   return view;
 }
 
+/// `n` copies of `value` in device memory, filled on the host: Kokkos::Cuda's fill of a small
+/// View with a value writes outside it (docs/gpu.md).
+template <class T>
+device_view<T> filled(std::size_t n, T value) {
+  host_view<T> values("host", n);
+  Kokkos::deep_copy(values, value);
+  return to_device(values);
+}
+
 /// The elements of a contiguous View of any rank and memory space, in memory order, on the host.
 template <class View>
 host_view<typename View::non_const_value_type> to_host(const View& view) {
