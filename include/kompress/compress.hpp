@@ -107,7 +107,7 @@ template <class MemorySpace, class ExecutionSpace>
 void copy_to_host(const ExecutionSpace& exec, std::byte* to, const std::byte* from, std::size_t bytes) {
   Kokkos::deep_copy(exec, Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(to, bytes),
                     Kokkos::View<const std::byte*, MemorySpace, Kokkos::MemoryUnmanaged>(from, bytes));
-  exec.fence("kompress: stream header copied to the host");
+  exec.fence("kompress: stream bytes copied to the host");
 }
 
 /// Parses and fully checks a stream's header and chunk tables; `prefix(bytes)` gives the
@@ -170,13 +170,7 @@ U read_stream_field(const Exec& exec, const std::byte* stream, std::size_t offse
     exec.fence("kompress: stream field read");
     std::memcpy(&value, stream + offset, sizeof(U));
   } else {
-    Kokkos::deep_copy(
-        exec,
-        Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-            reinterpret_cast<std::byte*>(&value), sizeof(U)),
-        Kokkos::View<const std::byte*, MemorySpace, Kokkos::MemoryUnmanaged>(stream + offset,
-                                                                             sizeof(U)));
-    exec.fence("kompress: stream field read");
+    copy_to_host<MemorySpace>(exec, reinterpret_cast<std::byte*>(&value), stream + offset, sizeof(U));
   }
   return value;
 }
@@ -375,11 +369,7 @@ stream_info inspect_header(const ExecutionSpace& exec, const InView& stream) {
                                            typename InView::memory_space>::accessible) {
     if (available) std::memcpy(header, stream.data(), available);
   } else {
-    Kokkos::deep_copy(
-        exec, Kokkos::View<std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(header, available),
-        Kokkos::View<const std::byte*, typename InView::memory_space, Kokkos::MemoryUnmanaged>(
-            stream.data(), available));
-    exec.fence("kompress::inspect_header: header copied");
+    detail::copy_to_host<typename InView::memory_space>(exec, header, stream.data(), available);
   }
   return detail::to_info(detail::parse_header(header, available, stream.size(), who));
 }
