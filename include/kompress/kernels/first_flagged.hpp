@@ -1,9 +1,9 @@
 #pragma once
 // The least index a kernel flags (the first bad chunk), reduced where the execution space can
 // write it. On a host space the reduction lands in a local; elsewhere it lands in a one-value
-// View in the space's memory, copied back once: a Kokkos::Cuda reduction into a host scalar
-// wrote through the scalar's host address from the device (docs/gpu.md, "Measured on an
-// H200").
+// View in the space's memory, copied back once: the device then never holds a host address.
+// (A Kokkos::Cuda reduction into a host scalar wrote through that address on an H200, under
+// nvcc 13's misplaced kernel-object members: docs/gpu.md, "nvcc 13 and Kokkos's Views".)
 
 #include <Kokkos_Core.hpp>
 
