@@ -3,8 +3,10 @@
 // them) at another offset in device code than the host compiler does, unless kompress's CMake
 // target's definitions are in force; a kernel then reads its functor's members wrong
 // (docs/gpu.md, "nvcc 13 and Kokkos's Views"). Checked without a GPU: this file is compiled for
-// Kokkos::Cuda with its PTX kept (nvcc -keep), and the program compares the probe kernel's
-// parameter in that PTX (its size, and where the value is loaded from) with the host's layout.
+// Kokkos::Cuda, and the program compares the probe kernel's parameter in its PTX (its size, and
+// where the value is loaded from) with the host's layout. The PTX is read from the program
+// itself (a build with uncompressed fatbins, as scripts/dev's, holds it as text), else from the
+// folder nvcc -keep left it in (empty where ccache supplied the object).
 //
 //   test_view_layout [PTX_DIR]   (default: the folder the build kept the PTX in)
 
@@ -12,6 +14,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cctype>
 #include <cstddef>
 #include <cstdio>
 #include <filesystem>
@@ -32,20 +35,55 @@ struct view_then_value {
 
 extern "C" __global__ void kompress_view_layout_probe(view_then_value functor, double* out) { *out = functor.value; }
 
+namespace {
+
+/// The whole of a file, or nothing where it cannot be read.
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+/// Where the probe kernel's PTX declares its parameter's size ("..._param_0[40]"), or npos. The
+/// name alone also appears among this program's own strings, not followed by a digit.
+std::size_t probe_declaration(const std::string& text) {
+  const std::string marker = "kompress_view_layout_probe_param_0[";
+  for (std::size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + 1))
+    if (at + marker.size() < text.size() && std::isdigit(static_cast<unsigned char>(text[at + marker.size()])))
+      return at;
+  return std::string::npos;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  const std::filesystem::path dir = argc > 1 ? argv[1] : KOMPRESS_VIEW_LAYOUT_PTX_DIR;
+  // The probe's PTX: given a folder, the .ptx files there; else this program's own PTX, else
+  // the folder the build kept its PTX in.
   std::string ptx;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".ptx") continue;
-    std::ifstream file(entry.path());
-    std::ostringstream text;
-    text << file.rdbuf();
-    if (text.str().find("kompress_view_layout_probe") != std::string::npos) ptx = text.str();
+  const auto search = [&](const std::filesystem::path& dir) {
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, error))
+      if (entry.path().extension() == ".ptx" && probe_declaration(read_file(entry.path())) != std::string::npos)
+        ptx = read_file(entry.path());
+  };
+  if (argc > 1) {
+    search(argv[1]);
+  } else {
+    ptx = read_file("/proc/self/exe");
+    if (probe_declaration(ptx) == std::string::npos) {
+      ptx.clear();
+      search(KOMPRESS_VIEW_LAYOUT_PTX_DIR);
+    }
   }
   if (ptx.empty()) {
-    std::fprintf(stderr, "test_view_layout: no PTX with the probe kernel in %s\n", dir.c_str());
+    std::fprintf(stderr, "test_view_layout: no PTX of the probe kernel in this program (a compressed fatbin?) or in %s\n",
+                 argc > 1 ? argv[1] : KOMPRESS_VIEW_LAYOUT_PTX_DIR);
     return 2;
   }
+  // The kernel's declaration and body: a few hundred bytes from its parameter's size on (the
+  // rest of a program is no input for std::regex; the marker alone is this program's string).
+  ptx = ptx.substr(probe_declaration(ptx), 4096);
   std::smatch size, load;
   const bool has_size =
       std::regex_search(ptx, size, std::regex(R"(kompress_view_layout_probe_param_0\[(\d+)\])"));
