@@ -6,10 +6,11 @@
 //
 // For each file (default: three real float arrays, named without their shape), each piece count P and piece size S, the
 // file is tiled to P x S bytes and cut into P pieces; fast codec, REL 1e-3. Rows:
-//   batched        compress_batch with kernel_tuning::batch_device_memory on (on the host with
-//                  the team kernels, which the batched kernels are, and Kokkos's team size)
-//   one by one     the same pieces, each through compress's own kernels (the backend's
-//                  tuning: the team kernels on a device, a thread per chunk on the host)
+//   batched        compress_batch as the collectives call it (on the host with the team
+//                  kernels, which the batched kernels are, and Kokkos's team size)
+//   one by one     the same pieces, kernel_tuning::batch_compression off: each through
+//                  compress's own kernels (the team kernels on a device, a thread per chunk
+//                  on the host)
 //   copy           Kokkos::deep_copy of the P x S bytes: the bandwidth limit
 // GB/s is uncompressed bytes over the fastest call; rounds time every row once each, so load
 // from other processes falls on all alike. The batched streams must be the one-by-one
@@ -66,8 +67,7 @@ bool run(const std::string& name, std::size_t pieces, std::size_t piece_bytes, i
   const kompress::compress_options options{.bound = kompress::relative(1e-3)};
   const std::size_t room = (kompress::max_compressed_size<float>(per_piece, options) + 7) / 8 * 8;
   detail::kernel_tuning batched = detail::backend<exec>::tuning(), one_by_one = batched;
-  batched.batch_device_memory = true;
-  one_by_one.batch_device_memory = false;
+  one_by_one.batch_compression = false;
   if constexpr (on_host) {
     batched.team_size = -1;  // the host's codec takes no team kernels, so no batched ones either
     one_by_one.team_size = 0;

@@ -3,8 +3,8 @@
 // on real data cut into pieces of every awkward size, at every block size, with fill values,
 // given value ranges, stochastic rounding, an unaligned output and the ratio codec (the last
 // two through the single-stream kernels). On the build's default execution space (the GPU in a
-// CUDA build), with the team kernels forced where the backend does not run them, and the
-// batched kernels forced onto device memory, which takes the single-stream ones otherwise.
+// CUDA build), with the team kernels forced where the backend does not run them, and with the
+// batched kernels turned off (every piece through the single-stream kernels) as well.
 
 #include "support/codec_checks.hpp"
 #include "support/data_checks.hpp"
@@ -27,12 +27,12 @@ using kompress::detail::stream_to_compress;
 template <class T>
 using device = Kokkos::View<T*, default_memory>;
 
-/// The backend's tuning with `team_size`; the batched kernels on any memory (device memory
-/// takes the single-stream kernels otherwise) where `batch_anywhere`.
-kompress::detail::kernel_tuning with_team_size(int team_size, bool batch_anywhere) {
+/// The backend's tuning with `team_size`; the batched kernels where `batch_kernels` (and the
+/// team kernels run), else every piece through the single-stream kernels.
+kompress::detail::kernel_tuning with_team_size(int team_size, bool batch_kernels) {
   kompress::detail::kernel_tuning tuning = kompress::detail::backend<default_exec>::tuning();
   tuning.team_size = team_size;
-  tuning.batch_device_memory = batch_anywhere;
+  tuning.batch_compression = batch_kernels;
   return tuning;
 }
 
@@ -42,7 +42,7 @@ kompress::detail::kernel_tuning with_team_size(int team_size, bool batch_anywher
 /// every byte.
 template <class T>
 void check_batch(const device<T>& values, const std::vector<std::size_t>& sizes,
-                 const kompress::compress_options& options, int team_size, bool batch_anywhere,
+                 const kompress::compress_options& options, int team_size, bool batch_kernels,
                  bool known_ranges, std::size_t shift = ~std::size_t(0)) {
   std::vector<std::size_t> offsets, begins;
   std::size_t room = 0, at = 0;
@@ -64,7 +64,8 @@ void check_batch(const device<T>& values, const std::vector<std::size_t>& sizes,
     streams.push_back({in, sizes[i], batched.data() + offsets[i], known_ranges && i % 2 ? &ranges[i] : nullptr});
   }
   const std::vector<std::size_t> lengths = kompress::detail::compress_batch(
-      default_exec{}, std::span<const stream_to_compress<T>>(streams), options, "test", with_team_size(team_size, batch_anywhere));
+      default_exec{}, std::span<const stream_to_compress<T>>(streams), options, "test",
+      with_team_size(team_size, batch_kernels));
   REQUIRE(lengths.size() == sizes.size());
   const auto got = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, batched);
   for (std::size_t i = 0; i < sizes.size(); ++i) {
@@ -92,12 +93,12 @@ void check_file(const kompress::test::data_file_info& file) {
     for (const auto bound : {kompress::relative(1e-2), kompress::absolute(1e-3)}) {
       const kompress::compress_options options{.bound = bound, .fill_value = file.fill_value, .block_size = block_size};
       for (const int team_size : {64, -1, 0})
-        for (const bool batch_anywhere : {false, true}) {
+        for (const bool batch_kernels : {false, true}) {
           CAPTURE(file.name);
           CAPTURE(block_size);
           CAPTURE(team_size);
-          CAPTURE(batch_anywhere);
-          check_batch(values, sizes, options, team_size, batch_anywhere, block_size == 32);
+          CAPTURE(batch_kernels);
+          check_batch(values, sizes, options, team_size, batch_kernels, block_size == 32);
         }
     }
 }
@@ -121,17 +122,17 @@ TEST_CASE("compress_batch: stochastic rounding, an unaligned output and the rati
   const device<float> values = kompress::test::to_default_space(host_values);
   const std::vector<std::size_t> sizes = {5000, 9000, 1, 4096, 6000, 8000};
   for (const int team_size : {64, 0})
-    for (const bool batch_anywhere : {false, true}) {
+    for (const bool batch_kernels : {false, true}) {
       CAPTURE(team_size);
-      CAPTURE(batch_anywhere);
+      CAPTURE(batch_kernels);
       check_batch(values, sizes,
                   {.bound = kompress::relative(1e-3), .rounding = kompress::rounding_mode::stochastic,
                    .rounding_seed = 11},
-                  team_size, batch_anywhere, false);
-      check_batch(values, sizes, {.bound = kompress::relative(1e-3)}, team_size, batch_anywhere, true,
+                  team_size, batch_kernels, false);
+      check_batch(values, sizes, {.bound = kompress::relative(1e-3)}, team_size, batch_kernels, true,
                   2);  // stream 2 at +3 bytes
       check_batch(values, sizes, {.bound = kompress::relative(1e-3), .codec = kompress::codec_mode::ratio}, team_size,
-                  batch_anywhere, false);
+                  batch_kernels, false);
     }
 }
 

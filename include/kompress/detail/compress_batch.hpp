@@ -80,11 +80,11 @@ void enqueue_fast_batch(const Exec& exec, std::span<const stream_to_compress<T>>
 
 /// Compresses every array into its stream with `options`, waits for `exec` once, and returns
 /// the streams' lengths: the bytes compress (compress_known_range where a range is given)
-/// writes for each. Where the team kernels run (`tuning.team_size`) on memory the host reads
-/// (or anywhere with `tuning.batch_device_memory`), the fast codec's arrays go through the
-/// batched kernels: three launches whatever their number; an empty array or an unaligned output
-/// takes the single-stream kernels, as does every array elsewhere (the host backend's codec,
-/// whose call costs microseconds, and device memory for now), each enqueued without a wait.
+/// writes for each. Where the team kernels run (`tuning.team_size`; `tuning.batch_compression`
+/// turns this off), the fast codec's arrays go through the batched kernels: three launches
+/// whatever their number; an empty array or an unaligned output takes the single-stream
+/// kernels, as does every array elsewhere (the ratio codec, and the host backend's codec, whose
+/// call costs microseconds), each enqueued without a wait.
 /// One compression to Kokkos Tools (region "kompress::compress").
 template <class T, class Exec>
 std::vector<std::size_t> compress_batch(const Exec& exec, std::span<const stream_to_compress<T>> streams,
@@ -97,11 +97,8 @@ std::vector<std::size_t> compress_batch(const Exec& exec, std::span<const stream
   Kokkos::Profiling::ScopedRegion region("kompress::compress");
   const Kokkos::View<std::uint64_t*, memory> device_lengths(
       Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::batch_lengths"), streams.size());
-  // The batched kernels faulted on Kokkos::Cuda (docs/gpu.md, "Measured on an H200"): device
-  // memory takes the single-stream kernels until a GPU run shows them right.
-  const bool batches = tuning.team_size != 0 && options.codec == codec_mode::fast && streams.size() > 1 &&
-                       (Kokkos::SpaceAccessibility<Kokkos::HostSpace, memory>::accessible ||
-                        tuning.batch_device_memory);
+  const bool batches = tuning.team_size != 0 && tuning.batch_compression && options.codec == codec_mode::fast &&
+                       streams.size() > 1;
   std::vector<std::size_t> together;
   for (std::size_t i = 0; i < streams.size(); ++i) {
     const stream_to_compress<T>& s = streams[i];

@@ -55,11 +55,10 @@ struct kernel_tuning {
   /// directions; the settings above other than range_segment then do not apply. Any value
   /// writes the same bytes.
   int team_size = default_team_size;
-  /// Whether batched compression (detail/compress_batch.hpp) runs the batched kernels on
-  /// memory the host cannot read. Off: they faulted on an H200, most likely nvcc 13's layout
-  /// fault (docs/gpu.md, "nvcc 13 and Kokkos's Views"); test_compress_batch forces it on so
-  /// that a GPU run shows whether they can be routed back.
-  bool batch_device_memory = false;
+  /// Whether batched compression (detail/compress_batch.hpp) runs the batched kernels where
+  /// the team kernels run. Off, every array takes the single-stream kernels: the same bytes,
+  /// a compression per array (bench_compress_batch's baseline).
+  bool batch_compression = true;
 };
 
 }  // namespace kompress::inline v0::detail
