@@ -1,8 +1,9 @@
 // Batched decoding (detail/decompress_batch.hpp): many streams decoded by one checksum launch
 // and one decoder launch write exactly what decompress writes for each, with the thread-per-
-// chunk and the team decoders, on real data cut into pieces of every awkward size; a damaged
-// stream is named and leaves every output untouched; mixes the batched kernels do not take are
-// decoded one by one. On the build's default execution space (the GPU in a CUDA build).
+// chunk and the team decoders and every way of reading the headers (in place, stream by
+// stream, gathered), on real data cut into pieces of every awkward size; a damaged stream is
+// named and leaves every output untouched; mixes the batched kernels do not take are decoded
+// one by one. On the build's default execution space (the GPU in a CUDA build).
 
 #include "support/codec_checks.hpp"
 #include "support/data_checks.hpp"
@@ -11,6 +12,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <span>
 #include <string>
@@ -101,9 +103,14 @@ std::vector<std::size_t> awkward_sizes(std::size_t total) {
   return sizes;
 }
 
-kompress::detail::kernel_tuning with_team_size(int team_size) {
+using kompress::detail::header_reading;
+constexpr header_reading every_reading[] = {header_reading::direct, header_reading::per_stream,
+                                            header_reading::gathered};
+
+kompress::detail::kernel_tuning tuned(int team_size, header_reading reading = header_reading::direct) {
   kompress::detail::kernel_tuning tuning = kompress::detail::backend<default_exec>::tuning();
   tuning.team_size = team_size;
+  tuning.batch_headers = reading;
   return tuning;
 }
 
@@ -117,15 +124,22 @@ void check_file(const kompress::test::data_file_info& file) {
                                                .block_size = block_size};
       const compressed_pieces<T> pieces(input, awkward_sizes(values.size()), {options});
       const device<T> expected = pieces.one_by_one();
-      for (const int team_size : {0, 64, -1}) {
+      // Every decoder with the headers read in place, the thread per chunk with every reading.
+      const std::pair<int, header_reading> runs[] = {{0, header_reading::direct},
+                                                     {64, header_reading::direct},
+                                                     {-1, header_reading::direct},
+                                                     {0, header_reading::per_stream},
+                                                     {0, header_reading::gathered}};
+      for (const auto& [team_size, reading] : runs) {
         CAPTURE(file.name);
         CAPTURE(block_size);
         CAPTURE(rel);
         CAPTURE(team_size);
+        CAPTURE(int(reading));
         const device<T> out("batched", pieces.values);
         const auto items = pieces.batch(out);
         const double bound = kompress::detail::decompress_batch<default_memory>(
-            default_exec{}, std::span<const stream_to_decode<T>>(items), "test", with_team_size(team_size));
+            default_exec{}, std::span<const stream_to_decode<T>>(items), "test", tuned(team_size, reading));
         CHECK(same_bits(out, expected));
         CHECK(bound > 0.0);
       }
@@ -169,8 +183,10 @@ TEST_CASE("decompress_batch: a damaged stream is named, and no output is written
   const device<float> input = kompress::test::to_default_space(values);
   const compressed_pieces<float> pieces(input, {40000, 30000, 20000, 10000},
                                         {{.bound = kompress::relative(1e-2)}});
-  for (const int team_size : {0, 64}) {
+  for (const auto& [team_size, reading] : {std::pair{0, header_reading::direct}, std::pair{64, header_reading::direct},
+                                           std::pair{0, header_reading::gathered}}) {
     CAPTURE(team_size);
+    CAPTURE(int(reading));
     // A byte of stream 2's chunk data flipped (past its header and tables).
     const auto streams = Kokkos::create_mirror(Kokkos::HostSpace{}, pieces.streams);  // a copy, even on the host
     Kokkos::deep_copy(streams, pieces.streams);
@@ -184,7 +200,7 @@ TEST_CASE("decompress_batch: a damaged stream is named, and no output is written
     for (std::size_t i = 0; i < items.size(); ++i) items[i].stream = damaged.data() + pieces.offsets[i];
     try {
       kompress::detail::decompress_batch<default_memory>(
-          default_exec{}, std::span<const stream_to_decode<float>>(items), "test", with_team_size(team_size));
+          default_exec{}, std::span<const stream_to_decode<float>>(items), "test", tuned(team_size, reading));
       FAIL("a damaged stream was decoded");
     } catch (const kompress::format_error& e) {
       CHECK(std::string(e.what()).find("of stream 2 of 4") != std::string::npos);
@@ -203,28 +219,90 @@ TEST_CASE("decompress_batch: a stream that does not hold what it should is rejec
   const compressed_pieces<float> pieces(input, {10000, 12000, 9000}, {{.bound = kompress::relative(1e-3)}});
   const device<float> out("out", pieces.values);
   using error = kompress::format_error;
-  const auto decode = [&](std::vector<stream_to_decode<float>> items) {
+  for (const header_reading reading : every_reading) {
+    CAPTURE(int(reading));
+    const auto decode = [&](std::vector<stream_to_decode<float>> items) {
+      kompress::detail::decompress_batch<default_memory>(
+          default_exec{}, std::span<const stream_to_decode<float>>(items), "test", tuned(0, reading));
+    };
+    auto items = pieces.batch(out);
+    items[1].count -= 1;  // another count than the stream's
+    CHECK_THROWS_WITH_AS(decode(items), doctest::Contains("expected 11999 values"), error);
+    items = pieces.batch(out);
+    items[2].length -= 1;  // shorter than the stream
+    CHECK_THROWS_AS(decode(items), error);
+    items = pieces.batch(out);
+    items[0].length = 40;  // shorter than a header
+    CHECK_THROWS_WITH_AS(decode(items), doctest::Contains("truncated"), error);
+    // The streams hold floats: decoding them as doubles is the caller's error.
+    const device<double> wide("wide", pieces.values);
+    std::vector<stream_to_decode<double>> as_double;
+    for (const auto& item : pieces.batch(out))
+      as_double.push_back({item.stream, item.length, wide.data(), item.count});
+    CHECK_THROWS_AS(kompress::detail::decompress_batch<default_memory>(
+                        default_exec{}, std::span<const stream_to_decode<double>>(as_double), "test",
+                        tuned(0, reading)),
+                    kompress::invalid_argument);
+    // Nothing to decode is not an error.
+    CHECK(kompress::detail::decompress_batch<default_memory>(default_exec{}, std::span<const stream_to_decode<float>>(),
+                                                             "test", tuned(0, reading)) == 0.0);
+  }
+}
+
+TEST_CASE("decompress_batch: streams whose tables run past the first copy, read every way") {
+  // 700,001 values: 342 chunks of the fast codec, tables past header_prefetch_bytes; beside
+  // them a stream of one value, shorter than the prefetch.
+  std::vector<float> values(700001);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = float(std::sin(0.001 * double(i)) + 1e-3 * double(i % 7));
+  const device<float> input = kompress::test::to_default_space(values);
+  const compressed_pieces<float> pieces(input, {1, 700000}, {{.bound = kompress::relative(1e-3)}});
+  REQUIRE(pieces.lengths[1] > kompress::detail::header_prefetch_bytes);
+  const device<float> expected = pieces.one_by_one();
+  for (const header_reading reading : every_reading) {
+    CAPTURE(int(reading));
+    const device<float> out("batched", pieces.values);
+    const auto items = pieces.batch(out);
     kompress::detail::decompress_batch<default_memory>(default_exec{}, std::span<const stream_to_decode<float>>(items),
-                                                       "test");
-  };
-  auto items = pieces.batch(out);
-  items[1].count -= 1;  // another count than the stream's
-  CHECK_THROWS_WITH_AS(decode(items), doctest::Contains("expected 11999 values"), error);
-  items = pieces.batch(out);
-  items[2].length -= 1;  // shorter than the stream
-  CHECK_THROWS_AS(decode(items), error);
-  items = pieces.batch(out);
-  items[0].length = 40;  // shorter than a header
-  CHECK_THROWS_WITH_AS(decode(items), doctest::Contains("truncated"), error);
-  // The streams hold floats: decoding them as doubles is the caller's error.
-  const device<double> wide("wide", pieces.values);
-  std::vector<stream_to_decode<double>> as_double;
-  for (const auto& item : pieces.batch(out))
-    as_double.push_back({item.stream, item.length, wide.data(), item.count});
-  CHECK_THROWS_AS(kompress::detail::decompress_batch<default_memory>(
-                      default_exec{}, std::span<const stream_to_decode<double>>(as_double), "test"),
-                  kompress::invalid_argument);
-  // Nothing to decode is not an error.
-  CHECK(kompress::detail::decompress_batch<default_memory>(default_exec{}, std::span<const stream_to_decode<float>>(),
-                                                           "test") == 0.0);
+                                                       "test", tuned(0, reading));
+    CHECK(same_bits(out, expected));
+  }
+  // A chunk end in the long stream's tables, past the first copy, damaged: rejected every way.
+  const auto streams = Kokkos::create_mirror(Kokkos::HostSpace{}, pieces.streams);
+  Kokkos::deep_copy(streams, pieces.streams);
+  const std::size_t at = pieces.offsets[1] + kompress::detail::header_prefetch_bytes + 100;
+  streams(at) = std::byte(std::uint8_t(streams(at)) ^ 0x10);
+  const device<std::byte> damaged("damaged", streams.size());
+  Kokkos::deep_copy(damaged, streams);
+  for (const header_reading reading : every_reading) {
+    CAPTURE(int(reading));
+    const device<float> out("batched", pieces.values);
+    std::vector<stream_to_decode<float>> items = pieces.batch(out);
+    for (std::size_t i = 0; i < items.size(); ++i) items[i].stream = damaged.data() + pieces.offsets[i];
+    CHECK_THROWS_AS(kompress::detail::decompress_batch<default_memory>(
+                        default_exec{}, std::span<const stream_to_decode<float>>(items), "test", tuned(0, reading)),
+                    kompress::format_error);
+  }
+}
+
+TEST_CASE("gather_stream_bytes: pieces of every length, empty ones included, end to end in order") {
+  std::vector<std::byte> bytes(10000);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(std::uint8_t(i * 37 + i / 251));
+  const device<std::byte> memory = kompress::test::to_default_space(bytes);
+  // Streams at odd offsets; pieces [from, to) of each, two of them empty.
+  const std::vector<std::size_t> offsets = {0, 1, 333, 4097, 9000, 9999};
+  const std::vector<std::size_t> from = {0, 5, 0, 10, 7, 0}, to = {1, 5, 3000, 4000, 7, 1};
+  std::vector<stream_to_decode<float>> streams;
+  for (std::size_t offset : offsets) streams.push_back({memory.data() + offset, bytes.size() - offset, nullptr, 0});
+  const std::vector<std::byte> gathered = kompress::detail::gather_stream_bytes<default_memory>(
+      default_exec{}, std::span<const stream_to_decode<float>>(streams), from, to);
+  std::vector<std::byte> expected;
+  for (std::size_t i = 0; i < offsets.size(); ++i)
+    expected.insert(expected.end(), bytes.begin() + std::ptrdiff_t(offsets[i] + from[i]),
+                    bytes.begin() + std::ptrdiff_t(offsets[i] + to[i]));
+  CHECK(gathered == expected);
+  // Nothing to gather: no launch, nothing returned.
+  const std::vector<std::size_t> none(offsets.size(), 0);
+  CHECK(kompress::detail::gather_stream_bytes<default_memory>(
+            default_exec{}, std::span<const stream_to_decode<float>>(streams), none, none)
+            .empty());
 }

@@ -1,10 +1,10 @@
 #pragma once
 // decompress_batch: many streams, each of a known element count and length in the execution
 // space's memory, decoded with a fixed number of launches and host waits whatever their
-// number (kernels/decode_batch.hpp; device memory's headers are read stream by stream for
-// now); every output is what decompress writes for its stream, and every check decompress
-// makes is made. The collectives decode with it the streams that arrive together. docs/gpu.md,
-// "Batched decoding".
+// number (kernels/decode_batch.hpp; the headers of streams in device memory are read stream by
+// stream, or gathered: kernel_tuning::batch_headers); every output is what decompress writes for
+// its stream, and every check decompress makes is made. The collectives decode with it the
+// streams that arrive together. docs/gpu.md, "Batched decoding".
 
 #include <kompress/compress.hpp>
 #include <kompress/kernels/decode_batch.hpp>
@@ -40,23 +40,110 @@ inline void require_expected_stream(const stream_header& header, std::size_t cou
                        " values in a message of " + std::to_string(length) + " bytes");
 }
 
-/// Every stream's header and chunk tables read and checked, and each held to its expected
-/// element type, count and length: in host memory where the streams are; in device memory
-/// stream by stream, as decompress reads them (a batched gather of the headers gave wrong bytes
-/// on Kokkos::Cuda, docs/gpu.md, "Measured on an H200 (2026-12-04)").
+/// Bytes [from[i], to[i]) of each stream, gathered on `exec` by one kernel into one buffer and
+/// copied to the host with one wait; returned end to end in stream order.
+template <class Memory, class T, class Exec>
+std::vector<std::byte> gather_stream_bytes(const Exec& exec, std::span<const stream_to_decode<T>> streams,
+                                           const std::vector<std::size_t>& from, const std::vector<std::size_t>& to) {
+  // The plan: each piece's address, then where each piece starts in the buffer (and its end).
+  const std::size_t m = streams.size();
+  Kokkos::View<std::uint64_t*, Kokkos::HostSpace> plan(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "kompress::batch_gather_plan"), 2 * m + 1);
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < m; ++i) {
+    plan(i) = reinterpret_cast<std::uintptr_t>(streams[i].stream + from[i]);
+    plan(m + i) = total;
+    total += to[i] - from[i];
+  }
+  plan(2 * m) = total;
+  std::vector<std::byte> host(total);
+  if (total == 0) return host;
+  const Kokkos::View<std::uint64_t*, Memory> device_plan(
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::batch_gather_plan"), 2 * m + 1);
+  Kokkos::deep_copy(exec, device_plan, plan);
+  const Kokkos::View<std::byte*, Memory> gathered(
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kompress::batch_gathered_bytes"), total);
+  // A thread per byte finds its piece by bisection: balanced however unequal the pieces are.
+  const std::uint64_t* const pieces = device_plan.data();
+  std::byte* const out = gathered.data();
+  Kokkos::parallel_for(
+      "kompress::decompress::gather_headers", Kokkos::RangePolicy<Exec>(exec, 0, total), KOKKOS_LAMBDA(std::size_t b) {
+        std::size_t lo = 0, hi = m;  // the piece is the last one starting at or before b
+        while (hi - lo > 1) {
+          const std::size_t mid = (lo + hi) / 2;
+          if (pieces[m + mid] <= b) lo = mid;
+          else hi = mid;
+        }
+        out[b] = reinterpret_cast<const std::byte*>(pieces[lo])[b - pieces[m + lo]];
+      });
+  copy_to_host<Memory>(exec, host.data(), out, total);
+  return host;
+}
+
+/// Every stream's header and chunk tables through two gathers (gather_stream_bytes): the
+/// headers, then the tables they describe, so that only those bytes cross to the host (a
+/// prefetch of header_prefetch_bytes a stream, as read_header makes, would carry 4 KiB for the
+/// some hundred bytes of a collective's piece).
+template <class Memory, class T, class Exec>
+std::vector<stream_header> gathered_headers(const Exec& exec, std::span<const stream_to_decode<T>> streams,
+                                            const char* who) {
+  const std::size_t m = streams.size();
+  std::vector<std::size_t> from(m, 0), to(m);
+  for (std::size_t i = 0; i < m; ++i) {
+    if (streams[i].length < header_bytes) parse_header(nullptr, 0, streams[i].length, who);  // throws
+    to[i] = header_bytes;
+  }
+  const std::vector<std::byte> prefixes = gather_stream_bytes<Memory>(exec, streams, from, to);
+  std::vector<std::size_t> at(m), tables_end(m);
+  for (std::size_t i = 0, offset = 0; i < m; ++i) {
+    at[i] = offset;
+    offset += to[i];
+    tables_end[i] = parse_header(prefixes.data() + at[i], header_bytes, streams[i].length, who).layout().data_offset();
+    from[i] = to[i];
+    to[i] = std::max(to[i], tables_end[i]);
+  }
+  const std::vector<std::byte> rests = gather_stream_bytes<Memory>(exec, streams, from, to);
+  std::vector<stream_header> headers(m);
+  std::vector<std::byte> whole;
+  for (std::size_t i = 0, rest = 0; i < m; ++i) {
+    const std::size_t more = to[i] - from[i];
+    if (more == 0) {
+      headers[i] = parse_header(prefixes.data() + at[i], tables_end[i], streams[i].length, who);
+      continue;
+    }
+    whole.assign(prefixes.begin() + std::ptrdiff_t(at[i]), prefixes.begin() + std::ptrdiff_t(at[i] + from[i]));
+    whole.insert(whole.end(), rests.begin() + std::ptrdiff_t(rest), rests.begin() + std::ptrdiff_t(rest + more));
+    rest += more;
+    headers[i] = parse_header(whole.data(), whole.size(), streams[i].length, who);
+  }
+  return headers;
+}
+
+/// Every stream's header and chunk tables read and checked (`how`: kernel_tuning::batch_headers),
+/// and each held to its expected element type, count and length.
 template <class Memory, class T, class Exec>
 std::vector<stream_header> read_batch_headers(const Exec& exec, std::span<const stream_to_decode<T>> streams,
-                                              const char* who) {
-  std::vector<stream_header> headers(streams.size());
+                                              const char* who, header_reading how) {
+  std::vector<stream_header> headers;
+  if (how == header_reading::gathered) {
+    headers = gathered_headers<Memory>(exec, streams, who);
+  } else {
+    headers.resize(streams.size());
+    for (std::size_t i = 0; i < streams.size(); ++i) {
+      const std::byte* const stream = streams[i].stream;
+      const Kokkos::View<const std::byte*, Memory, Kokkos::MemoryUnmanaged> in(stream, streams[i].length);
+      if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible) {
+        if (how == header_reading::direct) {
+          headers[i] = read_header_with(streams[i].length, who, [&](std::size_t bytes) {
+            return Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(stream, bytes);
+          });
+          continue;
+        }
+      }
+      headers[i] = read_header(exec, in, who);
+    }
+  }
   for (std::size_t i = 0; i < streams.size(); ++i) {
-    const std::byte* const stream = streams[i].stream;
-    if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible)
-      headers[i] = read_header_with(streams[i].length, who, [&](std::size_t bytes) {
-        return Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(stream, bytes);
-      });
-    else
-      headers[i] =
-          read_header(exec, Kokkos::View<const std::byte*, Memory, Kokkos::MemoryUnmanaged>(stream, streams[i].length), who);
     require_element_type<T>(headers[i], who);
     require_expected_stream(headers[i], streams[i].count, streams[i].length, who);
   }
@@ -115,12 +202,12 @@ void decode_fast_batch(const Exec& exec, std::span<const stream_to_decode<T>> st
 /// bound of the streams. Throws format_error for a damaged stream or one that does not hold
 /// its expected count in its length (naming the stream), before any output is written unless
 /// the damage hides behind matching checksums. `tuning` is the backend's unless a test forces
-/// the other decoder.
+/// another decoder or way of reading the headers.
 template <class Memory, class T, class Exec>
 double decompress_batch(const Exec& exec, std::span<const stream_to_decode<T>> streams, const char* who,
                         const kernel_tuning& tuning = backend<Exec>::tuning()) {
   if (streams.empty()) return 0.0;
-  const std::vector<stream_header> headers = read_batch_headers<Memory>(exec, streams, who);
+  const std::vector<stream_header> headers = read_batch_headers<Memory>(exec, streams, who, tuning.batch_headers);
   double bound = 0.0;
   for (const stream_header& header : headers) bound = std::max(bound, header.abs_bound);
   const int block_size = headers[0].block_size;

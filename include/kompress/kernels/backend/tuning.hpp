@@ -18,6 +18,15 @@ enum class encoder_kind : std::uint8_t {
   avx2_fma,  ///< the codec compiled once more for AVX2 + FMA (x86-64 hosts that have them)
 };
 
+/// How batched decoding (detail/decompress_batch.hpp) reads its streams' headers and chunk
+/// tables. Every way reads the same bytes and makes the same checks.
+enum class header_reading : std::uint8_t {
+  direct,      ///< in place where the host can read the streams' memory, else per_stream
+  per_stream,  ///< a copy and a wait per stream (two where its tables are long), as decompress reads one
+  gathered,    ///< every stream's first bytes gathered by one kernel into one buffer and copied to the
+               ///< host with one wait, a second for the tables past them: whatever the number of streams
+};
+
 /// The most parallel waves the assemble step runs (the wave of a chunk is computed from up
 /// to 2^max_assemble_waves chunk-table lookups).
 inline constexpr int max_assemble_waves = 4;
@@ -59,6 +68,8 @@ struct kernel_tuning {
   /// the team kernels run. Off, every array takes the single-stream kernels: the same bytes,
   /// a compression per array (bench_compress_batch's baseline).
   bool batch_compression = true;
+  /// How batched decoding reads its streams' headers (above).
+  header_reading batch_headers = header_reading::direct;
 };
 
 }  // namespace kompress::inline v0::detail
