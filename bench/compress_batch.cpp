@@ -13,9 +13,13 @@
 //                  compress's own kernels (the team kernels on a device, a thread per chunk
 //                  on the host)
 //   copy           Kokkos::deep_copy of the P x S bytes: the bandwidth limit
+//   decode         the batched streams decoded together by detail::decompress_batch, their
+//                  headers and chunk tables read stream by stream (a copy and a wait each in
+//                  device memory) and gathered (kernel_tuning::batch_headers: two waits in all);
+//                  in host memory "per stream" reads them in place
 // GB/s is uncompressed bytes over the fastest call; rounds time every row once each, so load
 // from other processes falls on all alike. The batched streams must be the one-by-one
-// streams' bytes: the program exits 1 where one differs.
+// streams' bytes, and both decodings the same values: the program exits 1 where one differs.
 //
 //   bench_compress_batch [--files a,b] [--pieces 8,64,512] [--piece-kib 16,256] [--reps 5]
 
@@ -24,9 +28,11 @@
 #include "support.hpp"
 
 #include <kompress/detail/compress_batch.hpp>
+#include <kompress/detail/decompress_batch.hpp>
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -53,8 +59,9 @@ std::string float_file(const std::string& prefix) {
   throw std::runtime_error("no .f32 file named " + prefix + "_* in " + kompress::test::data_dir().string());
 }
 
-/// GB/s of the batched and one-by-one compressions and of the copy, for one file cut into
-/// `pieces` pieces of `piece_bytes`; false where the two compressions' streams differ.
+/// GB/s of the batched and one-by-one compressions, of the copy and of the two decodings, for
+/// one file cut into `pieces` pieces of `piece_bytes`; false where the two compressions' streams
+/// or the two decodings' values differ.
 bool run(const std::string& name, std::size_t pieces, std::size_t piece_bytes, int reps) {
   const std::vector<float> file_values = kompress::test::read_raw<float>(float_file(name));
   const std::size_t per_piece = piece_bytes / sizeof(float), count = per_piece * pieces;
@@ -92,12 +99,31 @@ bool run(const std::string& name, std::size_t pieces, std::size_t piece_bytes, i
     Kokkos::deep_copy(exec{}, copy, values);
     exec().fence();
   };
-  double best[3] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
-                    std::numeric_limits<double>::infinity()};
+  // Decoding the batched streams into one output per way of reading their headers.
+  compress(0);
+  const detail::header_reading readings[2] = {detail::header_reading::per_stream, detail::header_reading::gathered};
+  Kokkos::View<float*, memory> decoded[2];
+  std::vector<detail::stream_to_decode<float>> received[2];
+  for (int r = 0; r < 2; ++r) {
+    decoded[r] = Kokkos::View<float*, memory>(Kokkos::view_alloc("decoded", Kokkos::WithoutInitializing), count);
+    for (std::size_t p = 0; p < pieces; ++p)
+      received[r].push_back({outs[0].data() + p * room, lengths[0][p], decoded[r].data() + p * per_piece, per_piece});
+  }
+  const auto decode = [&](int r) {
+    detail::kernel_tuning tuning = detail::backend<exec>::tuning();
+    tuning.batch_headers = readings[r];
+    detail::decompress_batch<memory>(exec{}, std::span<const detail::stream_to_decode<float>>(received[r]),
+                                     "bench_compress_batch", tuning);
+    exec().fence();
+  };
+  double best[5];
+  std::fill(best, best + 5, std::numeric_limits<double>::infinity());
   for (int round = 0; round < reps; ++round) {
     for (int v = 0; v < 2; ++v)
       best[v] = std::min(best[v], kompress_bench::best_seconds([&] { compress(v); }, 1, min_seconds));
     best[2] = std::min(best[2], kompress_bench::best_seconds(copy_all, 1, min_seconds));
+    for (int r = 0; r < 2; ++r)
+      best[3 + r] = std::min(best[3 + r], kompress_bench::best_seconds([&] { decode(r); }, 1, min_seconds));
   }
 
   // The batched streams against the one-by-one streams, byte for byte.
@@ -110,15 +136,23 @@ bool run(const std::string& name, std::size_t pieces, std::size_t piece_bytes, i
         std::memcmp(first.data() + p * room, second.data() + p * room, lengths[0][p]) != 0)
       ++differing;
   }
+  const auto per_stream = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, decoded[0]);
+  const auto gathered = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, decoded[1]);
+  const bool same_values = std::memcmp(per_stream.data(), gathered.data(), count * sizeof(float)) == 0;
   const std::size_t bytes = count * sizeof(float);
-  std::printf("%-34s %6zu x %8s %9.2f %11.2f %7.2fx %9.2f %7.2f%s\n", name.substr(0, 34).c_str(), pieces,
-              kompress_bench::human_bytes(piece_bytes).c_str(), kompress_bench::gbs(bytes, best[0]),
-              kompress_bench::gbs(bytes, best[1]), best[1] / best[0], kompress_bench::gbs(bytes, best[2]),
-              double(bytes) / double(compressed), differing ? "  STREAMS DIFFER" : "");
+  std::printf("%-34s %6zu x %8s %9.2f %11.2f %7.2fx %9.2f %7.2f %10.2f %9.2f %7.2fx%s%s\n",
+              name.substr(0, 34).c_str(), pieces, kompress_bench::human_bytes(piece_bytes).c_str(),
+              kompress_bench::gbs(bytes, best[0]), kompress_bench::gbs(bytes, best[1]), best[1] / best[0],
+              kompress_bench::gbs(bytes, best[2]), double(bytes) / double(compressed),
+              kompress_bench::gbs(bytes, best[3]), kompress_bench::gbs(bytes, best[4]), best[3] / best[4],
+              differing ? "  STREAMS DIFFER" : "", same_values ? "" : "  DECODED VALUES DIFFER");
   if (differing)
     std::fprintf(stderr, "bench_compress_batch: %s, %zu pieces of %zu bytes: %zu batched streams differ\n",
                  name.c_str(), pieces, piece_bytes, differing);
-  return differing == 0;
+  if (!same_values)
+    std::fprintf(stderr, "bench_compress_batch: %s, %zu pieces of %zu bytes: the two decodings differ\n",
+                 name.c_str(), pieces, piece_bytes);
+  return differing == 0 && same_values;
 }
 
 }  // namespace
@@ -151,9 +185,10 @@ int main(int argc, char** argv) {
   }
   std::printf("bench_compress_batch: %s, %s, load average %s, fast codec, REL 1e-3\n", exec::name(),
               kompress_bench::cpu_model().c_str(), kompress_bench::load_average().c_str());
-  std::printf("%-34s %17s %9s %11s %8s %9s %7s\n", "file", "pieces", "batched", "one by one", "speedup", "copy",
-              "ratio");
-  std::printf("%-34s %17s %9s %11s %8s %9s %7s\n", "", "", "GB/s", "GB/s", "", "GB/s", "");
+  std::printf("%-34s %17s %9s %11s %8s %9s %7s %10s %9s %8s\n", "file", "pieces", "batched", "one by one",
+              "speedup", "copy", "ratio", "decode:", "decode:", "speedup");
+  std::printf("%-34s %17s %9s %11s %8s %9s %7s %10s %9s %8s\n", "", "", "GB/s", "GB/s", "", "GB/s", "",
+              "per stream", "gathered", "");
   bool same = true;
   try {
     for (const auto& file : files)
