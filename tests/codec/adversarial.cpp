@@ -322,8 +322,9 @@ TEST_CASE_TEMPLATE("codec: compress_async writes the bytes compress does, at any
 TEST_CASE("codec: compress_async rejects bad arguments before enqueueing anything") {
   const default_exec exec;
   const auto in = to_default_space(std::vector<float>(1000, 1.5f));
-  // Filled through host mirrors: a by-value fill of a small device View faults with Kokkos
-  // 4.6.99 and nvcc 13 on sm_90 (docs/gpu.md), and the test is about compress_async.
+  // Filled through host mirrors, not Kokkos's fill, which nvcc 13 miscompiles without the
+  // layout definitions (docs/gpu.md, "nvcc 13 and Kokkos's Views"): the test is about
+  // compress_async.
   const auto fill = [](const Kokkos::View<std::byte*, default_memory>& view) {
     const auto host = Kokkos::create_mirror_view(view);
     for (std::size_t i = 0; i < host.size(); ++i) host(i) = std::byte{0x5A};

@@ -194,7 +194,7 @@ TEST_CASE("decompress_batch: a damaged stream is named, and no output is written
     streams(at) = std::byte(std::uint8_t(streams(at)) ^ 0x40);
     const device<std::byte> damaged("damaged", streams.size());
     Kokkos::deep_copy(damaged, streams);
-    // Filled from the host: Kokkos::Cuda's fill of a View with a value writes outside small ones.
+    // Filled from the host (kompress::test::filled says why).
     const device<float> out = kompress::test::to_default_space(std::vector<float>(pieces.values, 7.0f));
     std::vector<stream_to_decode<float>> items = pieces.batch(out);
     for (std::size_t i = 0; i < items.size(); ++i) items[i].stream = damaged.data() + pieces.offsets[i];

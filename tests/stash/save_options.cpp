@@ -395,8 +395,7 @@ TEST_CASE("stash keep_sign: the host's SIMD restore loops write the portable loo
       const auto packed = device_copy(c.packed);
       std::vector<float> results[2][2];  // [unpack, apply][portable, simd]
       for (const bool simd : {false, true}) {
-        // Every value is written; filled from the host (Kokkos::Cuda's fill of a small View with
-        // a value writes outside it).
+        // Every value is written; filled from the host (kompress::test::filled says why).
         const auto out = device_copy(std::vector<float>(count, 1.0f));
         kompress::detail::unpack_positives(exec, signs.data(), packed.data(), out.data(), count, 0.5, stochastic,
                                            simd);
@@ -435,8 +434,8 @@ TEST_CASE("stash keep_sign: a stochastic save's sign pass packs the same bits an
     CAPTURE(count);
     const auto values = to_view(straddling_zero<float>(count, 7, true));  // NaN and infinities from 41 on
     const std::size_t bytes = kompress::detail::sign_bytes(count);
-    // Every word is written, nothing after them. Filled from the host (Kokkos::Cuda's fill of a
-    // small View with a value writes outside it).
+    // Every word is written, nothing after them. Filled from the host (kompress::test::filled
+    // says why).
     Kokkos::View<std::byte*, memory_space> with_mean("with_mean", bytes);
     const auto bits_only = to_view(std::vector<std::byte>(bytes, std::byte{0xA5}));
     for (const bool simd : {false, true}) {  // the host's AVX2 loops write the portable loops' bytes

@@ -27,8 +27,9 @@ device_view<T> to_device(const host_view<T>& values) {
   return view;
 }
 
-/// `n` copies of `value` in device memory, filled on the host: Kokkos::Cuda's fill of a small
-/// View with a value writes outside it (docs/gpu.md).
+/// `n` copies of `value` in device memory, filled on the host: the suites do not depend on
+/// Kokkos's fill, which nvcc 13 miscompiles without the layout definitions (its writes land
+/// elsewhere; docs/gpu.md, "nvcc 13 and Kokkos's Views").
 template <class T>
 device_view<T> filled(std::size_t n, T value) {
   host_view<T> values("host", n);

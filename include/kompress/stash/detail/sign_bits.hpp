@@ -489,8 +489,9 @@ positives_cut cut_positives(const ExecutionSpace& exec, std::byte* signs, std::s
   // values before it; one group crosses the cap, so one writer. Written where the bits' sum
   // and count go later (reduce_small_positives): the stash allocates nothing per save.
   const found_view found(reinterpret_cast<std::uint64_t*>(signs + sign_words(count) * sizeof(std::uint32_t)));
-  // Set by a kernel of one thread, not deep_copy(exec, found, value): Kokkos::Cuda's fill of a
-  // small View writes far outside it (docs/gpu.md, "Measured on an H200").
+  // Set by a kernel of one thread, not deep_copy(exec, found, value): Kokkos's fill is what
+  // nvcc 13 miscompiles without the layout definitions (docs/gpu.md, "nvcc 13 and Kokkos's
+  // Views"), and one launch either way.
   Kokkos::parallel_for(
       "kompress::stash::cut_positives_reset", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, 1),
       KOKKOS_LAMBDA(int) { found(0) = found(1) = groups; });
