@@ -544,6 +544,78 @@ TEST_CASE_TEMPLATE("ratio chunk: delta-predicted values are the reconstructions 
   }
 }
 
+// --- the Lorenzo predictors at every boundary ---------------------------------------------------
+
+namespace {
+
+/// The Lorenzo prediction of code i of a chunk by its definition (docs/format.md, "Ratio
+/// chunks"): x and y are value i's place in its row and its row's in its plane; a neighbour
+/// before the chunk's first value, across a row's start or (3-D) across a plane's first row
+/// counts as 0.
+std::uint32_t reference_prediction(const std::vector<std::int32_t>& q, int i, std::uint32_t x, std::uint32_t y,
+                                   const kompress::detail::ratio_geometry& g) {
+  const auto at = [&](int j) { return std::uint32_t(q[std::size_t(j)]); };
+  const int r = int(g.row), p = int(g.row * g.plane_rows);
+  const bool has_x = x > 0, has_y = g.predictor == kompress::detail::predict_lorenzo2 || y > 0;
+  const bool three = g.predictor == kompress::detail::predict_lorenzo3;
+  std::uint32_t s = 0;
+  if (has_x && i >= 1) s += at(i - 1);
+  if (has_y && i >= r) s += at(i - r);
+  if (has_x && has_y && i >= r + 1) s -= at(i - r - 1);
+  if (three && i >= p) s += at(i - p);
+  if (three && has_x && i >= p + 1) s -= at(i - p - 1);
+  if (three && has_y && i >= p + r) s -= at(i - p - r);
+  if (three && has_x && has_y && i >= p + r + 1) s += at(i - p - r - 1);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("ratio chunk: Lorenzo residuals and their inverse follow the predictors' definition at every boundary") {
+  // Every run the walk cuts (a row's first value, the offsets of each term, a plane's first
+  // row, chunks starting anywhere in a row and a plane) against the definition term by term.
+  namespace detail = kompress::detail;
+  std::mt19937 rng(29);
+  std::uniform_int_distribution<std::int32_t> code(-(1 << 27), (1 << 27) - 1);
+  std::vector<detail::ratio_geometry> geometries;
+  for (const std::uint32_t row : {2u, 3u, 7u, 32u, 1000u, 4094u})
+    geometries.push_back({detail::predict_lorenzo2, row, 0});
+  for (const auto& [row, rows] : {std::pair{2u, 2u}, std::pair{3u, 5u}, std::pair{8u, 8u}, std::pair{17u, 3u},
+                                  std::pair{32u, 32u}, std::pair{60u, 60u}, std::pair{2u, 2000u}})
+    geometries.push_back({detail::predict_lorenzo3, row, rows});
+  std::vector<std::int32_t> q(4096), decoded(4096);
+  std::vector<std::uint32_t> residuals(4096);
+  for (const auto& g : geometries) {
+    const std::uint64_t plane = std::uint64_t(g.row) * std::max(g.plane_rows, 1u);
+    for (const std::uint64_t first :
+         {std::uint64_t(0), std::uint64_t(1), std::uint64_t(g.row - 1), std::uint64_t(g.row + 3), plane + 5,
+          std::uint64_t(12345) * 4096}) {
+      for (const int n : {1, 2, 63, 1000, 4095, 4096}) {
+        CAPTURE(g.predictor);
+        CAPTURE(g.row);
+        CAPTURE(g.plane_rows);
+        CAPTURE(first);
+        CAPTURE(n);
+        // Smooth codes with random ones among them, so every term matters.
+        for (int i = 0; i < n; ++i) q[std::size_t(i)] = (i % 5 == 0) ? code(rng) : 3 * i + int(first % 7);
+        detail::ratio_residuals(q.data(), n, first, g, residuals.data());
+        int wrong = 0;
+        for (int i = 0; i < n; ++i) {
+          const std::uint64_t at = first + std::uint64_t(i);
+          const auto x = std::uint32_t(at % g.row);
+          const auto y = g.plane_rows ? std::uint32_t((at / g.row) % g.plane_rows) : 0u;
+          const std::uint32_t d = std::uint32_t(q[std::size_t(i)]) - reference_prediction(q, i, x, y, g);
+          wrong += residuals[std::size_t(i)] != detail::zigzag32(d);
+        }
+        CHECK(wrong == 0);
+        std::fill(decoded.begin(), decoded.end(), -1);
+        detail::lorenzo_codes(residuals.data(), n, first, g, decoded.data());
+        CHECK(std::equal(q.begin(), q.begin() + n, decoded.begin()));
+      }
+    }
+  }
+}
+
 // --- streams that claim more values than their bytes can hold -----------------------------------
 
 namespace {

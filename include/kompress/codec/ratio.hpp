@@ -294,37 +294,6 @@ struct ratio_geometry {
   std::uint32_t plane_rows = 0;  // rows per plane (3-D Lorenzo)
 };
 
-/// Residual i of codes[0, n) under `g`; `x` and `y` are value i's position in its row and
-/// its row's in its plane (kept by the caller).
-KOMPRESS_FUNCTION std::uint32_t predict(const std::int32_t* q, int i, std::uint32_t x, std::uint32_t y,
-                                        const ratio_geometry& g) {
-  const auto at = [&](int j) { return std::uint32_t(q[j]); };
-  switch (g.predictor) {
-    case predict_delta: return i > 0 ? at(i - 1) : 0u;
-    case predict_lorenzo2: {
-      // A neighbour before the chunk's first value, or across a row's start, counts as 0.
-      const int r = int(g.row);
-      const bool left = x > 0 && i >= 1, up = i >= r, up_left = x > 0 && i >= r + 1;
-      return (left ? at(i - 1) : 0u) + (up ? at(i - r) : 0u) - (up_left ? at(i - r - 1) : 0u);
-    }
-    case predict_lorenzo3: {
-      // The same, and across a plane's first row.
-      const int r = int(g.row), p = int(g.row * g.plane_rows);
-      const bool has_x = x > 0, has_y = y > 0;
-      std::uint32_t s = 0;
-      if (has_x && i >= 1) s += at(i - 1);
-      if (has_y && i >= r) s += at(i - r);
-      if (i >= p) s += at(i - p);
-      if (has_x && has_y && i >= r + 1) s -= at(i - r - 1);
-      if (has_x && i >= p + 1) s -= at(i - p - 1);
-      if (has_y && i >= p + r) s -= at(i - p - r);
-      if (has_x && has_y && i >= p + r + 1) s += at(i - p - r - 1);
-      return s;
-    }
-    default: return 0u;
-  }
-}
-
 KOMPRESS_FUNCTION std::uint32_t zigzag32(std::uint32_t d) {
   return (d << 1) ^ std::uint32_t(std::int32_t(d) >> 31);
 }
@@ -332,31 +301,106 @@ KOMPRESS_FUNCTION std::uint32_t unzigzag32(std::uint32_t z) {
   return (z >> 1) ^ (std::uint32_t(0) - (z & 1));
 }
 
-/// Walks the chunk's values row segment by row segment: general(i, x, y) for the values with a
-/// neighbour missing (x and y: the value's position in its row and its row's in its plane),
-/// interior(lo, hi) for the runs [lo, hi) whose Lorenzo neighbours are all in the chunk.
-template <class General, class Interior>
-KOMPRESS_FUNCTION void walk_rows(std::uint64_t first, int n, const ratio_geometry& g,
-                                 General&& general, Interior&& interior) {
+/// The Lorenzo predictors' neighbour terms (bit t of a `present` mask for term t): the left,
+/// upper and back neighbours and their corners, at offsets 1, r, p, r + 1, p + 1, p + r and
+/// p + r + 1 values back (r values a row, p a plane), added with signs + + + - - - +. The 2-D
+/// predictor has the first, second and fourth.
+enum lorenzo_term : int {
+  term_left,
+  term_up,
+  term_back,
+  term_up_left,
+  term_back_left,
+  term_back_up,
+  term_back_up_left,
+};
+inline constexpr unsigned lorenzo2_terms = (1u << term_left) | (1u << term_up) | (1u << term_up_left);
+inline constexpr unsigned lorenzo3_terms = 0x7Fu;
+
+/// The terms value i of a chunk has: those inside the chunk (i at least their offset), in the
+/// value's row (`has_x`: not its row's first value) and, for the 3-D predictor, in its plane
+/// (`has_y`: not its plane's first row). A neighbour before the chunk's first value, across a
+/// row's start or across a plane's first row counts as 0.
+KOMPRESS_FUNCTION unsigned lorenzo_terms(int i, bool has_x, bool has_y, const ratio_geometry& g) {
+  const int r = int(g.row);
+  unsigned present = 0;
+  if (has_x && i >= 1) present |= 1u << term_left;
+  if (g.predictor == predict_lorenzo2) {
+    if (i >= r) present |= 1u << term_up;
+    if (has_x && i >= r + 1) present |= 1u << term_up_left;
+    return present;
+  }
+  const int p = int(g.row * g.plane_rows);
+  if (has_y && i >= r) present |= 1u << term_up;
+  if (i >= p) present |= 1u << term_back;
+  if (has_x && has_y && i >= r + 1) present |= 1u << term_up_left;
+  if (has_x && i >= p + 1) present |= 1u << term_back_left;
+  if (has_y && i >= p + r) present |= 1u << term_back_up;
+  if (has_x && has_y && i >= p + r + 1) present |= 1u << term_back_up_left;
+  return present;
+}
+
+/// Walks the chunk's values in runs [lo, hi) over which the same Lorenzo terms are present:
+/// run(lo, hi, present). A row's first value is a run of its own, and the rest of a row is cut
+/// where a term's offset is reached (only in the chunk's first p + r + 1 values), so that
+/// boundary values take a loop as plain as the interior's instead of a test per term and value.
+template <class Run>
+KOMPRESS_FUNCTION void walk_runs(std::uint64_t first, int n, const ratio_geometry& g, Run&& run) {
   const int r = int(g.row);
   const bool three = g.predictor == predict_lorenzo3;
-  const int threshold = three ? int(g.row * g.plane_rows) + r + 1 : r + 1;
+  const int p = three ? int(g.row * g.plane_rows) : 0;
+  const int offsets[7] = {1, r, r + 1, p, p + 1, p + r, p + r + 1};
+  const int offset_count = three ? 7 : 3;
   std::uint32_t x = std::uint32_t(first % g.row);
   std::uint32_t y = three ? std::uint32_t((first / g.row) % g.plane_rows) : 1u;
   int a = 0;
   while (a < n) {
     const int b = a + int(g.row - x) < n ? a + int(g.row - x) : n;
-    int lo = a + (x == 0 ? 1 : 0);
-    if (lo < threshold) lo = threshold;
-    if (three && y == 0) lo = b;
-    if (lo > b) lo = b;
-    for (int i = a; i < lo; ++i) general(i, x + std::uint32_t(i - a), y);
-    if (lo < b) interior(lo, b);
+    const bool has_y = !three || y > 0;
+    int lo = a;
+    if (x == 0) {
+      run(a, a + 1, lorenzo_terms(a, false, has_y, g));
+      ++lo;
+    }
+    while (lo < b) {
+      int hi = b;
+      for (int k = 0; k < offset_count; ++k)
+        if (offsets[k] > lo && offsets[k] < hi) hi = offsets[k];
+      run(lo, hi, lorenzo_terms(lo, true, has_y, g));
+      lo = hi;
+    }
     a = b;
     x = 0;
     if (three && ++y == g.plane_rows) y = 0;
   }
 }
+
+/// One run's terms as offsets and masks: a present term is read at its offset and kept, an
+/// absent one reads the value one back (inside the chunk for a run that does not start it) and
+/// is masked to 0, so the loop over the run has no branch.
+struct lorenzo_run {
+  int offset[7];
+  std::uint32_t mask[7];
+
+  KOMPRESS_FUNCTION lorenzo_run(const ratio_geometry& g, unsigned present) {
+    const int r = int(g.row), p = int(g.row * g.plane_rows);
+    const int offsets[7] = {1, r, p, r + 1, p + 1, p + r, p + r + 1};
+    for (int t = 0; t < 7; ++t) {
+      const bool on = ((present >> t) & 1u) != 0;
+      offset[t] = on ? offsets[t] : 1;
+      mask[t] = on ? ~std::uint32_t(0) : 0u;
+    }
+  }
+
+  /// The prediction of u[i] less its left neighbour's term.
+  KOMPRESS_FUNCTION std::uint32_t above(const std::uint32_t* u, int i) const {
+    return (u[i - offset[term_up]] & mask[term_up]) + (u[i - offset[term_back]] & mask[term_back]) -
+           (u[i - offset[term_up_left]] & mask[term_up_left]) -
+           (u[i - offset[term_back_left]] & mask[term_back_left]) -
+           (u[i - offset[term_back_up]] & mask[term_back_up]) +
+           (u[i - offset[term_back_up_left]] & mask[term_back_up_left]);
+  }
+};
 
 /// Residuals of codes[0, n) under `g` into out[0, n); returns the estimated zero-eliminated
 /// size: the nonzero bit-plane bytes, sum over 8-value groups of popcount(OR of the group).
@@ -368,17 +412,24 @@ KOMPRESS_FUNCTION std::uint64_t ratio_residuals(const std::int32_t* q, int n, st
     out[0] = zigzag32(std::uint32_t(q[0]));
     for (int i = 1; i < n; ++i) out[i] = zigzag32(std::uint32_t(q[i]) - std::uint32_t(q[i - 1]));
   } else {
-    const auto general = [&](int i, std::uint32_t x, std::uint32_t y) {
-      out[i] = zigzag32(std::uint32_t(q[i]) - predict(q, i, x, y, g));
-    };
     const int r = int(g.row), p = int(g.row * g.plane_rows);
     const auto* u = reinterpret_cast<const std::uint32_t*>(q);
+    const auto boundary = [&](int lo, int hi, unsigned present) {
+      if (lo == 0) {  // the chunk's first value: no neighbour
+        out[0] = zigzag32(u[0]);
+        return;
+      }
+      const lorenzo_run run(g, present);
+      for (int i = lo; i < hi; ++i) out[i] = zigzag32(u[i] - ((u[i - 1] & run.mask[term_left]) + run.above(u, i)));
+    };
     if (g.predictor == predict_lorenzo2) {
-      walk_rows(first, n, g, general, [&](int lo, int hi) {
+      walk_runs(first, n, g, [&](int lo, int hi, unsigned present) {
+        if (present != lorenzo2_terms) return boundary(lo, hi, present);
         for (int i = lo; i < hi; ++i) out[i] = zigzag32(u[i] - (u[i - 1] + u[i - r] - u[i - r - 1]));
       });
     } else {
-      walk_rows(first, n, g, general, [&](int lo, int hi) {
+      walk_runs(first, n, g, [&](int lo, int hi, unsigned present) {
+        if (present != lorenzo3_terms) return boundary(lo, hi, present);
         for (int i = lo; i < hi; ++i)
           out[i] = zigzag32(u[i] - (u[i - 1] + u[i - r] + u[i - p] - u[i - r - 1] - u[i - p - 1] -
                                     u[i - p - r] + u[i - p - r - 1]));
@@ -394,6 +445,50 @@ KOMPRESS_FUNCTION std::uint64_t ratio_residuals(const std::int32_t* q, int n, st
   std::uint32_t o = 0;
   for (int i = n / 8 * 8; i < n; ++i) o |= out[i];
   return estimate + std::uint64_t(popcount32(o));
+}
+
+/// Codes q[0, n) back from their Lorenzo residuals r[0, n) (the inverse of ratio_residuals).
+/// A run lies in one row: its upper and back neighbours are decoded before it, so their terms
+/// are summed for the whole run first (a loop without a dependency, which vectorizes), then the
+/// left neighbours' running sum along the row.
+KOMPRESS_FUNCTION void lorenzo_codes(const std::uint32_t* r, int n, std::uint64_t first, const ratio_geometry& g,
+                                     std::int32_t* q) {
+  const int w = int(g.row), p = int(g.row * g.plane_rows);
+  auto* u = reinterpret_cast<std::uint32_t*>(q);
+  const auto boundary = [&](int lo, int hi, unsigned present) {
+    if (lo == 0) {  // the chunk's first value: no neighbour
+      u[0] = unzigzag32(r[0]);
+      return;
+    }
+    const lorenzo_run run(g, present);
+    std::uint32_t left = u[lo - 1] & run.mask[term_left];
+    for (int i = lo; i < hi; ++i) {
+      left += run.above(u, i) + unzigzag32(r[i]);
+      u[i] = left;
+    }
+  };
+  const auto running_sum = [&](int lo, int hi) {
+    std::uint32_t left = u[lo - 1];
+    for (int i = lo; i < hi; ++i) {
+      left += u[i];
+      u[i] = left;
+    }
+  };
+  if (g.predictor == predict_lorenzo2) {
+    walk_runs(first, n, g, [&](int lo, int hi, unsigned present) {
+      if (present != lorenzo2_terms) return boundary(lo, hi, present);
+      for (int i = lo; i < hi; ++i) u[i] = u[i - w] - u[i - w - 1] + unzigzag32(r[i]);
+      running_sum(lo, hi);
+    });
+  } else {
+    walk_runs(first, n, g, [&](int lo, int hi, unsigned present) {
+      if (present != lorenzo3_terms) return boundary(lo, hi, present);
+      for (int i = lo; i < hi; ++i)
+        u[i] = u[i - w] + u[i - p] - u[i - w - 1] - u[i - p - 1] - u[i - p - w] + u[i - p - w - 1] +
+               unzigzag32(r[i]);
+      running_sum(lo, hi);
+    });
+  }
 }
 
 /// Transposes, in each of the 8 byte lanes independently, the 8x8 bit matrix whose row i is
@@ -991,31 +1086,7 @@ KOMPRESS_FUNCTION bool decode_ratio_chunk(const std::byte* in, std::uint64_t byt
     }
 #endif
   } else {
-    const auto general = [&](int i, std::uint32_t x, std::uint32_t y) {
-      q[i] = std::int32_t(predict(q, i, x, y, g) + unzigzag32(r[i]));
-    };
-    const int w = int(g.row), p = int(g.row * g.plane_rows);
-    auto* u = reinterpret_cast<std::uint32_t*>(q);
-    if (g.predictor == predict_lorenzo2) {
-      // A run lies in one row: its upper neighbours are decoded, so the only dependency is on
-      // the left neighbour, kept in a register.
-      walk_rows(first, n, g, general, [&](int lo, int hi) {
-        std::uint32_t left = u[lo - 1];
-        for (int i = lo; i < hi; ++i) {
-          left += u[i - w] - u[i - w - 1] + unzigzag32(r[i]);
-          u[i] = left;
-        }
-      });
-    } else {
-      walk_rows(first, n, g, general, [&](int lo, int hi) {
-        std::uint32_t left = u[lo - 1];
-        for (int i = lo; i < hi; ++i) {
-          left += u[i - w] + u[i - p] - u[i - w - 1] - u[i - p - 1] - u[i - p - w] +
-                  u[i - p - w - 1] + unzigzag32(r[i]);
-          u[i] = left;
-        }
-      });
-    }
+    lorenzo_codes(r, n, first, g, q);
   }
   const double step = codec.step;
   if (!values_written)
