@@ -1072,7 +1072,10 @@ KOMPRESS_FUNCTION bool decode_ratio_chunk(const std::byte* in, std::uint64_t byt
   bool values_written = false;
   const std::uint32_t* const r = scratch.residuals;
   if (g.predictor == predict_none) {
-    for (int i = 0; i < n; ++i) q[i] = std::int32_t(unzigzag32(r[i]));
+    // Straight to values, in one pass.
+    for (int i = 0; i < n; ++i)
+      out[i] = value_codec<T>::reconstruct(double(std::int32_t(unzigzag32(r[i]))), codec.step);
+    values_written = true;
   } else if (g.predictor == predict_delta) {
 #ifdef KOMPRESS_HOST_X86_SIMD
     // Straight to values: the codes are needed for nothing else.
