@@ -422,13 +422,18 @@ KOMPRESS_FUNCTION std::uint64_t ratio_residuals(const std::int32_t* q, int n, st
       const lorenzo_run run(g, present);
       for (int i = lo; i < hi; ++i) out[i] = zigzag32(u[i] - ((u[i - 1] & run.mask[term_left]) + run.above(u, i)));
     };
+    const auto planar = [&](int lo, int hi) {
+      for (int i = lo; i < hi; ++i) out[i] = zigzag32(u[i] - (u[i - 1] + u[i - r] - u[i - r - 1]));
+    };
     if (g.predictor == predict_lorenzo2) {
       walk_runs(first, n, g, [&](int lo, int hi, unsigned present) {
         if (present != lorenzo2_terms) return boundary(lo, hi, present);
-        for (int i = lo; i < hi; ++i) out[i] = zigzag32(u[i] - (u[i - 1] + u[i - r] - u[i - r - 1]));
+        planar(lo, hi);
       });
     } else {
       walk_runs(first, n, g, [&](int lo, int hi, unsigned present) {
+        // A chunk's first plane: no back terms, the 2-D predictor's.
+        if (present == lorenzo2_terms) return planar(lo, hi);
         if (present != lorenzo3_terms) return boundary(lo, hi, present);
         for (int i = lo; i < hi; ++i)
           out[i] = zigzag32(u[i] - (u[i - 1] + u[i - r] + u[i - p] - u[i - r - 1] - u[i - p - 1] -
@@ -474,14 +479,19 @@ KOMPRESS_FUNCTION void lorenzo_codes(const std::uint32_t* r, int n, std::uint64_
       u[i] = left;
     }
   };
+  const auto planar = [&](int lo, int hi) {
+    for (int i = lo; i < hi; ++i) u[i] = u[i - w] - u[i - w - 1] + unzigzag32(r[i]);
+    running_sum(lo, hi);
+  };
   if (g.predictor == predict_lorenzo2) {
     walk_runs(first, n, g, [&](int lo, int hi, unsigned present) {
       if (present != lorenzo2_terms) return boundary(lo, hi, present);
-      for (int i = lo; i < hi; ++i) u[i] = u[i - w] - u[i - w - 1] + unzigzag32(r[i]);
-      running_sum(lo, hi);
+      planar(lo, hi);
     });
   } else {
     walk_runs(first, n, g, [&](int lo, int hi, unsigned present) {
+      // A chunk's first plane: no back terms, the 2-D predictor's.
+      if (present == lorenzo2_terms) return planar(lo, hi);
       if (present != lorenzo3_terms) return boundary(lo, hi, present);
       for (int i = lo; i < hi; ++i)
         u[i] = u[i - w] + u[i - p] - u[i - w - 1] - u[i - p - 1] - u[i - p - w] + u[i - p - w - 1] +
