@@ -452,6 +452,19 @@ KOMPRESS_FUNCTION std::uint64_t ratio_residuals(const std::int32_t* q, int n, st
   return estimate + std::uint64_t(popcount32(o));
 }
 
+/// The nonzero bytes of the bit planes' first bitmap (zero_eliminated_size's second level):
+/// byte j covers one plane's 8 bytes, that is one bit of 64 residuals, so it is the sum over
+/// 64-residual groups of popcount(OR of the group).
+KOMPRESS_FUNCTION std::uint64_t plane_bitmap_bytes(const std::uint32_t* residuals, int padded) {
+  std::uint64_t bytes = 0;
+  for (int g = 0; g < padded; g += 64) {
+    std::uint32_t o = 0;
+    for (int i = 0; i < 64; ++i) o |= residuals[g + i];
+    bytes += std::uint64_t(popcount32(o));
+  }
+  return bytes;
+}
+
 /// Codes q[0, n) back from their Lorenzo residuals r[0, n) (the inverse of ratio_residuals).
 /// A run lies in one row: its upper and back neighbours are decoded before it, so their terms
 /// are summed for the whole run first (a loop without a dependency, which vectorizes), then the
@@ -660,27 +673,55 @@ KOMPRESS_FUNCTION std::uint64_t write_rice(const std::uint32_t* residuals, int p
     pack<rice_block>(k, low, out + position);
     position += std::uint64_t(k) * (rice_block / 8);
   }
-  // The quotients: a 64-bit accumulator, stored whole when a one falls past it, the rest byte
-  // by byte. `used` counts the bits taken in it (up to 64), so a value costs one add and one
-  // branch that is taken only when the word is full.
+  // The quotients: a 64-bit accumulator of `used` (< 64) bits, stored whole when it fills, the
+  // rest byte by byte at the end. Eight quotients go in at once where their codes fit a word
+  // together (nearly always: the parameter keeps quotients near 1): the positions of their ones
+  // are a running sum, independent of the accumulator, so the loop carries one add and one
+  // branch per eight values instead of per value.
   std::uint64_t word = 0;
   std::uint64_t used = 0;
+  const auto append_one = [&](std::uint64_t length) {  // any length >= 1, one value's code
+    std::uint64_t next = used + length;
+    while (next > 64) {
+      store<std::uint64_t>(out + position, word);
+      position += 8;
+      word = 0;
+      next -= 64;
+    }
+    word |= std::uint64_t(1) << (next - 1);
+    used = next;
+    if (used == 64) {
+      store<std::uint64_t>(out + position, word);
+      position += 8;
+      word = 0;
+      used = 0;
+    }
+  };
   for (int b = 0; b < blocks; ++b) {
     const int k = parameters[b];
     if (k == rice_zero_block) continue;
-    for (int i = 0; i < rice_block; ++i) {
-      std::uint64_t next = used + (std::uint64_t(residuals[rice_block * b + i]) >> (shift + k)) + 1;
-      if (next > 64) {
-        store<std::uint64_t>(out + position, word);
-        position += 8;
-        word = 0;
-        for (next -= 64; next > 64; next -= 64) {
-          store<std::uint64_t>(out + position, 0);
-          position += 8;
-        }
+    const std::uint32_t* const z = residuals + rice_block * b;
+    for (int g = 0; g < rice_block; g += 8) {
+      std::uint64_t pattern = 0, end = 0;
+      for (int j = 0; j < 8; ++j) {
+        end += (std::uint64_t(z[g + j]) >> (shift + k)) + 1;
+        pattern |= std::uint64_t(1) << ((end - 1) & 63);
       }
-      word |= std::uint64_t(1) << (next - 1);
-      used = next;
+      if (end > 64) {
+        for (int j = 0; j < 8; ++j) append_one((std::uint64_t(z[g + j]) >> (shift + k)) + 1);
+        continue;
+      }
+      const std::uint64_t filled = used + end;  // < 128
+      const std::uint64_t low = word | (pattern << used);
+      if (filled >= 64) {
+        store<std::uint64_t>(out + position, low);
+        position += 8;
+        word = (pattern >> 1) >> (63 - used);  // the pattern's bits past the stored word
+        used = filled - 64;
+      } else {
+        word = low;
+        used = filled;
+      }
     }
   }
   for (std::uint64_t j = 0; j < (used + 7) / 8; ++j) out[position++] = std::byte(std::uint8_t(word >> (8 * j)));
@@ -835,9 +876,13 @@ KOMPRESS_FUNCTION std::uint64_t encode_ratio_chunk(const T* in, int n, std::uint
     return raw_bytes;
   };
   {
+    // In blocks, so that a chunk that is not constant (nearly every one) stops at its first.
     const bits first_bits = to_bits(in[0]);
     bits differs = 0;
-    for (int i = 1; i < n; ++i) differs |= to_bits(in[i]) ^ first_bits;
+    for (int lo = 1; lo < n && differs == 0; lo += 64) {
+      const int hi = lo + 64 < n ? lo + 64 : n;
+      for (int i = lo; i < hi; ++i) differs |= to_bits(in[i]) ^ first_bits;
+    }
     if (differs == 0 && n > 1) {
       out[0] = std::byte(ratio_chunk_constant);
       std::memcpy(out + 1, in, sizeof(T));
@@ -920,34 +965,53 @@ KOMPRESS_FUNCTION std::uint64_t encode_ratio_chunk(const T* in, int n, std::uint
   }
   if (raw_count == std::uint32_t(n)) return write_raw();
 
-  // The predictor with the smallest estimate; ties go to the earlier (simpler) one.
+  // The predictor with the smallest estimate; ties go to the earlier (simpler) one. The
+  // residuals and the planes buffers are the same size: each candidate is written to the one
+  // not holding the best so far, so the winner is never computed twice, and the other becomes
+  // the planes.
+  static_assert(sizeof(scratch.planes) == sizeof(scratch.residuals));
+  std::uint32_t* residuals = scratch.residuals;
+  std::uint32_t* spare = reinterpret_cast<std::uint32_t*>(scratch.planes);
   ratio_geometry candidates[4];
   const int candidate_count = ratio_candidates(shape, candidates);
   int best = 0;
   std::uint64_t best_estimate = ~std::uint64_t(0);
   for (int c = 0; c < candidate_count; ++c) {
-    const std::uint64_t estimate = ratio_residuals(q, n, first, candidates[c], scratch.residuals);
+    std::uint32_t* const into = c == 0 ? residuals : spare;
+    const std::uint64_t estimate = ratio_residuals(q, n, first, candidates[c], into);
     if (estimate < best_estimate) {
       best_estimate = estimate;
       best = c;
+      if (c != 0) {
+        spare = residuals;
+        residuals = into;
+      }
     }
   }
   const ratio_geometry g = candidates[best];
-  if (best != candidate_count - 1) ratio_residuals(q, n, first, g, scratch.residuals);
-  for (int i = n; i < padded; ++i) scratch.residuals[i] = 0;
-  to_bit_planes(scratch.residuals, padded, scratch.planes);
+  std::uint8_t* const planes = reinterpret_cast<std::uint8_t*>(spare);
+  for (int i = n; i < padded; ++i) residuals[i] = 0;
+  to_bit_planes(residuals, padded, planes);
 
   // Size first, so a chunk that would not shrink is written raw and nothing overflows. The
   // residuals go as bit planes or Rice codes, whichever is smaller (a tie keeps the planes).
-  const std::uint64_t plane_bytes = zero_eliminated_size(scratch.planes, std::uint32_t(4 * padded), scratch.levels);
   std::uint8_t rice_parameters[ratio_chunk_values / rice_block];
   std::uint32_t any_residual = 0;
   if (rice_allowed)
-    for (int i = 0; i < padded; ++i) any_residual |= scratch.residuals[i];
+    for (int i = 0; i < padded; ++i) any_residual |= residuals[i];
   const int shift = any_residual ? lowest_bit(any_residual) : 0;
   const std::uint64_t rice_bytes =
-      rice_allowed ? rice_size(scratch.planes, padded, bit_width(any_residual), shift, rice_parameters) : plane_bytes;
-  const bool rice = rice_bytes < plane_bytes;
+      rice_allowed ? rice_size(planes, padded, bit_width(any_residual), shift, rice_parameters) : ~std::uint64_t(0);
+  // The planes take at least their nonzero bytes (the estimate) and their first bitmap's
+  // (plane_bitmap_bytes: at most padded / 2, and at most the estimate). A Rice section smaller
+  // than that wins without the planes' bitmaps being built.
+  const std::uint64_t bitmap_most = best_estimate < std::uint64_t(padded / 2) ? best_estimate : padded / 2;
+  const bool rice_below_planes = rice_bytes < best_estimate ||
+                                 (rice_bytes < best_estimate + bitmap_most &&
+                                  rice_bytes < best_estimate + plane_bitmap_bytes(residuals, padded));
+  const std::uint64_t plane_bytes =
+      rice_below_planes ? 0 : zero_eliminated_size(planes, std::uint32_t(4 * padded), scratch.levels);
+  const bool rice = rice_below_planes || rice_bytes < plane_bytes;
   const std::uint8_t kind = std::uint8_t(g.predictor) |
                             (any_negative_zero ? ratio_flag_negative_zeros : 0) |
                             (any_fill ? ratio_flag_fills : 0) |
@@ -990,9 +1054,9 @@ KOMPRESS_FUNCTION std::uint64_t encode_ratio_chunk(const T* in, int n, std::uint
     }
   }
   if (rice)
-    position += write_rice(scratch.residuals, padded, shift, rice_parameters, out + position);
+    position += write_rice(residuals, padded, shift, rice_parameters, out + position);
   else
-    position += write_zero_eliminated(scratch.planes, std::uint32_t(4 * padded), scratch.levels,
+    position += write_zero_eliminated(planes, std::uint32_t(4 * padded), scratch.levels,
                                       out + position, raw_bytes - position);
   return position;
 }
