@@ -870,6 +870,72 @@ TEST_CASE("Rice residuals: each block's parameter is the smallest that minimises
   }
 }
 
+TEST_CASE("Rice residuals: the writer's bytes are the section's bit string, for quotients of every length") {
+  namespace detail = kompress::detail;
+  std::mt19937 rng(19);
+  const int padded = detail::ratio_chunk_values;
+  const int blocks = padded / detail::rice_block;
+  const auto values = static_cast<std::size_t>(padded);
+  std::vector<std::uint32_t> residuals(values, 0), decoded(values), ends(values);
+  std::vector<std::uint8_t> parameters(static_cast<std::size_t>(blocks));
+  std::vector<std::byte> written(8 * values + 64);
+  int long_groups = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int shift = trial % 3;
+    for (int b = 0; b < blocks; ++b) {
+      const double mean = std::exp(std::uniform_real_distribution<double>(-2.0, 6.0)(rng));
+      std::geometric_distribution<std::uint32_t> geometric(1.0 / (1.0 + mean));
+      const bool zero = rng() % 8 == 0;
+      std::uint32_t any = 0;
+      for (int i = 0; i < detail::rice_block; ++i) {
+        std::uint32_t z = zero ? 0u : std::min<std::uint32_t>(geometric(rng), 1u << 20);
+        if (!zero && rng() % 97 == 0) z = 1000 + rng() % 5000;  // outliers: quotients past a word
+        residuals[std::size_t(detail::rice_block * b + i)] = z << shift;
+        any |= z;
+      }
+      // Parameters from the smallest (long quotients everywhere) to the largest.
+      parameters[std::size_t(b)] = any == 0 ? detail::rice_zero_block : std::uint8_t(rng() % 8);
+    }
+    // The reference: the bit string of docs/format.md, "Rice residuals", one bit at a time.
+    std::vector<std::uint8_t> reference = {std::uint8_t(shift)};
+    for (int b = 0; b < blocks; b += 2)
+      reference.push_back(std::uint8_t(parameters[std::size_t(b)] | (parameters[std::size_t(b) + 1] << 4)));
+    std::vector<bool> remainders, quotients;
+    for (int b = 0; b < blocks; ++b) {
+      const int k = parameters[std::size_t(b)];
+      if (k == detail::rice_zero_block) continue;
+      std::uint64_t group_bits = 0;
+      for (int i = 0; i < detail::rice_block; ++i) {
+        const std::uint32_t z = residuals[std::size_t(detail::rice_block * b + i)] >> shift;
+        for (int j = 0; j < k; ++j) remainders.push_back(((z >> j) & 1u) != 0);
+        quotients.insert(quotients.end(), z >> k, false);
+        quotients.push_back(true);
+        group_bits += (z >> k) + 1;
+        if (i % 8 == 7) {
+          long_groups += group_bits > 64 ? 1 : 0;
+          group_bits = 0;
+        }
+      }
+    }
+    for (const auto* bits : {&remainders, &quotients})
+      for (std::size_t at = 0; at < bits->size(); at += 8) {
+        std::uint8_t byte = 0;
+        for (std::size_t j = 0; j < 8 && at + j < bits->size(); ++j) byte |= std::uint8_t((*bits)[at + j] ? 1u << j : 0u);
+        reference.push_back(byte);
+      }
+    const std::uint64_t length =
+        detail::write_rice(residuals.data(), padded, shift, parameters.data(), written.data());
+    CAPTURE(trial);
+    REQUIRE(length == reference.size());
+    CHECK(std::equal(reference.begin(), reference.end(), written.begin(),
+                     [](std::uint8_t r, std::byte w) { return r == std::uint8_t(w); }));
+    REQUIRE(detail::read_rice(written.data(), length, padded, decoded.data(), ends.data()));
+    CHECK(decoded == residuals);
+  }
+  MESSAGE(long_groups << " groups of eight quotients longer than a word");
+  CHECK(long_groups > 100);
+}
+
 TEST_CASE("Rice residuals: a ReLU's positive values take them, within the bound, smaller than bit planes") {
   namespace detail = kompress::detail;
   const auto values = relu_positives(3 * 4096 + 1000, 3);
