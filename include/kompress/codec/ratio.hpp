@@ -67,7 +67,7 @@ struct ratio_scratch {
   std::uint32_t maps[3][ratio_chunk_values / 32];
 };
 
-/// std::popcount and std::countr_zero of a nonzero word, on host and device.
+/// std::popcount and std::countr_zero of a nonzero word (32 and 64 bits), on host and device.
 KOMPRESS_FUNCTION int popcount32(std::uint32_t v) {
 #if defined(__CUDA_ARCH__)
   return __popc(v);
@@ -78,6 +78,22 @@ KOMPRESS_FUNCTION int popcount32(std::uint32_t v) {
 KOMPRESS_FUNCTION int lowest_bit(std::uint32_t v) {
 #if defined(__CUDA_ARCH__)
   return __ffs(int(v)) - 1;
+#else
+  return std::countr_zero(v);
+#endif
+}
+
+KOMPRESS_FUNCTION int popcount64(std::uint64_t v) {
+#if defined(__CUDA_ARCH__)
+  return __popcll(v);
+#else
+  return std::popcount(v);
+#endif
+}
+
+KOMPRESS_FUNCTION int lowest_bit64(std::uint64_t v) {
+#if defined(__CUDA_ARCH__)
+  return __ffsll(static_cast<long long>(v)) - 1;
 #else
   return std::countr_zero(v);
 #endif
@@ -201,6 +217,9 @@ KOMPRESS_FUNCTION std::int64_t read_zero_eliminated(const std::byte* in, std::ui
     p += lengths[k];
   }
   if (available < lengths[top]) return -1;
+#ifdef KOMPRESS_HOST_X86_SIMD
+  const bool shuffle = host_has_ssse3();
+#endif
   std::uint64_t position = 0;
   for (std::uint32_t j = 0; j < lengths[top]; ++j) level_data[top][j] = std::uint8_t(in[position++]);
   for (int k = top - 1; k >= 0; --k) {
@@ -210,7 +229,10 @@ KOMPRESS_FUNCTION std::int64_t read_zero_eliminated(const std::byte* in, std::ui
     const std::uint32_t full = lengths[k] / 8;
     if (lengths[k] % 8 && (bitmap[full] >> (lengths[k] % 8)) != 0) return -1;
     std::uint64_t kept = 0;
-    for (std::uint32_t b = 0; b < lengths[k + 1]; ++b) kept += std::uint64_t(popcount32(bitmap[b]));
+    const std::uint32_t words = lengths[k + 1] / 8;
+    for (std::uint32_t w = 0; w < words; ++w)
+      kept += std::uint64_t(popcount64(load<std::uint64_t>(reinterpret_cast<const std::byte*>(bitmap + 8 * w))));
+    for (std::uint32_t b = 8 * words; b < lengths[k + 1]; ++b) kept += std::uint64_t(popcount32(bitmap[b]));
     if (kept > available - position) return -1;
     const std::uint64_t last = position + kept;  // one past the last kept byte
     for (std::uint32_t b = 0; b < lengths[k + 1]; ++b) {
@@ -220,6 +242,14 @@ KOMPRESS_FUNCTION std::int64_t read_zero_eliminated(const std::byte* in, std::ui
           store<std::uint64_t>(reinterpret_cast<std::byte*>(data + 8 * b), 0);
           continue;
         }
+#ifdef KOMPRESS_HOST_X86_SIMD
+        if (shuffle && last - position >= 8) {  // eight bytes to load, all this level's
+          store<std::uint64_t>(reinterpret_cast<std::byte*>(data + 8 * b),
+                               expand_kept_bytes_ssse3(load<std::uint64_t>(in + position), m));
+          position += std::uint64_t(popcount32(m));
+          continue;
+        }
+#endif
         for (std::uint32_t j = 0; j < 8; ++j) {
           const std::uint32_t bit = (m >> j) & 1u;
           const std::uint64_t at = position < last ? position : last - 1;
@@ -601,22 +631,6 @@ KOMPRESS_FUNCTION void from_bit_planes(const std::uint8_t* planes, int padded, s
 inline constexpr int rice_block = 32;
 inline constexpr std::uint8_t rice_zero_block = 15;
 inline constexpr int rice_max_parameter = 14;
-
-KOMPRESS_FUNCTION int popcount64(std::uint64_t v) {
-#if defined(__CUDA_ARCH__)
-  return __popcll(v);
-#else
-  return std::popcount(v);
-#endif
-}
-
-KOMPRESS_FUNCTION int lowest_bit64(std::uint64_t v) {
-#if defined(__CUDA_ARCH__)
-  return __ffsll(static_cast<long long>(v)) - 1;
-#else
-  return std::countr_zero(v);
-#endif
-}
 
 /// Parameters of every block of residuals[0, padded) into `parameters` (padded / 32 entries),
 /// read from their bit planes (to_bit_planes; `width`: the bit width of all residuals OR'd);

@@ -4,7 +4,9 @@
 // no compiler vectorizes either; GCC leaves the third (the Rice quotients) scalar inside the
 // AVX2 decoder, the largest part of its time (docs/performance.md). Each gives what the portable
 // loop gives (integer adds and shifts, and the same products as value_codec<T>::reconstruct);
-// tests/codec/ratio.cpp's portable build (KOMPRESS_NO_HOST_DISPATCH) runs the other ones.
+// tests/codec/ratio.cpp's portable build (KOMPRESS_NO_HOST_DISPATCH) runs the other ones. A
+// fourth, zero elimination's byte expansion, is one SSSE3 shuffle where the CPU has SSSE3 (the
+// caller asks), in place of a step per byte.
 
 #include <kompress/codec/quantizer.hpp>
 #include <kompress/detail/host_simd.hpp>
@@ -14,6 +16,7 @@
 
 #ifdef KOMPRESS_HOST_X86_SIMD
 #include <emmintrin.h>
+#include <tmmintrin.h>
 
 namespace kompress::inline v0::detail {
 
@@ -50,6 +53,30 @@ inline void collect_set_bits_sse2(std::uint64_t w, std::uint32_t base, std::uint
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4), _mm_add_epi32(_mm_unpackhi_epi16(positions, zero), offset));
     out += set_bits_of_byte.counts[v];
   }
+}
+
+/// For each bitmap byte m, the byte shuffle that moves the first popcount(m) bytes of a word to
+/// the positions of m's set bits, lowest first, and zeroes the others (0x80).
+struct byte_expansion_table {
+  std::uint8_t control[256][8];
+};
+
+inline constexpr byte_expansion_table make_byte_expansion_table() {
+  byte_expansion_table table{};
+  for (int m = 0; m < 256; ++m) {
+    std::uint8_t rank = 0;
+    for (int j = 0; j < 8; ++j) table.control[m][j] = (m >> j) & 1 ? rank++ : std::uint8_t(0x80);
+  }
+  return table;
+}
+
+inline constexpr byte_expansion_table byte_expansion = make_byte_expansion_table();
+
+/// The eight bytes a zero-eliminated bitmap byte m stands for: byte j is the next of `kept`'s
+/// bytes (lowest first) where bit j of m is set, else 0. Only where host_has_ssse3().
+__attribute__((target("ssse3"))) inline std::uint64_t expand_kept_bytes_ssse3(std::uint64_t kept, unsigned m) {
+  const __m128i control = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(byte_expansion.control[m]));
+  return std::uint64_t(_mm_cvtsi128_si64(_mm_shuffle_epi8(_mm_cvtsi64_si128(static_cast<long long>(kept)), control)));
 }
 
 /// One Rice block's residuals from its quotients' ends (read_rice): r[i] = ((q_i << k) | r[i])

@@ -18,6 +18,7 @@
 #ifdef KOMPRESS_HOST_X86_SIMD
 namespace kompress::inline v0::detail {
 
+inline bool host_has_ssse3() { return __builtin_cpu_supports("ssse3"); }
 inline bool host_has_avx2() { return __builtin_cpu_supports("avx2"); }
 inline bool host_has_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 inline bool host_has_bmi_popcnt() { return __builtin_cpu_supports("bmi") && __builtin_cpu_supports("popcnt"); }
