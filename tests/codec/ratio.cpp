@@ -870,6 +870,35 @@ TEST_CASE("Rice residuals: each block's parameter is the smallest that minimises
   }
 }
 
+TEST_CASE("zero elimination: buffers of every length and density come back, and a section cut short is refused") {
+  // The reader expands a bitmap byte's kept bytes with a byte shuffle where the CPU has one
+  // (this build on x86-64) and a byte at a time elsewhere (the portable build): both run this.
+  namespace detail = kompress::detail;
+  std::mt19937 rng(23);
+  for (const std::uint32_t length : {1u, 7u, 8u, 9u, 63u, 64u, 65u, 255u, 256u, 1000u, 2048u, 16384u}) {
+    for (const double density : {0.0, 0.01, 0.1, 0.5, 0.9, 1.0}) {
+      std::vector<std::uint8_t> buffer(length), levels(length / 7 + 64), read_levels(length / 7 + 64), back(length);
+      for (auto& byte : buffer)
+        byte = std::uniform_real_distribution<double>(0.0, 1.0)(rng) < density ? std::uint8_t(1 + rng() % 255) : 0;
+      const std::uint64_t size = detail::zero_eliminated_size(buffer.data(), length, levels.data());
+      std::vector<std::byte> section(size + 8);
+      CAPTURE(length);
+      CAPTURE(density);
+      REQUIRE(detail::write_zero_eliminated(buffer.data(), length, levels.data(), section.data(), section.size()) ==
+              size);
+      // Exactly the section's bytes, so a read past them is one past the allocation.
+      std::vector<std::byte> exact(section.begin(), section.begin() + std::ptrdiff_t(size));
+      CHECK(detail::read_zero_eliminated(exact.data(), size, length, read_levels.data(), back.data()) ==
+            std::int64_t(size));
+      CHECK(back == buffer);
+      if (size > 0) {
+        exact.pop_back();
+        CHECK(detail::read_zero_eliminated(exact.data(), size - 1, length, read_levels.data(), back.data()) == -1);
+      }
+    }
+  }
+}
+
 TEST_CASE("Rice residuals: the writer's bytes are the section's bit string, for quotients of every length") {
   namespace detail = kompress::detail;
   std::mt19937 rng(19);
