@@ -632,40 +632,52 @@ inline constexpr int rice_block = 32;
 inline constexpr std::uint8_t rice_zero_block = 15;
 inline constexpr int rice_max_parameter = 14;
 
-/// Parameters of every block of residuals[0, padded) into `parameters` (padded / 32 entries),
-/// read from their bit planes (to_bit_planes; `width`: the bit width of all residuals OR'd);
-/// returns the Rice section's length in bytes. A block's parameter is rice_zero_block if all
-/// its z = residual >> shift are 0, else the smallest k <= rice_max_parameter minimising its
-/// 32 k + Q(k) bits, Q(k) = sum(z >> k). With c_p the count of its z with bit p set (a popcount
-/// of the block's 4 bytes of plane p + shift), Q(k) = c_k + 2 Q(k + 1), and the cost falls
-/// from k to k + 1 by sum(ceil((z >> k) / 2)) - 32 = Q(k + 1) + c_k - 32, which does not grow
-/// with k: the first k where that is <= 0 is the minimum.
-KOMPRESS_FUNCTION std::uint64_t rice_size(const std::uint8_t* planes, int padded, int width, int shift,
+/// Parameters of every block of residuals[0, padded) into `parameters` (padded / 32 entries);
+/// returns the Rice section's length in bytes. A block's parameter is rice_zero_block if all its
+/// z = residual >> shift are 0, else the smallest k <= rice_max_parameter minimising its
+/// 32 k + S(k) bits, S(k) = sum(z >> k). The cost falls from k to k + 1 by
+/// D(k) - 32, D(k) = S(k) - S(k + 1) = sum(ceil((z >> k) / 2)), which does not grow with k: the
+/// first k where D(k) <= 32 is the minimum. The search starts at the previous block's k (blocks
+/// of a chunk are alike), each step one more S over the block's 32 values.
+KOMPRESS_FUNCTION std::uint64_t rice_size(const std::uint32_t* residuals, int padded, int shift,
                                           std::uint8_t* parameters) {
   const int blocks = padded / rice_block;
-  const int groups = padded / 8;
-  const int planes_used = width > shift ? width - shift : 0;  // planes of z that can be nonzero
   std::uint64_t remainder_bytes = 0, quotient_bits = 0;
+  int guess = 0;
   for (int b = 0; b < blocks; ++b) {
-    std::uint32_t count[33];
-    std::uint64_t q[34];
-    q[planes_used] = 0;
-    for (int p = planes_used; p < 33; ++p) count[p] = 0;
-    for (int p = planes_used - 1; p >= 0; --p) {
-      count[p] = std::uint32_t(popcount32(load<std::uint32_t>(
-          reinterpret_cast<const std::byte*>(planes + (p + shift) * groups + 4 * b))));
-      q[p] = count[p] + 2 * q[p + 1];
-    }
-    for (int p = planes_used + 1; p < 34; ++p) q[p] = 0;
-    if (q[0] == 0) {
+    const std::uint32_t* const r = residuals + rice_block * b;
+    std::uint32_t any = 0;
+    for (int i = 0; i < rice_block; ++i) any |= r[i];
+    if (any == 0) {  // every z is 0 (and only then: the shift drops zero bits only)
       parameters[b] = rice_zero_block;
       continue;
     }
-    int k = 0;
-    while (k < rice_max_parameter && q[k + 1] + count[k] > std::uint64_t(rice_block)) ++k;
+    const auto sum = [&](int k) {  // S(k)
+      std::uint64_t s = 0;
+      for (int i = 0; i < rice_block; ++i) s += (r[i] >> shift) >> k;
+      return s;
+    };
+    int k = guess;
+    std::uint64_t at_k = sum(k), above = sum(k + 1);  // S(k), S(k + 1)
+    if (at_k - above <= std::uint64_t(rice_block)) {
+      while (k > 0) {  // down while the step below still does not pay
+        const std::uint64_t below = sum(k - 1);
+        if (below - at_k > std::uint64_t(rice_block)) break;
+        above = at_k;
+        at_k = below;
+        --k;
+      }
+    } else {
+      while (k < rice_max_parameter && at_k - above > std::uint64_t(rice_block)) {
+        ++k;
+        at_k = above;
+        above = sum(k + 1);
+      }
+    }
+    guess = k;
     parameters[b] = std::uint8_t(k);
     remainder_bytes += std::uint64_t(k) * (rice_block / 8);
-    quotient_bits += q[k] + std::uint64_t(rice_block);
+    quotient_bits += at_k + std::uint64_t(rice_block);
   }
   return 1 + std::uint64_t(blocks / 2) + remainder_bytes + (quotient_bits + 7) / 8;
 }
@@ -1005,7 +1017,6 @@ KOMPRESS_FUNCTION std::uint64_t encode_ratio_chunk(const T* in, int n, std::uint
   const ratio_geometry g = candidates[best];
   std::uint8_t* const planes = reinterpret_cast<std::uint8_t*>(spare);
   for (int i = n; i < padded; ++i) residuals[i] = 0;
-  to_bit_planes(residuals, padded, planes);
 
   // Size first, so a chunk that would not shrink is written raw and nothing overflows. The
   // residuals go as bit planes or Rice codes, whichever is smaller (a tie keeps the planes).
@@ -1015,16 +1026,19 @@ KOMPRESS_FUNCTION std::uint64_t encode_ratio_chunk(const T* in, int n, std::uint
     for (int i = 0; i < padded; ++i) any_residual |= residuals[i];
   const int shift = any_residual ? lowest_bit(any_residual) : 0;
   const std::uint64_t rice_bytes =
-      rice_allowed ? rice_size(planes, padded, bit_width(any_residual), shift, rice_parameters) : ~std::uint64_t(0);
+      rice_allowed ? rice_size(residuals, padded, shift, rice_parameters) : ~std::uint64_t(0);
   // The planes take at least their nonzero bytes (the estimate) and their first bitmap's
   // (plane_bitmap_bytes: at most padded / 2, and at most the estimate). A Rice section smaller
-  // than that wins without the planes' bitmaps being built.
+  // than that wins without the planes being built.
   const std::uint64_t bitmap_most = best_estimate < std::uint64_t(padded / 2) ? best_estimate : padded / 2;
   const bool rice_below_planes = rice_bytes < best_estimate ||
                                  (rice_bytes < best_estimate + bitmap_most &&
                                   rice_bytes < best_estimate + plane_bitmap_bytes(residuals, padded));
-  const std::uint64_t plane_bytes =
-      rice_below_planes ? 0 : zero_eliminated_size(planes, std::uint32_t(4 * padded), scratch.levels);
+  std::uint64_t plane_bytes = 0;
+  if (!rice_below_planes) {
+    to_bit_planes(residuals, padded, planes);
+    plane_bytes = zero_eliminated_size(planes, std::uint32_t(4 * padded), scratch.levels);
+  }
   const bool rice = rice_below_planes || rice_bytes < plane_bytes;
   const std::uint8_t kind = std::uint8_t(g.predictor) |
                             (any_negative_zero ? ratio_flag_negative_zeros : 0) |
