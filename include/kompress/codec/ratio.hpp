@@ -652,7 +652,15 @@ KOMPRESS_FUNCTION std::uint64_t rice_size(const std::uint32_t* residuals, int pa
       parameters[b] = rice_zero_block;
       continue;
     }
-    const auto sum = [&](int k) {  // S(k)
+    // S(k); in 32 bits where the block's z are below 2^27 (nearly always), so that it vectorizes
+    // without widening.
+    const bool narrow = (any >> shift) < (std::uint32_t(1) << 27);
+    const auto sum = [&](int k) {
+      if (narrow) {
+        std::uint32_t s = 0;
+        for (int i = 0; i < rice_block; ++i) s += (r[i] >> shift) >> k;
+        return std::uint64_t(s);
+      }
       std::uint64_t s = 0;
       for (int i = 0; i < rice_block; ++i) s += (r[i] >> shift) >> k;
       return s;
@@ -706,6 +714,9 @@ KOMPRESS_FUNCTION std::uint64_t write_rice(const std::uint32_t* residuals, int p
   // branch per eight values instead of per value.
   std::uint64_t word = 0;
   std::uint64_t used = 0;
+#ifdef KOMPRESS_HOST_X86_SIMD
+  const bool avx2 = host_has_avx2();
+#endif
   const auto append_one = [&](std::uint64_t length) {  // any length >= 1, one value's code
     std::uint64_t next = used + length;
     while (next > 64) {
@@ -729,9 +740,16 @@ KOMPRESS_FUNCTION std::uint64_t write_rice(const std::uint32_t* residuals, int p
     const std::uint32_t* const z = residuals + rice_block * b;
     for (int g = 0; g < rice_block; g += 8) {
       std::uint64_t pattern = 0, end = 0;
-      for (int j = 0; j < 8; ++j) {
-        end += (std::uint64_t(z[g + j]) >> (shift + k)) + 1;
-        pattern |= std::uint64_t(1) << ((end - 1) & 63);
+#ifdef KOMPRESS_HOST_X86_SIMD
+      if (avx2) {
+        end = rice_quotient_pattern_avx2(z + g, shift + k, &pattern);
+      } else
+#endif
+      {
+        for (int j = 0; j < 8; ++j) {
+          end += (std::uint64_t(z[g + j]) >> (shift + k)) + 1;
+          pattern |= std::uint64_t(1) << ((end - 1) & 63);
+        }
       }
       if (end > 64) {
         for (int j = 0; j < 8; ++j) append_one((std::uint64_t(z[g + j]) >> (shift + k)) + 1);

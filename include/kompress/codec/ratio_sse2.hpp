@@ -4,9 +4,11 @@
 // no compiler vectorizes either; GCC leaves the third (the Rice quotients) scalar inside the
 // AVX2 decoder, the largest part of its time (docs/performance.md). Each gives what the portable
 // loop gives (integer adds and shifts, and the same products as value_codec<T>::reconstruct);
-// tests/codec/ratio.cpp's portable build (KOMPRESS_NO_HOST_DISPATCH) runs the other ones. A
-// fourth, zero elimination's byte expansion, is one SSSE3 shuffle where the CPU has SSSE3 (the
-// caller asks), in place of a step per byte.
+// tests/codec/ratio.cpp's portable build (KOMPRESS_NO_HOST_DISPATCH) runs the other ones. Two
+// more take instructions past SSE2, each called only where the CPU has them (the caller asks):
+// zero elimination's byte expansion, one SSSE3 shuffle in place of a step per byte, and the Rice
+// writer's quotient codes of eight values, an AVX2 prefix sum and variable shifts in place of a
+// chain of them.
 
 #include <kompress/codec/quantizer.hpp>
 #include <kompress/detail/host_simd.hpp>
@@ -15,8 +17,7 @@
 #include <type_traits>
 
 #ifdef KOMPRESS_HOST_X86_SIMD
-#include <emmintrin.h>
-#include <tmmintrin.h>
+#include <immintrin.h>
 
 namespace kompress::inline v0::detail {
 
@@ -77,6 +78,33 @@ inline constexpr byte_expansion_table byte_expansion = make_byte_expansion_table
 __attribute__((target("ssse3"))) inline std::uint64_t expand_kept_bytes_ssse3(std::uint64_t kept, unsigned m) {
   const __m128i control = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(byte_expansion.control[m]));
   return std::uint64_t(_mm_cvtsi128_si64(_mm_shuffle_epi8(_mm_cvtsi64_si128(static_cast<long long>(kept)), control)));
+}
+
+/// The Rice quotient codes of z[0, 8) >> s (each that many 0 bits, then a 1 bit) as one bit
+/// string, lowest first: returns its length and writes it to `pattern` when it fits 64 bits;
+/// returns a length above 64 otherwise, without writing. Only where host_has_avx2().
+__attribute__((target("avx2"))) inline std::uint32_t rice_quotient_pattern_avx2(const std::uint32_t* z, int s,
+                                                                               std::uint64_t* pattern) {
+  const __m256i quotients =
+      _mm256_srl_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(z)), _mm_cvtsi32_si128(s));
+  if (!_mm256_testz_si256(quotients, _mm256_set1_epi32(~63))) return 65;  // a code alone past 64
+  // Each value's end: the running sum of the code lengths, in each half, then across.
+  __m256i ends = _mm256_add_epi32(quotients, _mm256_set1_epi32(1));
+  ends = _mm256_add_epi32(ends, _mm256_slli_si256(ends, 4));
+  ends = _mm256_add_epi32(ends, _mm256_slli_si256(ends, 8));
+  const __m256i low_half_total = _mm256_permutevar8x32_epi32(ends, _mm256_set1_epi32(3));
+  ends = _mm256_add_epi32(ends, _mm256_blend_epi32(_mm256_setzero_si256(), low_half_total, 0xF0));
+  const std::uint32_t length = std::uint32_t(_mm256_extract_epi32(ends, 7));
+  if (length > 64) return length;
+  const __m256i ones_at = _mm256_sub_epi32(ends, _mm256_set1_epi32(1));  // each below 64
+  const __m256i one = _mm256_set1_epi64x(1);
+  const __m256i bits =
+      _mm256_or_si256(_mm256_sllv_epi64(one, _mm256_cvtepu32_epi64(_mm256_castsi256_si128(ones_at))),
+                      _mm256_sllv_epi64(one, _mm256_cvtepu32_epi64(_mm256_extracti128_si256(ones_at, 1))));
+  __m128i folded = _mm_or_si128(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1));
+  folded = _mm_or_si128(folded, _mm_unpackhi_epi64(folded, folded));
+  *pattern = std::uint64_t(_mm_cvtsi128_si64(folded));
+  return length;
 }
 
 /// One Rice block's residuals from its quotients' ends (read_rice): r[i] = ((q_i << k) | r[i])
