@@ -504,7 +504,7 @@ TEST_CASE("ratio chunk: a map marking a value past the chunk's end is rejected, 
 
 TEST_CASE_TEMPLATE("ratio chunk: delta-predicted values are the reconstructions of the encoder's codes, at every length",
                    T, float, double) {
-  // The host decoder turns delta residuals into values four at a time (codec/ratio_sse2.hpp);
+  // The host decoder turns delta residuals into values four at a time (codec/ratio_x86.hpp);
   // each value must still be exactly value_codec<T>::reconstruct of the code the encoder
   // chose, whatever the length's remainder by 4, from Rice sections and from bit planes.
   namespace detail = kompress::detail;

@@ -18,7 +18,7 @@
 
 #include <kompress/codec/bitpack.hpp>
 #include <kompress/codec/quantizer.hpp>
-#include <kompress/codec/ratio_sse2.hpp>
+#include <kompress/codec/ratio_x86.hpp>
 #include <kompress/detail/bytes.hpp>
 
 #include <bit>
