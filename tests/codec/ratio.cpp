@@ -24,6 +24,11 @@
 #include <span>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
 using kompress::test::require_round_trip;
 
 namespace {
@@ -919,8 +924,10 @@ TEST_CASE("Rice residuals: the writer's bytes are the section's bit string, for 
         residuals[std::size_t(detail::rice_block * b + i)] = z << shift;
         any |= z;
       }
-      // Parameters from the smallest (long quotients everywhere) to the largest.
-      parameters[std::size_t(b)] = any == 0 ? detail::rice_zero_block : std::uint8_t(rng() % 8);
+      // Parameters from the smallest (long quotients everywhere) to the largest the format has
+      // (every width of the remainders' unpacking).
+      parameters[std::size_t(b)] =
+          any == 0 ? detail::rice_zero_block : std::uint8_t(rng() % (trial % 2 == 0 ? 8 : detail::rice_max_parameter + 1));
     }
     // The reference: the bit string of docs/format.md, "Rice residuals", one bit at a time.
     std::vector<std::uint8_t> reference = {std::uint8_t(shift)};
@@ -961,6 +968,55 @@ TEST_CASE("Rice residuals: the writer's bytes are the section's bit string, for 
   MESSAGE(long_groups << " groups of eight quotients longer than a word");
   CHECK(long_groups > 100);
 }
+
+#if defined(__linux__)
+TEST_CASE("Rice residuals: the reader reads nothing past its section, whatever its parameters and length") {
+  // Each section ends where a page that cannot be read begins, so a read past it faults. The
+  // host reader loads 16 bytes from a block's remainders; with few coded blocks and small
+  // parameters the section ends sooner.
+  namespace detail = kompress::detail;
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t readable = (16384 + page - 1) / page * page;
+  void* const mapping = mmap(nullptr, readable + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(mapping != MAP_FAILED);
+  std::byte* const guard = static_cast<std::byte*>(mapping) + readable;
+  REQUIRE(mprotect(guard, page, PROT_NONE) == 0);
+  std::mt19937 rng(23);
+  int sections = 0;
+  for (const int padded : {64, 128, 4096}) {
+    const int blocks = padded / detail::rice_block;
+    const auto values = static_cast<std::size_t>(padded);
+    std::vector<std::uint32_t> residuals(values), decoded(values), ends(values);
+    std::vector<std::uint8_t> parameters(static_cast<std::size_t>(blocks));
+    std::vector<std::byte> written(8 * values + 64);
+    for (int k = 0; k <= detail::rice_max_parameter; ++k)
+      for (const int coded : {1, 2, blocks}) {  // the last `coded` blocks, the others all zero
+        const int shift = (k + coded) % 3;
+        for (int b = 0; b < blocks; ++b) {
+          const bool is_coded = b >= blocks - coded;
+          parameters[std::size_t(b)] = is_coded ? std::uint8_t(k) : detail::rice_zero_block;
+          for (int i = 0; i < detail::rice_block; ++i) {
+            const std::uint32_t z = is_coded ? ((rng() % 3) << k) | (rng() & ((1u << k) - 1u)) : 0u;
+            residuals[std::size_t(detail::rice_block * b + i)] = z << shift;
+          }
+        }
+        const std::uint64_t length =
+            detail::write_rice(residuals.data(), padded, shift, parameters.data(), written.data());
+        REQUIRE(length <= readable);
+        std::byte* const section = guard - length;
+        std::memcpy(section, written.data(), length);
+        CAPTURE(padded);
+        CAPTURE(k);
+        CAPTURE(coded);
+        REQUIRE(detail::read_rice(section, length, padded, decoded.data(), ends.data()));
+        CHECK(decoded == residuals);
+        ++sections;
+      }
+  }
+  CHECK(sections == 3 * 15 * 3);
+  munmap(mapping, readable + page);
+}
+#endif
 
 TEST_CASE("Rice residuals: a ReLU's positive values take them, within the bound, smaller than bit planes") {
   namespace detail = kompress::detail;

@@ -790,8 +790,9 @@ KOMPRESS_FUNCTION void collect_set_bits(std::uint64_t w, std::uint32_t base, std
 /// The quotients are read in two passes rather than one quotient at a time: the positions of
 /// the set bits (each ends a quotient) first, a step per set bit whose only dependency is
 /// clearing the lowest bit of a word; then each quotient as the distance between two ends, a
-/// loop over a block's 32 values without a dependency (SSE2 on x86 hosts: GCC vectorizes it in
-/// the baseline decoder but not in the AVX2 one).
+/// loop over a block's 32 values without a dependency (on x86 hosts AVX2 where the CPU has it,
+/// unpacking the block's remainders in the same pass, else SSE2: GCC vectorizes the loop in the
+/// baseline decoder but not in the AVX2 one).
 KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int padded, std::uint32_t* residuals,
                                  std::uint32_t* ends) {
   const int blocks = padded / rice_block;
@@ -821,13 +822,19 @@ KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int p
   // per bit that mispredicts at the word's end (on x86 hosts, a byte's positions from a table).
   // Either writes up to 8 entries past the word's last; past `total - 72` the last ones go
   // singly, so nothing is written past ends[total).
+#ifdef KOMPRESS_HOST_X86_SIMD
+  const bool avx2 = host_has_avx2();
+#endif
   std::uint32_t found = 0;
   const auto collect = [&](std::uint64_t w, std::uint32_t base) {
     const std::uint32_t count = std::uint32_t(popcount64(w));
     if (found + count > total) return false;
     if (total - found >= 72) {
 #ifdef KOMPRESS_HOST_X86_SIMD
-      collect_set_bits_sse2(w, base, ends + found);
+      if (avx2)
+        collect_set_bits_avx2(w, base, ends + found);
+      else
+        collect_set_bits_sse2(w, base, ends + found);
 #else
       collect_set_bits(w, base, count, ends + found);
 #endif
@@ -853,6 +860,9 @@ KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int p
   const std::byte* remainders = in + header;
   std::uint32_t start = 0;  // the first bit of the block's first quotient
   const std::uint32_t* e = ends;
+#ifdef KOMPRESS_HOST_X86_SIMD
+  std::byte copy[4 * rice_max_parameter + 16] = {};
+#endif
   for (int b = 0; b < blocks; ++b) {
     std::uint32_t* r = residuals + rice_block * b;
     const int k = parameter(b);
@@ -860,12 +870,26 @@ KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int p
       for (int i = 0; i < rice_block; ++i) r[i] = 0;
       continue;
     }
-    unpack<rice_block>(k, remainders, r);
-    remainders += std::uint64_t(k) * (rice_block / 8);
     // A quotient is the zeros between two ends; it must stay below 2^(32 - shift - k).
 #ifdef KOMPRESS_HOST_X86_SIMD
-    const std::uint32_t any = rice_residuals_sse2(e, start, k, shift, r);
+    std::uint32_t any;
+    if (avx2) {
+      // It reads 16 - k bytes past the block's remainders (and uses none of them): from a copy
+      // where the section ends sooner.
+      const std::byte* from = remainders;
+      if (std::uint64_t(remainders - in) + 3 * std::uint64_t(k) + 16 > bytes) {
+        for (int j = 0; j < 4 * k; ++j) copy[j] = remainders[j];
+        from = copy;
+      }
+      any = rice_block_avx2(from, e, start, k, shift, r);
+    } else {
+      unpack<rice_block>(k, remainders, r);
+      any = rice_residuals_sse2(e, start, k, shift, r);
+    }
+    remainders += std::uint64_t(k) * (rice_block / 8);
 #else
+    unpack<rice_block>(k, remainders, r);
+    remainders += std::uint64_t(k) * (rice_block / 8);
     const std::uint32_t first = e[0] - start;
     std::uint32_t any = first;
     r[0] = ((first << k) | r[0]) << shift;

@@ -1,14 +1,15 @@
 #pragma once
-// Three loops of the ratio decoder written with SSE2 (every x86-64 CPU has it), for the host
-// only: two of the portable loops they replace take a step per value on a dependency chain, and
-// no compiler vectorizes either; GCC leaves the third (the Rice quotients) scalar inside the
-// AVX2 decoder, the largest part of its time (docs/performance.md). Each gives what the portable
-// loop gives (integer adds and shifts, and the same products as value_codec<T>::reconstruct);
-// tests/codec/ratio.cpp's portable build (KOMPRESS_NO_HOST_DISPATCH) runs the other ones. Two
-// more take instructions past SSE2, each called only where the CPU has them (the caller asks):
-// zero elimination's byte expansion, one SSSE3 shuffle in place of a step per byte, and the Rice
-// writer's quotient codes of eight values, an AVX2 prefix sum and variable shifts in place of a
-// chain of them.
+// Loops of the ratio codec written with x86 vector instructions, for the host only. Three use
+// SSE2 (every x86-64 CPU has it): two of the portable loops they replace take a step per value
+// on a dependency chain, and no compiler vectorizes either; GCC leaves the third (the Rice
+// quotients) scalar inside the AVX2 decoder. Each gives what the portable loop gives (integer
+// adds and shifts, and the same products as value_codec<T>::reconstruct); tests/codec/ratio.cpp's
+// portable build (KOMPRESS_NO_HOST_DISPATCH) runs the other ones. The rest take instructions past
+// SSE2, each called only where the CPU has them (the caller asks): zero elimination's byte
+// expansion (one SSSE3 shuffle in place of a step per byte), and three AVX2 ones: the Rice
+// writer's quotient codes of eight values (a prefix sum and variable shifts in place of a chain
+// of them), and the Rice reader's set-bit positions and its blocks (the remainders unpacked by a
+// shuffle and variable shifts, eight at a time, with the quotients in the same pass).
 
 #include <kompress/codec/quantizer.hpp>
 #include <kompress/detail/host_simd.hpp>
@@ -131,6 +132,77 @@ inline std::uint32_t rice_residuals_sse2(const std::uint32_t* ends, std::uint32_
   any = _mm_or_si128(any, _mm_shuffle_epi32(any, 0x4E));
   any = _mm_or_si128(any, _mm_shuffle_epi32(any, 0xB1));
   return std::uint32_t(_mm_cvtsi128_si32(any));
+}
+
+/// collect_set_bits_sse2 with one widening load and one store per byte. Only where
+/// host_has_avx2().
+__attribute__((target("avx2"))) inline void collect_set_bits_avx2(std::uint64_t w, std::uint32_t base,
+                                                                 std::uint32_t* out) {
+  __m256i offset = _mm256_set1_epi32(int(base));
+  const __m256i eight = _mm256_set1_epi32(8);
+  for (int byte = 0; byte < 8; ++byte) {
+    const unsigned v = unsigned(w >> (8 * byte)) & 0xFFu;
+    const __m256i positions =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(set_bits_of_byte.positions[v])));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_add_epi32(positions, offset));
+    offset = _mm256_add_epi32(offset, eight);
+    out += set_bits_of_byte.counts[v];
+  }
+}
+
+/// For each Rice parameter k (0..14), where each of eight k-bit remainders lies in the 16 bytes
+/// that start at the first of them (byte-aligned: eight remainders take k bytes): the byte
+/// shuffle that gathers value j's four bytes into lane j, and the shift that aligns it.
+struct rice_unpack_table {
+  std::uint8_t control[15][32];
+  std::uint32_t shifts[15][8];
+};
+
+inline constexpr rice_unpack_table make_rice_unpack_table() {
+  rice_unpack_table table{};
+  for (int k = 0; k < 15; ++k)
+    for (int j = 0; j < 8; ++j) {
+      for (int b = 0; b < 4; ++b) table.control[k][4 * j + b] = std::uint8_t((j * k >> 3) + b);
+      table.shifts[k][j] = std::uint32_t(j * k & 7);
+    }
+  return table;
+}
+
+inline constexpr rice_unpack_table rice_unpack = make_rice_unpack_table();
+
+/// One Rice block's residuals in one pass (read_rice): its k-bit remainders unpacked from
+/// `remainders` (bitpack.hpp's layout) and its quotients taken from their ends, r[i] = ((q_i <<
+/// k) | remainder_i) << shift, q_i = ends[i] - ends[i - 1] - 1, ends[-1] = start - 1. k <= 14:
+/// eight remainders lie in the 16 bytes from the first of them, so `remainders` must have 3k +
+/// 16 readable bytes (the block's 4k and what follows). Returns the OR of the quotients. Only
+/// where host_has_avx2().
+__attribute__((target("avx2"))) inline std::uint32_t rice_block_avx2(const std::byte* remainders,
+                                                                    const std::uint32_t* ends, std::uint32_t start,
+                                                                    int k, int shift, std::uint32_t* r) {
+  const __m256i control = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rice_unpack.control[k]));
+  const __m256i shifts = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rice_unpack.shifts[k]));
+  const __m256i mask = _mm256_set1_epi32(int((1u << k) - 1u));
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m128i k_count = _mm_cvtsi32_si128(k), shift_count = _mm_cvtsi32_si128(shift);
+  __m256i any = _mm256_setzero_si256();
+  for (int g = 0; g < 4; ++g) {
+    const __m256i bytes = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(remainders + g * k)));
+    const __m256i remainder = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(bytes, control), shifts), mask);
+    const __m256i current = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ends + 8 * g));
+    const __m256i previous =
+        g == 0 ? _mm256_blend_epi32(_mm256_permutevar8x32_epi32(current, _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6)),
+                                    _mm256_set1_epi32(int(start - 1u)), 1)
+               : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ends + 8 * g - 1));
+    const __m256i quotient = _mm256_sub_epi32(_mm256_sub_epi32(current, previous), one);
+    any = _mm256_or_si256(any, quotient);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(r + 8 * g),
+                        _mm256_sll_epi32(_mm256_or_si256(_mm256_sll_epi32(quotient, k_count), remainder), shift_count));
+  }
+  __m128i folded = _mm_or_si128(_mm256_castsi256_si128(any), _mm256_extracti128_si256(any, 1));
+  folded = _mm_or_si128(folded, _mm_shuffle_epi32(folded, 0x4E));
+  folded = _mm_or_si128(folded, _mm_shuffle_epi32(folded, 0xB1));
+  return std::uint32_t(_mm_cvtsi128_si32(folded));
 }
 
 /// out[i] = reconstruct(code_i) for i < n, code_i = code_(i-1) + unzigzag(residuals[i]) and
