@@ -970,10 +970,10 @@ TEST_CASE("Rice residuals: the writer's bytes are the section's bit string, for 
 }
 
 #if defined(__linux__)
-TEST_CASE("Rice residuals: the reader reads nothing past its section, whatever its parameters and length") {
-  // Each section ends where a page that cannot be read begins, so a read past it faults. The
-  // host reader loads 16 bytes from a block's remainders; with few coded blocks and small
-  // parameters the section ends sooner.
+TEST_CASE("Rice residuals: the writer and the reader touch nothing past the section, whatever its parameters") {
+  // Each section ends where a page that cannot be read or written begins, so an access past it
+  // faults. The host reader loads and the host writer stores 16 bytes from a block's
+  // remainders; with few coded blocks and small parameters the section ends sooner.
   namespace detail = kompress::detail;
   const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   const std::size_t readable = (16384 + page - 1) / page * page;
@@ -1003,8 +1003,11 @@ TEST_CASE("Rice residuals: the reader reads nothing past its section, whatever i
         const std::uint64_t length =
             detail::write_rice(residuals.data(), padded, shift, parameters.data(), written.data());
         REQUIRE(length <= readable);
+        // Written again where it ends at the page: the writer too stays inside it.
         std::byte* const section = guard - length;
-        std::memcpy(section, written.data(), length);
+        std::memset(section, 0xA5, length);
+        REQUIRE(detail::write_rice(residuals.data(), padded, shift, parameters.data(), section) == length);
+        CHECK(std::memcmp(section, written.data(), length) == 0);
         CAPTURE(padded);
         CAPTURE(k);
         CAPTURE(coded);

@@ -699,9 +699,24 @@ KOMPRESS_FUNCTION std::uint64_t write_rice(const std::uint32_t* residuals, int p
   out[position++] = std::byte(shift);
   for (int b = 0; b < blocks; b += 2)
     out[position++] = std::byte(std::uint8_t(parameters[b] | (parameters[b + 1] << 4)));
+#ifdef KOMPRESS_HOST_X86_SIMD
+  const bool avx2 = host_has_avx2();
+  int coded = 0;
+  for (int b = 0; b < blocks && coded < 4; ++b) coded += parameters[b] != rice_zero_block;
+  // The vector packing writes up to 16 bytes past a block's remainders, which what follows
+  // overwrites: inside the section once four blocks are coded (their quotients take 16 bytes).
+  const bool pack_avx2 = avx2 && coded >= 4;
+#endif
   for (int b = 0; b < blocks; ++b) {
     const int k = parameters[b];
     if (k == rice_zero_block) continue;
+#ifdef KOMPRESS_HOST_X86_SIMD
+    if (pack_avx2 && k > 0) {
+      pack_rice_remainders_avx2(residuals + rice_block * b, shift, k, out + position);
+      position += std::uint64_t(k) * (rice_block / 8);
+      continue;
+    }
+#endif
     std::uint32_t low[rice_block];
     for (int i = 0; i < rice_block; ++i) low[i] = (residuals[rice_block * b + i] >> shift) & ((1u << k) - 1u);
     pack<rice_block>(k, low, out + position);
@@ -714,9 +729,6 @@ KOMPRESS_FUNCTION std::uint64_t write_rice(const std::uint32_t* residuals, int p
   // branch per eight values instead of per value.
   std::uint64_t word = 0;
   std::uint64_t used = 0;
-#ifdef KOMPRESS_HOST_X86_SIMD
-  const bool avx2 = host_has_avx2();
-#endif
   const auto append_one = [&](std::uint64_t length) {  // any length >= 1, one value's code
     std::uint64_t next = used + length;
     while (next > 64) {

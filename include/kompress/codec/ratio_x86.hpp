@@ -205,6 +205,29 @@ __attribute__((target("avx2"))) inline std::uint32_t rice_block_avx2(const std::
   return std::uint32_t(_mm_cvtsi128_si32(folded));
 }
 
+/// One Rice block's k-bit remainders of z[i] >> shift (i < 32; bitpack.hpp's layout, k = 1..14)
+/// eight at a time: the eight joined in pairs, then fours, by shifts within 64-bit lanes, then
+/// the two fours in 64-bit words. Writes the block's 4k bytes and up to 16 - k zero bytes past
+/// them, which the caller overwrites. Only where host_has_avx2().
+__attribute__((target("avx2"))) inline void pack_rice_remainders_avx2(const std::uint32_t* z, int shift, int k,
+                                                                     std::byte* out) {
+  const __m256i mask = _mm256_set1_epi32(int((1u << k) - 1u));
+  const __m256i low_halves = _mm256_set1_epi64x(0xFFFFFFFF);
+  const __m128i shift_count = _mm_cvtsi32_si128(shift), k_count = _mm_cvtsi32_si128(k),
+                pair_count = _mm_cvtsi32_si128(2 * k);
+  const int four = 4 * k;  // 4..56
+  for (int g = 0; g < 4; ++g) {
+    __m256i v = _mm256_and_si256(
+        _mm256_srl_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(z + 8 * g)), shift_count), mask);
+    v = _mm256_or_si256(_mm256_and_si256(v, low_halves), _mm256_sll_epi64(_mm256_srli_epi64(v, 32), k_count));
+    v = _mm256_or_si256(v, _mm256_sll_epi64(_mm256_srli_si256(v, 8), pair_count));  // each half's low word
+    const std::uint64_t low = std::uint64_t(_mm_cvtsi128_si64(_mm256_castsi256_si128(v)));
+    const std::uint64_t high = std::uint64_t(_mm_cvtsi128_si64(_mm256_extracti128_si256(v, 1)));
+    store<std::uint64_t>(out + g * k, low | (high << four));
+    store<std::uint64_t>(out + g * k + 8, high >> (64 - four));
+  }
+}
+
 /// out[i] = reconstruct(code_i) for i < n, code_i = code_(i-1) + unzigzag(residuals[i]) and
 /// code_-1 = 0 (the delta predictor), four codes at a time: an in-register prefix sum whose
 /// carry is one add and one shuffle per four values. Reads residuals up to n rounded up to 4.
