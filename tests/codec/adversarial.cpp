@@ -669,7 +669,8 @@ TEST_CASE_TEMPLATE("codec: every encoder, assemble wave count, fused worker coun
     }
   }
   std::vector<detail::encoder_kind> encoders = {detail::encoder_kind::portable};
-  if (detail::host_runs(detail::encoder_kind::avx2_fma)) encoders.push_back(detail::encoder_kind::avx2_fma);
+  for (const auto kind : {detail::encoder_kind::avx2_fma, detail::encoder_kind::avx512})
+    if (detail::host_runs(kind)) encoders.push_back(kind);
   const auto reference_tuning = detail::kernel_tuning{.encoder = detail::encoder_kind::portable,
                                                       .assemble_waves = 0, .team_size = 0};
   for (const double bound : {1e-1, 1e-4, 0.0}) {

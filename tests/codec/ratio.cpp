@@ -285,14 +285,14 @@ TEST_CASE("ratio codec: the stream does not depend on the thread count") {
 }
 
 // On the host on purpose: both kernels forced there (kernels/team_codec.hpp).
-TEST_CASE_TEMPLATE("ratio codec: a team per chunk writes the thread-per-chunk kernels' bytes and decodes their values",
+TEST_CASE_TEMPLATE("ratio codec: a team per chunk and each host compilation write the portable bytes and values",
                    T, float, double) {
   namespace detail = kompress::detail;
   const std::vector<std::size_t> shape = {7, 50, 60};  // 21,000 values: 6 chunks, the last short
   auto values = field<T>(shape, 50.0);
   values[100] = std::numeric_limits<T>::quiet_NaN();
   values[9000] = T(-0.0);
-  const auto compress_with = [&](int team_size) {
+  const auto compress_with_tuning = [&](const detail::kernel_tuning& tuning) {
     detail::stream_header header;
     header.type = detail::element_type_of<T>();
     header.mode = kompress::bound_mode::relative;
@@ -305,12 +305,12 @@ TEST_CASE_TEMPLATE("ratio codec: a team per chunk writes the thread-per-chunk ke
     std::vector<std::byte> out(kompress::max_compressed_size<T>(
         values.size(), kompress::compress_options{.codec = ratio}));
     detail::enqueue_compress_kernels<T, detail::ratio_block_size>(
-        host{}, values.data(), out.data(), header, nullptr, {.team_size = team_size},
-        detail::ratio_shape_of(in));
+        host{}, values.data(), out.data(), header, nullptr, tuning, detail::ratio_shape_of(in));
     host{}.fence();
     out.resize(detail::load<std::uint64_t>(out.data() + detail::stream_length_offset));
     return out;
   };
+  const auto compress_with = [&](int team_size) { return compress_with_tuning({.team_size = team_size}); };
   const auto decompress_with = [&](const std::vector<std::byte>& stream, const detail::kernel_tuning& tuning) {
     const Kokkos::View<const std::byte*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(
         stream.data(), stream.size());
@@ -331,9 +331,15 @@ TEST_CASE_TEMPLATE("ratio codec: a team per chunk writes the thread-per-chunk ke
     const auto decoded = decompress_with(reference, {.team_size = team_size});
     CHECK(std::memcmp(decoded.data(), reference_values.data(), values.size() * sizeof(T)) == 0);
   }
-  // The host's AVX2 + BMI decoder, where the CPU has it, gives the portable decoder's values.
-  if (detail::host_runs(detail::encoder_kind::avx2_fma)) {
-    const auto decoded = decompress_with(reference, {.decoder = detail::encoder_kind::avx2_fma, .team_size = 0});
+  // The host's AVX2 and AVX-512 compilations, where the CPU has them, write the portable
+  // encoder's bytes and give the portable decoder's values.
+  for (const auto kind : {detail::encoder_kind::avx2_fma, detail::encoder_kind::avx512}) {
+    if (!detail::host_runs(kind)) continue;
+    CAPTURE(int(kind));
+    const auto stream = compress_with_tuning({.encoder = kind, .team_size = 0});
+    REQUIRE(stream.size() == reference.size());
+    CHECK(std::memcmp(stream.data(), reference.data(), reference.size()) == 0);
+    const auto decoded = decompress_with(reference, {.decoder = kind, .team_size = 0});
     CHECK(std::memcmp(decoded.data(), reference_values.data(), values.size() * sizeof(T)) == 0);
   }
 }

@@ -21,6 +21,10 @@ namespace kompress::inline v0::detail {
 inline bool host_has_ssse3() { return __builtin_cpu_supports("ssse3"); }
 inline bool host_has_avx2() { return __builtin_cpu_supports("avx2"); }
 inline bool host_has_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+inline bool host_has_avx512() {
+  return host_has_avx2_fma() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+}
 inline bool host_has_bmi_popcnt() { return __builtin_cpu_supports("bmi") && __builtin_cpu_supports("popcnt"); }
 
 }  // namespace kompress::inline v0::detail

@@ -1,7 +1,8 @@
 #pragma once
 // The host backend (Serial, OpenMP, Threads: every execution space whose memory is
 // HostSpace): on x86-64 the codec's loops (the value range, both codecs' chunk encoders and
-// decoders) are compiled a second time for AVX2 + FMA and taken when the CPU has them. The
+// decoders) are compiled a second time for AVX2 + FMA and taken when the CPU has them, and the
+// ratio codec's chunk loops a third time for AVX-512, taken where the CPU has that. The
 // quantize-and-verify and reconstruct loops then work on four doubles at once instead of two,
 // and the value range's integer min/max on eight floats' keys (SSE2 has no 32-bit signed
 // min/max and no 64-bit compare). Streams and decoded values are identical either way: the
@@ -64,6 +65,32 @@ struct ratio_chunk_decoder_avx2 : ratio_chunk_decoder<T> {
     if (!this->decode(chunk, scratch)) bad = chunk < bad ? chunk : bad;
   }
 };
+
+// The ratio codec's chunk loops once more for AVX-512: eight doubles a vector in its quantizer,
+// sixteen 32-bit lanes in its residual passes (docs/performance.md, "AVX-512 and vector Rice
+// remainders").
+template <class T>
+struct ratio_chunk_encoder_avx512 : ratio_chunk_encoder<T> {
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"), flatten)) void operator()(
+      std::uint64_t chunk) const {
+    this->encode(chunk);
+  }
+};
+
+template <class T>
+struct ratio_chunk_decoder_avx512 : ratio_chunk_decoder<T> {
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,bmi,popcnt"), flatten)) void operator()(
+      std::uint64_t chunk, std::uint64_t& bad) const {
+    ratio_scratch scratch;
+    if (!this->decode(chunk, scratch)) bad = chunk < bad ? chunk : bad;
+  }
+};
+
+/// Whether `kind` takes the AVX2 + FMA loops on this host (avx512 does, but for the ratio codec's
+/// chunks).
+inline bool takes_avx2_fma(encoder_kind kind) {
+  return (kind == encoder_kind::avx2_fma || kind == encoder_kind::avx512) && host_has_avx2_fma();
+}
 
 template <class Batch>
 struct batch_decoder_avx2 : Batch {
@@ -350,6 +377,7 @@ struct fused_compression {
 inline bool host_runs(encoder_kind kind) {
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
   if (kind == encoder_kind::avx2_fma) return host_has_avx2_fma();
+  if (kind == encoder_kind::avx512) return host_has_avx512();
 #endif
   return kind == encoder_kind::portable;
 }
@@ -366,7 +394,12 @@ struct backend<Exec> {
     t.range_segment = 4096;
     // The AVX2 + FMA encoder: 1.46x the portable one (geometric mean, one thread; 1.33-1.8x).
     // The value range follows it (see docs/performance.md, "Kernel tuning", for its gain).
-    t.encoder = host_runs(encoder_kind::avx2_fma) ? encoder_kind::avx2_fma : encoder_kind::portable;
+    // Where the CPU has AVX-512, the ratio codec's chunks take it: its chunk encoding 1.15x on
+    // the activation files, decoding 1.0-1.05x, the same bytes (docs/performance.md, "AVX-512
+    // and vector Rice remainders").
+    t.encoder = host_runs(encoder_kind::avx512)     ? encoder_kind::avx512
+                : host_runs(encoder_kind::avx2_fma) ? encoder_kind::avx2_fma
+                                                    : encoder_kind::portable;
     // The AVX2 + FMA decoder (docs/performance.md, "Kernel tuning").
     t.decoder = t.encoder;
     // (The ratio codec's assembly, and the fast codec's beyond max_fused_workers threads.)
@@ -385,7 +418,7 @@ struct backend<Exec> {
   static void enqueue_value_range(const Exec& exec, const value_range_segments<T>& segments,
                                   const ResultView& result, encoder_kind kind) {
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
-    if (kind == encoder_kind::avx2_fma && host_has_avx2_fma())
+    if (takes_avx2_fma(kind))
       return enqueue_range_reduction(exec, value_range_segments_avx2<T>{segments}, result);
 #endif
     (void)kind;
@@ -423,7 +456,7 @@ struct backend<Exec> {
     };
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
     if constexpr (BlockSize == 32) {
-      if (tuning.encoder == encoder_kind::avx2_fma && host_has_avx2_fma()) {
+      if (takes_avx2_fma(tuning.encoder)) {
         run(value_range_segments_avx2<T>{segments}, chunk_encoder_into_avx2<T, BlockSize>{encoder});
         return true;
       }
@@ -440,7 +473,7 @@ struct backend<Exec> {
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
     // The default block size only: each variant compiles the encoder once more.
     if constexpr (BlockSize == 32) {
-      if (kind == encoder_kind::avx2_fma && host_has_avx2_fma()) {
+      if (takes_avx2_fma(kind)) {
         Kokkos::parallel_for("kompress::compress::encode_chunks", policy,
                              chunk_encoder_avx2<T, BlockSize>{encoder});
         return;
@@ -456,7 +489,12 @@ struct backend<Exec> {
                                   const ratio_chunk_encoder<T>& encoder, encoder_kind kind) {
     const Kokkos::RangePolicy<Exec> policy(exec, 0, chunks);
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
-    if (kind == encoder_kind::avx2_fma && host_has_avx2_fma()) {
+    if (kind == encoder_kind::avx512 && host_has_avx512()) {
+      Kokkos::parallel_for("kompress::compress::encode_ratio_chunks", policy,
+                           ratio_chunk_encoder_avx512<T>{encoder});
+      return;
+    }
+    if (takes_avx2_fma(kind)) {
       Kokkos::parallel_for("kompress::compress::encode_ratio_chunks", policy,
                            ratio_chunk_encoder_avx2<T>{encoder});
       return;
@@ -508,7 +546,7 @@ struct backend<Exec> {
     std::uint64_t first_bad = chunks;
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
     if constexpr (BlockSize == 32) {
-      if (kind == encoder_kind::avx2_fma && host_has_avx2_fma()) {
+      if (takes_avx2_fma(kind)) {
         Kokkos::parallel_reduce("kompress::decompress::decode_chunks", policy,
                                 chunk_decoder_avx2<T, BlockSize>{decoder},
                                 Kokkos::Min<std::uint64_t>(first_bad));
@@ -529,7 +567,12 @@ struct backend<Exec> {
                                                                               Kokkos::ChunkSize(1));
     std::uint64_t first_bad = chunks;
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
-    if (kind == encoder_kind::avx2_fma && host_has_avx2_fma() && host_has_bmi_popcnt()) {
+    if (kind == encoder_kind::avx512 && host_has_avx512() && host_has_bmi_popcnt()) {
+      Kokkos::parallel_reduce("kompress::decompress::decode_ratio_chunks", policy,
+                              ratio_chunk_decoder_avx512<T>{decoder}, Kokkos::Min<std::uint64_t>(first_bad));
+      return first_bad;
+    }
+    if (takes_avx2_fma(kind) && host_has_bmi_popcnt()) {
       Kokkos::parallel_reduce("kompress::decompress::decode_ratio_chunks", policy,
                               ratio_chunk_decoder_avx2<T>{decoder}, Kokkos::Min<std::uint64_t>(first_bad));
       return first_bad;
@@ -548,7 +591,7 @@ struct backend<Exec> {
                                                                               Kokkos::ChunkSize(1));
     std::uint64_t first_bad = batch.chunks;
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
-    if (Batch::block_size == 32 && kind == encoder_kind::avx2_fma && host_has_avx2_fma()) {
+    if (Batch::block_size == 32 && takes_avx2_fma(kind)) {
       Kokkos::parallel_reduce("kompress::decompress::decode_batch", policy, batch_decoder_avx2<Batch>{batch},
                               Kokkos::Min<std::uint64_t>(first_bad));
       return first_bad;
