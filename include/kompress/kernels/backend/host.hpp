@@ -2,7 +2,8 @@
 // The host backend (Serial, OpenMP, Threads: every execution space whose memory is
 // HostSpace): on x86-64 the codec's loops (the value range, both codecs' chunk encoders and
 // decoders) are compiled a second time for AVX2 + FMA and taken when the CPU has them, and the
-// ratio codec's chunk loops a third time for AVX-512, taken where the CPU has that. The
+// ratio codec's chunk loops and the value range a third time for AVX-512, taken where the CPU
+// has that. The
 // quantize-and-verify and reconstruct loops then work on four doubles at once instead of two,
 // and the value range's integer min/max on eight floats' keys (SSE2 has no 32-bit signed
 // min/max and no 64-bit compare). Streams and decoded values are identical either way: the
@@ -86,8 +87,16 @@ struct ratio_chunk_decoder_avx512 : ratio_chunk_decoder<T> {
   }
 };
 
+template <class T>
+struct value_range_segments_avx512 : value_range_segments<T> {
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"), flatten)) void operator()(
+      std::uint64_t s, packed_range<T>& partial) const {
+    this->reduce(s, partial);
+  }
+};
+
 /// Whether `kind` takes the AVX2 + FMA loops on this host (avx512 does, but for the ratio codec's
-/// chunks).
+/// chunks and the value range outside the fused compression).
 inline bool takes_avx2_fma(encoder_kind kind) {
   return (kind == encoder_kind::avx2_fma || kind == encoder_kind::avx512) && host_has_avx2_fma();
 }
@@ -394,9 +403,9 @@ struct backend<Exec> {
     t.range_segment = 4096;
     // The AVX2 + FMA encoder: 1.46x the portable one (geometric mean, one thread; 1.33-1.8x).
     // The value range follows it (see docs/performance.md, "Kernel tuning", for its gain).
-    // Where the CPU has AVX-512, the ratio codec's chunks take it: its chunk encoding 1.15x on
-    // the activation files, decoding 1.0-1.05x, the same bytes (docs/performance.md, "AVX-512
-    // and vector Rice remainders").
+    // Where the CPU has AVX-512, the ratio codec's chunks and the value range take it: the
+    // chunk encoding 1.15x on the activation files, decoding 1.0-1.05x, a stash save 1.03x more
+    // from the range; the same bytes (docs/performance.md, "AVX-512 and vector Rice remainders").
     t.encoder = host_runs(encoder_kind::avx512)     ? encoder_kind::avx512
                 : host_runs(encoder_kind::avx2_fma) ? encoder_kind::avx2_fma
                                                     : encoder_kind::portable;
@@ -418,6 +427,8 @@ struct backend<Exec> {
   static void enqueue_value_range(const Exec& exec, const value_range_segments<T>& segments,
                                   const ResultView& result, encoder_kind kind) {
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
+    if (kind == encoder_kind::avx512 && host_has_avx512())
+      return enqueue_range_reduction(exec, value_range_segments_avx512<T>{segments}, result);
     if (takes_avx2_fma(kind))
       return enqueue_range_reduction(exec, value_range_segments_avx2<T>{segments}, result);
 #endif

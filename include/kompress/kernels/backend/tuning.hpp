@@ -16,8 +16,9 @@ namespace kompress::inline v0::detail {
 enum class encoder_kind : std::uint8_t {
   portable,  ///< the codec as compiled for the build's target
   avx2_fma,  ///< the codec compiled once more for AVX2 + FMA (x86-64 hosts that have them)
-  avx512,    ///< avx2_fma, with the ratio codec's chunk encoder and decoder compiled for AVX-512
-             ///< (F, VL, BW, DQ) + FMA (x86-64 hosts that have them)
+  avx512,    ///< avx2_fma, with the ratio codec's chunk encoder and decoder and the value range
+             ///< compiled for AVX-512 (F, VL, BW, DQ) + FMA (x86-64 hosts that have them; the fast
+             ///< codec's fused compression keeps its AVX2 range)
 };
 
 /// How batched decoding (detail/decompress_batch.hpp) reads its streams' headers and chunk
