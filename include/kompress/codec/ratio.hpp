@@ -802,9 +802,9 @@ KOMPRESS_FUNCTION void collect_set_bits(std::uint64_t w, std::uint32_t base, std
 /// The quotients are read in two passes rather than one quotient at a time: the positions of
 /// the set bits (each ends a quotient) first, a step per set bit whose only dependency is
 /// clearing the lowest bit of a word; then each quotient as the distance between two ends, a
-/// loop over a block's 32 values without a dependency (on x86 hosts AVX2 where the CPU has it,
-/// unpacking the block's remainders in the same pass, else SSE2: GCC vectorizes the loop in the
-/// baseline decoder but not in the AVX2 one).
+/// loop over a block's 32 values without a dependency (on x86 hosts with AVX2, unpacking the
+/// block's remainders in the same pass; elsewhere the portable loops, which GCC vectorizes for
+/// the baseline target).
 KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int padded, std::uint32_t* residuals,
                                  std::uint32_t* ends) {
   const int blocks = padded / rice_block;
@@ -846,10 +846,8 @@ KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int p
       if (avx2)
         collect_set_bits_avx2(w, base, ends + found);
       else
-        collect_set_bits_sse2(w, base, ends + found);
-#else
-      collect_set_bits(w, base, count, ends + found);
 #endif
+        collect_set_bits(w, base, count, ends + found);
       found += count;
     } else {
       while (w != 0) {
@@ -883,8 +881,8 @@ KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int p
       continue;
     }
     // A quotient is the zeros between two ends; it must stay below 2^(32 - shift - k).
-#ifdef KOMPRESS_HOST_X86_SIMD
     std::uint32_t any;
+#ifdef KOMPRESS_HOST_X86_SIMD
     if (avx2) {
       // It reads 16 - k bytes past the block's remainders (and uses none of them): from a copy
       // where the section ends sooner.
@@ -894,23 +892,20 @@ KOMPRESS_FUNCTION bool read_rice(const std::byte* in, std::uint64_t bytes, int p
         from = copy;
       }
       any = rice_block_avx2(from, e, start, k, shift, r);
-    } else {
-      unpack<rice_block>(k, remainders, r);
-      any = rice_residuals_sse2(e, start, k, shift, r);
-    }
-    remainders += std::uint64_t(k) * (rice_block / 8);
-#else
-    unpack<rice_block>(k, remainders, r);
-    remainders += std::uint64_t(k) * (rice_block / 8);
-    const std::uint32_t first = e[0] - start;
-    std::uint32_t any = first;
-    r[0] = ((first << k) | r[0]) << shift;
-    for (int i = 1; i < rice_block; ++i) {
-      const std::uint32_t quotient = e[i] - e[i - 1] - 1;
-      any |= quotient;
-      r[i] = ((quotient << k) | r[i]) << shift;
-    }
+    } else
 #endif
+    {
+      unpack<rice_block>(k, remainders, r);
+      const std::uint32_t first = e[0] - start;
+      any = first;
+      r[0] = ((first << k) | r[0]) << shift;
+      for (int i = 1; i < rice_block; ++i) {
+        const std::uint32_t quotient = e[i] - e[i - 1] - 1;
+        any |= quotient;
+        r[i] = ((quotient << k) | r[i]) << shift;
+      }
+    }
+    remainders += std::uint64_t(k) * (rice_block / 8);
     if ((std::uint64_t(any) >> (32 - shift - k)) != 0) return false;
     start = e[rice_block - 1] + 1;
     e += rice_block;

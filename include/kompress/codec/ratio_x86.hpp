@@ -1,15 +1,15 @@
 #pragma once
-// Loops of the ratio codec written with x86 vector instructions, for the host only. Three use
-// SSE2 (every x86-64 CPU has it): two of the portable loops they replace take a step per value
-// on a dependency chain, and no compiler vectorizes either; GCC leaves the third (the Rice
-// quotients) scalar inside the AVX2 decoder. Each gives what the portable loop gives (integer
-// adds and shifts, and the same products as value_codec<T>::reconstruct); tests/codec/ratio.cpp's
-// portable build (KOMPRESS_NO_HOST_DISPATCH) runs the other ones. The rest take instructions past
-// SSE2, each called only where the CPU has them (the caller asks): zero elimination's byte
-// expansion (one SSSE3 shuffle in place of a step per byte), and three AVX2 ones: the Rice
-// writer's quotient codes of eight values (a prefix sum and variable shifts in place of a chain
-// of them), and the Rice reader's set-bit positions and its blocks (the remainders unpacked by a
-// shuffle and variable shifts, eight at a time, with the quotients in the same pass).
+// Loops of the ratio codec written with x86 vector instructions, for the host only. One uses
+// SSE2 (every x86-64 CPU has it): the delta predictor's inverse, whose portable loop takes a step
+// per value on a dependency chain that no compiler vectorizes; it gives what that loop gives
+// (integer adds, and the same products as value_codec<T>::reconstruct), and tests/codec/ratio.cpp's
+// portable build (KOMPRESS_NO_HOST_DISPATCH) runs the portable one. The rest take instructions
+// past SSE2, each called only where the CPU has them (the caller asks; elsewhere the portable
+// loops run): zero elimination's byte expansion (one SSSE3 shuffle in place of a step per byte),
+// and four AVX2 ones: the Rice writer's quotient codes of eight values (a prefix sum and variable
+// shifts in place of a chain of them) and its remainders (packed eight at a time), and the Rice
+// reader's set-bit positions and its blocks (the remainders unpacked by a shuffle and variable
+// shifts, eight at a time, with the quotients in the same pass).
 
 #include <kompress/codec/quantizer.hpp>
 #include <kompress/detail/host_simd.hpp>
@@ -40,22 +40,6 @@ inline constexpr set_bit_table make_set_bit_table() {
 }
 
 inline constexpr set_bit_table set_bits_of_byte = make_set_bit_table();
-
-/// Writes base + the position of each set bit of w, lowest first, to out. A byte at a time,
-/// without a branch: eight positions are written for every byte and the next byte's overwrite
-/// those past its count, so out must have room for popcount(w) + 8.
-inline void collect_set_bits_sse2(std::uint64_t w, std::uint32_t base, std::uint32_t* out) {
-  const __m128i zero = _mm_setzero_si128();
-  for (int byte = 0; byte < 8; ++byte) {
-    const unsigned v = unsigned(w >> (8 * byte)) & 0xFFu;
-    const __m128i positions = _mm_unpacklo_epi8(
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(set_bits_of_byte.positions[v])), zero);
-    const __m128i offset = _mm_set1_epi32(int(base + 8 * std::uint32_t(byte)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_add_epi32(_mm_unpacklo_epi16(positions, zero), offset));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4), _mm_add_epi32(_mm_unpackhi_epi16(positions, zero), offset));
-    out += set_bits_of_byte.counts[v];
-  }
-}
 
 /// For each bitmap byte m, the byte shuffle that moves the first popcount(m) bytes of a word to
 /// the positions of m's set bits, lowest first, and zeroes the others (0x80).
@@ -108,34 +92,10 @@ __attribute__((target("avx2"))) inline std::uint32_t rice_quotient_pattern_avx2(
   return length;
 }
 
-/// One Rice block's residuals from its quotients' ends (read_rice): r[i] = ((q_i << k) | r[i])
-/// << shift for i < rice_block (32), q_i = ends[i] - ends[i - 1] - 1, ends[-1] = start - 1, r[i]
-/// holding the remainder. Returns the OR of the quotients, which read_rice checks for overflow.
-inline std::uint32_t rice_residuals_sse2(const std::uint32_t* ends, std::uint32_t start, int k, int shift,
-                                         std::uint32_t* r) {
-  const __m128i one = _mm_set1_epi32(1);
-  const __m128i k_count = _mm_cvtsi32_si128(k), shift_count = _mm_cvtsi32_si128(shift);
-  __m128i current = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ends));
-  __m128i previous = _mm_or_si128(_mm_slli_si128(current, 4), _mm_cvtsi32_si128(int(start - 1u)));
-  __m128i any = _mm_setzero_si128();
-  for (int i = 0; i < 32; i += 4) {
-    if (i > 0) {
-      current = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ends + i));
-      previous = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ends + i - 1));
-    }
-    const __m128i quotient = _mm_sub_epi32(_mm_sub_epi32(current, previous), one);
-    any = _mm_or_si128(any, quotient);
-    const __m128i remainder = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + i));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(r + i),
-                     _mm_sll_epi32(_mm_or_si128(_mm_sll_epi32(quotient, k_count), remainder), shift_count));
-  }
-  any = _mm_or_si128(any, _mm_shuffle_epi32(any, 0x4E));
-  any = _mm_or_si128(any, _mm_shuffle_epi32(any, 0xB1));
-  return std::uint32_t(_mm_cvtsi128_si32(any));
-}
-
-/// collect_set_bits_sse2 with one widening load and one store per byte. Only where
-/// host_has_avx2().
+/// Writes base + the position of each set bit of w, lowest first, to out: a byte at a time,
+/// without a branch, one widening load and one store per byte. Eight positions are written for
+/// every byte and the next byte's overwrite those past its count, so out must have room for
+/// popcount(w) + 8. Only where host_has_avx2().
 __attribute__((target("avx2"))) inline void collect_set_bits_avx2(std::uint64_t w, std::uint32_t base,
                                                                  std::uint32_t* out) {
   __m256i offset = _mm256_set1_epi32(int(base));

@@ -3,15 +3,14 @@
 // HostSpace): on x86-64 the codec's loops (the value range, both codecs' chunk encoders and
 // decoders) are compiled a second time for AVX2 + FMA and taken when the CPU has them, and the
 // ratio codec's chunk loops and the value range a third time for AVX-512, taken where the CPU
-// has that. The
-// quantize-and-verify and reconstruct loops then work on four doubles at once instead of two,
-// and the value range's integer min/max on eight floats' keys (SSE2 has no 32-bit signed
-// min/max and no 64-bit compare). Streams and decoded values are identical either way: the
-// range is integer arithmetic, and no product in the codec can be fused with anything
-// (docs/error-bound.md, "Verification"); the golden checksums in tests/codec/format.cpp,
-// codec_adversarial's encoder and decoder comparisons and codec_ratio's check it. Not compiled when the whole
-// build already targets AVX2 (nothing to gain), nor where detail/host_simd.hpp compiles no
-// host SIMD (device compilers, the sanitizers).
+// has that. The quantize-and-verify and reconstruct loops then work on four or more doubles at
+// once instead of two, and the value range's integer min/max on eight or more floats' keys (SSE2
+// has no 32-bit signed min/max and no 64-bit compare). Streams and decoded values are
+// identical either way: the range is integer arithmetic, and no product in the codec can be
+// fused with anything (docs/error-bound.md, "Verification"); the golden checksums in
+// tests/codec/format.cpp, codec_adversarial's encoder and decoder comparisons and codec_ratio's
+// check it. Not compiled when the whole build already targets AVX2 (nothing to gain), nor where
+// detail/host_simd.hpp compiles no host SIMD (device compilers, the sanitizers).
 
 #include <kompress/detail/host_simd.hpp>
 #include <kompress/kernels/backend/portable.hpp>
