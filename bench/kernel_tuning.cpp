@@ -6,8 +6,8 @@
 // --tile N repeats each N times, for a GPU) at REL 1e-3, compression through
 // detail::enqueue_compress_kernels and decompression through detail::decompress_chunks with one
 // tuning value changed at a time from the backend's own. On the host:
-//   encoder            portable / avx2_fma / avx512 (block size 32; for the fast codec avx512
-//                      differs from avx2_fma only in the value range of the unfused launches)
+//   host SIMD          the encoder and decoder compiled for the build's target (portable),
+//                      for AVX2 + FMA and for AVX-512 (block size 32)
 //   assemble           0 (one thread) / 1 / 2 parallel waves (default 4)
 //   range segment      1024 / 4096 / 16384 / 65536 values
 //   team kernels       a team per chunk (kernels/team_codec.hpp, the CUDA backend's) of 1
@@ -220,9 +220,9 @@ int main(int argc, char** argv) {
   std::vector<variant> variants = {{"default (backend<exec>::tuning())", base}};
   if constexpr (on_host) {
     variants.insert(variants.end(), {
-        {"encoder portable", with([](auto& t) { t.encoder = detail::encoder_kind::portable; })},
-        {"encoder avx2_fma", with([](auto& t) { t.encoder = detail::encoder_kind::avx2_fma; })},
-        {"encoder avx512", with([](auto& t) { t.encoder = detail::encoder_kind::avx512; })},
+        {"host SIMD portable", with([](auto& t) { t.encoder = t.decoder = detail::encoder_kind::portable; })},
+        {"host SIMD avx2_fma", with([](auto& t) { t.encoder = t.decoder = detail::encoder_kind::avx2_fma; })},
+        {"host SIMD avx512", with([](auto& t) { t.encoder = t.decoder = detail::encoder_kind::avx512; })},
         {"assemble on one thread (0 waves)", with([](auto& t) { t.assemble_waves = 0; })},
         {"assemble in 1 parallel wave", with([](auto& t) { t.assemble_waves = 1; })},
         {"assemble in 2 parallel waves", with([](auto& t) { t.assemble_waves = 2; })},

@@ -149,13 +149,13 @@ inline const char* instruction_set() {
 #endif
 }
 
-/// What the codec's encoder runs on: the compile target, or AVX2+FMA (and AVX-512 for the ratio
-/// codec's chunks) where the library chose it at run time (kernels/backend/host.hpp: block size
-/// 32 on x86-64).
+/// What the codec's encoder runs on: the compile target, or AVX2+FMA (and AVX-512 for both
+/// encoders and the ratio codec's decoder) where the library chose it at run time
+/// (kernels/backend/host.hpp: block size 32 on x86-64).
 inline std::string encoder_instruction_set() {
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
   if (kompress::detail::host_has_avx512())
-    return "AVX2+FMA, chosen at run time (block size 32); the ratio codec's chunks AVX-512";
+    return "AVX-512 (the fast codec's decoder AVX2+FMA), chosen at run time (block size 32)";
   if (kompress::detail::host_has_avx2_fma())
     return "AVX2+FMA, chosen at run time (block size 32)";
 #endif

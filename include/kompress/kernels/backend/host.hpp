@@ -66,9 +66,10 @@ struct ratio_chunk_decoder_avx2 : ratio_chunk_decoder<T> {
   }
 };
 
-// The ratio codec's chunk loops once more for AVX-512: eight doubles a vector in its quantizer,
-// sixteen 32-bit lanes in its residual passes (docs/performance.md, "AVX-512 and vector Rice
-// remainders").
+// The ratio codec's chunk loops, the fast codec's encoder and the value range once more for
+// AVX-512: eight doubles a vector in the quantizers, sixteen 32-bit lanes in the ratio codec's
+// residual passes (docs/performance.md, "AVX-512 and vector Rice remainders"). The fast codec's
+// decoder stays AVX2: its AVX-512 compilation decoded 2-7% slower.
 template <class T>
 struct ratio_chunk_encoder_avx512 : ratio_chunk_encoder<T> {
   __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"), flatten)) void operator()(
@@ -86,6 +87,22 @@ struct ratio_chunk_decoder_avx512 : ratio_chunk_decoder<T> {
   }
 };
 
+template <class T, int BlockSize>
+struct chunk_encoder_avx512 : chunk_encoder<T, BlockSize> {
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"), flatten)) void operator()(
+      std::uint64_t chunk) const {
+    this->encode(chunk);
+  }
+};
+
+template <class T, int BlockSize>
+struct chunk_encoder_into_avx512 : chunk_encoder<T, BlockSize> {
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"), flatten)) std::uint64_t encode_unsealed(
+      std::uint64_t chunk, std::byte* to) const {
+    return chunk_encoder<T, BlockSize>::encode_unsealed(chunk, to);
+  }
+};
+
 template <class T>
 struct value_range_segments_avx512 : value_range_segments<T> {
   __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"), flatten)) void operator()(
@@ -94,8 +111,8 @@ struct value_range_segments_avx512 : value_range_segments<T> {
   }
 };
 
-/// Whether `kind` takes the AVX2 + FMA loops on this host (avx512 does, but for the ratio codec's
-/// chunks and the value range outside the fused compression).
+/// Whether `kind` takes the AVX2 + FMA loops on this host (avx512 does, for the fast codec's
+/// decoder, and elsewhere where the CPU lacks AVX-512).
 inline bool takes_avx2_fma(encoder_kind kind) {
   return (kind == encoder_kind::avx2_fma || kind == encoder_kind::avx512) && host_has_avx2_fma();
 }
@@ -402,9 +419,10 @@ struct backend<Exec> {
     t.range_segment = 4096;
     // The AVX2 + FMA encoder: 1.46x the portable one (geometric mean, one thread; 1.33-1.8x).
     // The value range follows it (see docs/performance.md, "Kernel tuning", for its gain).
-    // Where the CPU has AVX-512, the ratio codec's chunks and the value range take it: the
-    // chunk encoding 1.15x on the activation files, decoding 1.0-1.05x, a stash save 1.03x more
-    // from the range; the same bytes (docs/performance.md, "AVX-512 and vector Rice remainders").
+    // Where the CPU has AVX-512, the encoders, the ratio codec's decoder and the value range
+    // take it: the ratio codec's chunk encoding 1.15x on the activation files, decoding
+    // 1.0-1.05x, a stash save 1.03x more from the range, the fast codec's compression 1.14-1.25x;
+    // the same bytes (docs/performance.md, "AVX-512 and vector Rice remainders").
     t.encoder = host_runs(encoder_kind::avx512)     ? encoder_kind::avx512
                 : host_runs(encoder_kind::avx2_fma) ? encoder_kind::avx2_fma
                                                     : encoder_kind::portable;
@@ -466,6 +484,10 @@ struct backend<Exec> {
     };
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
     if constexpr (BlockSize == 32) {
+      if (tuning.encoder == encoder_kind::avx512 && host_has_avx512()) {
+        run(value_range_segments_avx512<T>{segments}, chunk_encoder_into_avx512<T, BlockSize>{encoder});
+        return true;
+      }
       if (takes_avx2_fma(tuning.encoder)) {
         run(value_range_segments_avx2<T>{segments}, chunk_encoder_into_avx2<T, BlockSize>{encoder});
         return true;
@@ -483,6 +505,11 @@ struct backend<Exec> {
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
     // The default block size only: each variant compiles the encoder once more.
     if constexpr (BlockSize == 32) {
+      if (kind == encoder_kind::avx512 && host_has_avx512()) {
+        Kokkos::parallel_for("kompress::compress::encode_chunks", policy,
+                             chunk_encoder_avx512<T, BlockSize>{encoder});
+        return;
+      }
       if (takes_avx2_fma(kind)) {
         Kokkos::parallel_for("kompress::compress::encode_chunks", policy,
                              chunk_encoder_avx2<T, BlockSize>{encoder});

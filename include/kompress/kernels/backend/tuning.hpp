@@ -16,9 +16,9 @@ namespace kompress::inline v0::detail {
 enum class encoder_kind : std::uint8_t {
   portable,  ///< the codec as compiled for the build's target
   avx2_fma,  ///< the codec compiled once more for AVX2 + FMA (x86-64 hosts that have them)
-  avx512,    ///< avx2_fma, with the ratio codec's chunk encoder and decoder and the value range
-             ///< compiled for AVX-512 (F, VL, BW, DQ) + FMA (x86-64 hosts that have them; the fast
-             ///< codec's fused compression keeps its AVX2 range)
+  avx512,    ///< avx2_fma, with both codecs' chunk encoders, the ratio codec's decoder and the
+             ///< value range compiled for AVX-512 (F, VL, BW, DQ) + FMA (x86-64 hosts that have
+             ///< them; the fast codec's decoder keeps AVX2, which is faster)
 };
 
 /// How batched decoding (detail/decompress_batch.hpp) reads its streams' headers and chunk
