@@ -1,16 +1,16 @@
 #pragma once
 // The host backend (Serial, OpenMP, Threads: every execution space whose memory is
 // HostSpace): on x86-64 the codec's loops (the value range, both codecs' chunk encoders and
-// decoders) are compiled a second time for AVX2 + FMA and taken when the CPU has them, and the
-// ratio codec's chunk loops and the value range a third time for AVX-512, taken where the CPU
-// has that. The quantize-and-verify and reconstruct loops then work on four or more doubles at
-// once instead of two, and the value range's integer min/max on eight or more floats' keys (SSE2
-// has no 32-bit signed min/max and no 64-bit compare). Streams and decoded values are
-// identical either way: the range is integer arithmetic, and no product in the codec can be
-// fused with anything (docs/error-bound.md, "Verification"); the golden checksums in
-// tests/codec/format.cpp, codec_adversarial's encoder and decoder comparisons and codec_ratio's
-// check it. Not compiled when the whole build already targets AVX2 (nothing to gain), nor where
-// detail/host_simd.hpp compiles no host SIMD (device compilers, the sanitizers).
+// decoders) are compiled a second time for AVX2 + FMA and taken when the CPU has them, and all
+// but the fast codec's decoder a third time for AVX-512, taken where the CPU has that. The
+// quantize-and-verify and reconstruct loops then work on four or more doubles at once instead
+// of two, and the value range's integer min/max on eight or more floats' keys (SSE2 has no
+// 32-bit signed min/max and no 64-bit compare). Streams and decoded values are identical either
+// way: the range is integer arithmetic, and no product in the codec can be fused with anything
+// (docs/error-bound.md, "Verification"); the golden checksums in tests/codec/format.cpp,
+// codec_adversarial's encoder and decoder comparisons and codec_ratio's check it. Not compiled
+// when the whole build already targets AVX2 (nothing to gain), nor where detail/host_simd.hpp
+// compiles no host SIMD (device compilers, the sanitizers).
 
 #include <kompress/detail/host_simd.hpp>
 #include <kompress/kernels/backend/portable.hpp>
@@ -110,6 +110,9 @@ struct value_range_segments_avx512 : value_range_segments<T> {
     this->reduce(s, partial);
   }
 };
+
+/// Whether `kind` takes the AVX-512 loops on this host.
+inline bool takes_avx512(encoder_kind kind) { return kind == encoder_kind::avx512 && host_has_avx512(); }
 
 /// Whether `kind` takes the AVX2 + FMA loops on this host (avx512 does, for the fast codec's
 /// decoder, and elsewhere where the CPU lacks AVX-512).
@@ -421,8 +424,9 @@ struct backend<Exec> {
     // The value range follows it (see docs/performance.md, "Kernel tuning", for its gain).
     // Where the CPU has AVX-512, the encoders, the ratio codec's decoder and the value range
     // take it: the ratio codec's chunk encoding 1.15x on the activation files, decoding
-    // 1.0-1.05x, a stash save 1.03x more from the range, the fast codec's compression 1.14-1.25x;
-    // the same bytes (docs/performance.md, "AVX-512 and vector Rice remainders").
+    // 1.0-1.05x, a stash save 1.03x more from the range, the fast codec's compression 1.18x
+    // (1.15-1.23x per file, "Kernel tuning"); the same bytes (docs/performance.md, "AVX-512
+    // and vector Rice remainders").
     t.encoder = host_runs(encoder_kind::avx512)     ? encoder_kind::avx512
                 : host_runs(encoder_kind::avx2_fma) ? encoder_kind::avx2_fma
                                                     : encoder_kind::portable;
@@ -444,7 +448,7 @@ struct backend<Exec> {
   static void enqueue_value_range(const Exec& exec, const value_range_segments<T>& segments,
                                   const ResultView& result, encoder_kind kind) {
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
-    if (kind == encoder_kind::avx512 && host_has_avx512())
+    if (takes_avx512(kind))
       return enqueue_range_reduction(exec, value_range_segments_avx512<T>{segments}, result);
     if (takes_avx2_fma(kind))
       return enqueue_range_reduction(exec, value_range_segments_avx2<T>{segments}, result);
@@ -484,7 +488,7 @@ struct backend<Exec> {
     };
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
     if constexpr (BlockSize == 32) {
-      if (tuning.encoder == encoder_kind::avx512 && host_has_avx512()) {
+      if (takes_avx512(tuning.encoder)) {
         run(value_range_segments_avx512<T>{segments}, chunk_encoder_into_avx512<T, BlockSize>{encoder});
         return true;
       }
@@ -505,7 +509,7 @@ struct backend<Exec> {
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
     // The default block size only: each variant compiles the encoder once more.
     if constexpr (BlockSize == 32) {
-      if (kind == encoder_kind::avx512 && host_has_avx512()) {
+      if (takes_avx512(kind)) {
         Kokkos::parallel_for("kompress::compress::encode_chunks", policy,
                              chunk_encoder_avx512<T, BlockSize>{encoder});
         return;
@@ -526,7 +530,7 @@ struct backend<Exec> {
                                   const ratio_chunk_encoder<T>& encoder, encoder_kind kind) {
     const Kokkos::RangePolicy<Exec> policy(exec, 0, chunks);
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
-    if (kind == encoder_kind::avx512 && host_has_avx512()) {
+    if (takes_avx512(kind)) {
       Kokkos::parallel_for("kompress::compress::encode_ratio_chunks", policy,
                            ratio_chunk_encoder_avx512<T>{encoder});
       return;
@@ -604,7 +608,7 @@ struct backend<Exec> {
                                                                               Kokkos::ChunkSize(1));
     std::uint64_t first_bad = chunks;
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
-    if (kind == encoder_kind::avx512 && host_has_avx512() && host_has_bmi_popcnt()) {
+    if (takes_avx512(kind) && host_has_bmi_popcnt()) {
       Kokkos::parallel_reduce("kompress::decompress::decode_ratio_chunks", policy,
                               ratio_chunk_decoder_avx512<T>{decoder}, Kokkos::Min<std::uint64_t>(first_bad));
       return first_bad;
