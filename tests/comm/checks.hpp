@@ -53,6 +53,26 @@ inline double max_over_ranks(double value) {
   return value;
 }
 
+/// Every rank's bound over its values to other ranks, blocks of `per_peer` (an alltoall's REL
+/// bound resolves over those).
+template <class T>
+std::vector<double> bounds_over_blocks_to_others(const host_view<T>& send, std::size_t per_peer,
+                                                 const kompress::error_bound& bound) {
+  double mine = bound.value;
+  if (bound.mode == kompress::bound_mode::relative) {
+    double lo = INFINITY, hi = -INFINITY;
+    for (std::size_t k = 0; k < send.size(); ++k)
+      if (k / per_peer != std::size_t(rank_of())) {
+        lo = std::min(lo, double(send(k)));
+        hi = std::max(hi, double(send(k)));
+      }
+    mine = lo <= hi ? bound.value * (hi - lo) : 0.0;
+  }
+  std::vector<double> bounds(static_cast<std::size_t>(size_of()));
+  MPI_Allgather(&mine, 1, MPI_DOUBLE, bounds.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  return bounds;
+}
+
 /// The absolute bound of every compression of a ring collective: ABS as given, REL over all
 /// ranks' send Views together.
 template <class T>

@@ -177,7 +177,8 @@ agreed_exchange agree_exchange(const Exec& exec, const SendView& send, const Rec
 }
 
 /// The exchange itself, once agreed: kompress's engine (receives posted, messages encoded and
-/// sent); a REL bound resolves against the values sent to other ranks now.
+/// sent); a REL bound resolves against the values sent to other ranks before the first block
+/// is compressed (block_messages::prepare).
 template <class Exec, class SendView, class RecvView>
 std::unique_ptr<operation> launch_exchange(const Exec& exec, const SendView& send, const RecvView& recv,
                                            const agreed_exchange& agreed, workspace_slot* slot,
@@ -187,12 +188,6 @@ std::unique_ptr<operation> launch_exchange(const Exec& exec, const SendView& sen
   using messages_type = block_messages<T, typename Exec::memory_space>;
   messages_type messages{send.data(), recv.data(), agreed.layout, agreed.rule, options.codec,
                          options.measure_error, agreed.shape.rank, who, {}};
-  // A REL bound resolves over the blocks to other ranks whenever any of them may be compressed
-  // (automatic mode too: left relative, each chunk would resolve it over its own values).
-  bool compresses = false;
-  for (int peer = 0; peer < agreed.shape.size; ++peer)
-    compresses = compresses || (peer != agreed.shape.rank && agreed.rule.may_compress(messages.raw_bytes_to(peer)));
-  if (compresses) messages.resolve_relative_bound(exec);
   return std::make_unique<exchange_engine<messages_type, Exec>>(exec, std::move(messages), agreed.shape, slot, comm,
                                                                 nonblocking, agreed.how,
                                                                 options.exchange_window, who);

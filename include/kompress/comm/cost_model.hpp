@@ -177,17 +177,61 @@ struct cost_model {
     return sharing_calls(batches_encodes(chunk) ? share : 1.0, batches_decodes(chunk) ? share : 1.0);
   }
 
-  /// True when an alltoall(v)'s block of `bytes` to one of `peers` peers is worth compressing:
-  /// raw, MPI's own exchange sends large blocks one pairwise step after another (MPICH's and
-  /// Open MPI's long-message algorithm), each step a latency and the block; compressed, every
-  /// block is posted at once (one latency for all) and its codec calls are shared as
-  /// exchange_model says. By min_gain, as worth_compressing, which it is for one peer.
+  /// An alltoall(v) whose `peers` blocks (each way) are `bytes` each, `compressed` of them
+  /// compressed and the rest raw, seconds (docs/collectives.md, "Sharing the work with the
+  /// link"). A rank's core compresses the blocks it sends and decodes as many it receives
+  /// (chunked as exchange_model says), while its link carries the streams and the raw blocks;
+  /// across the blocks the two overlap, so the call takes the larger of the two, plus one
+  /// latency (every block is posted at once), the first chunk's compression and the last one's
+  /// decoding, which nothing overlaps. Where calls are batched (a GPU's: batches_encodes,
+  /// batches_decodes), a round of chunks pays one compression call however many blocks it
+  /// holds, and the arrivals are decoded together after the last one, in series.
+  double exchanged_seconds(std::uint64_t bytes, std::uint64_t peers, std::uint64_t compressed) const {
+    const double b = double(bytes), c = double(compressed);
+    const double link = (double(peers - compressed) * b + c * b / expected_ratio) / link_bytes_per_second;
+    if (compressed == 0) return latency_seconds + link;
+    const double k = double(exchange_model(bytes, peers).chunks(bytes)), piece = b / k;
+    const double encode_calls = k * compress_call_seconds * (batches_encodes(piece) ? 1.0 : c);
+    const double encode = c * b / compress_bytes_per_second + encode_calls;
+    const double decode_bytes = c * b / decompress_bytes_per_second;
+    if (batches_decodes(piece)) {
+      const double decode = decompress_call_seconds + decode_bytes;
+      return latency_seconds + std::max(encode, link) + decode + compress_seconds(piece);
+    }
+    const double decode = decode_bytes + k * c * decompress_call_seconds;
+    return latency_seconds + std::max(encode + decode, link) + compress_seconds(piece) + decompress_seconds(piece);
+  }
+
+  /// How many of an alltoall(v)'s `peers` blocks of `bytes` to compress, at least one: the count
+  /// where exchanged_seconds is least. Compressing a block moves work from the link to the
+  /// codec; where the codec is the slower side, the rest go raw (automatic mode's raw share).
+  std::uint64_t exchanged_compressed_blocks(std::uint64_t bytes, std::uint64_t peers) const {
+    if (peers <= 1) return peers;
+    // exchanged_seconds is the larger of a falling and a rising line in the count (plus terms
+    // the count leaves alone): least near where they cross, found by bisection.
+    std::uint64_t low = 1, high = peers;
+    while (low < high) {
+      const std::uint64_t c = low + (high - low) / 2;
+      if (exchanged_seconds(bytes, peers, c + 1) < exchanged_seconds(bytes, peers, c))
+        low = c + 1;
+      else
+        high = c;
+    }
+    return low;
+  }
+
+  /// True when an alltoall(v)'s blocks of `bytes` to `peers` peers are worth compressing:
+  /// kompress's engine, posting every block at once and compressing
+  /// exchanged_compressed_blocks of them (exchanged_seconds), beats by min_gain the faster of
+  /// MPI's own exchange (for large blocks MPICH's and Open MPI's run one pairwise step after
+  /// another, each a latency and the block) and the engine sending every block raw: the gain
+  /// must come from compressing, not from posting at once. For one peer, worth_compressing.
   bool worth_compressing_exchanged(std::uint64_t bytes, std::uint64_t peers) const {
     if (peers <= 1) return worth_compressing(bytes);
     if (bytes < min_message_bytes) return false;
-    const double compressed = exchange_model(bytes, peers).compressed_seconds(bytes, expected_ratio);
-    return (compressed + latency_seconds / double(peers)) * min_gain <
-           latency_seconds + double(bytes) / link_bytes_per_second;
+    const double compressed = exchanged_seconds(bytes, peers, exchanged_compressed_blocks(bytes, peers));
+    const double pairwise = double(peers) * (latency_seconds + double(bytes) / link_bytes_per_second);
+    return compressed * min_gain < std::min(pairwise, exchanged_seconds(bytes, peers, 0));
   }
 
   /// Predicted seconds of one step of a schedule that moves a message of `bytes` (and takes one

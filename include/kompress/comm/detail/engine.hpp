@@ -21,6 +21,8 @@
 //   decode_room()                             scratch bytes finish may decode into
 //   finish(exec, peer, landed, length, room)  decodes an arrival; returns its absolute bound
 //   measures_error()                          whether encode reports the error it introduces
+// and may provide prepare(exec): what must run before the first encode of a message with send
+// room (the engine calls it once, after any message sent raw ahead of that one has left).
 // A policy whose messages are pipelined (block_messages) also provides chunks_to(peer) and
 // chunks_from(peer) (chunk_plans, comm/detail/pipeline.hpp) and value_bytes, and its encode and
 // finish take the chunk's index after the peer: each chunk is a message of its own.
@@ -80,6 +82,16 @@ struct wire_rule {
       default: return raw_bytes > 0;
     }
   }
+  /// may_compress for an alltoall(v)'s block of `raw_bytes` between two ranks `step` apart in
+  /// the rotation (the receiver is the sender + step, mod p): where automatic mode compresses
+  /// only cost_model::exchanged_compressed_blocks of p - 1 such blocks, the blocks of the first
+  /// steps go raw, the link's share of the work, and leave first. Both sides know the step and
+  /// the block's size (an alltoallv's blocks are each weighed as if all were that size).
+  bool may_compress_step(std::uint64_t raw_bytes, int step) const {
+    if (!may_compress(raw_bytes)) return false;
+    if (mode != transfer_mode::automatic || exchange_peers <= 1) return true;
+    return std::uint64_t(step) + cost.exchanged_compressed_blocks(raw_bytes, exchange_peers) > exchange_peers;
+  }
   bool send_compressed(std::uint64_t raw_bytes, std::uint64_t length) const {
     if (length >= raw_bytes) return false;
     if (mode != transfer_mode::automatic) return true;
@@ -104,8 +116,12 @@ struct wire_rule {
   }
   /// How a message of `values` elements is cut (one chunk unless it may be compressed).
   chunk_plan plan(std::size_t values, std::size_t value_bytes, std::uint64_t nominal_bytes) const {
+    return plan(values, value_bytes, nominal_bytes, may_compress(nominal_bytes));
+  }
+  /// The same for a message whose `compressible` the caller decided (may_compress_step).
+  chunk_plan plan(std::size_t values, std::size_t value_bytes, std::uint64_t nominal_bytes, bool compressible) const {
     const cost_model& model = exchange_peers > 0 ? cost.exchange_model(nominal_bytes, exchange_peers) : cost;
-    return plan_chunks(model, may_compress(nominal_bytes), values, value_bytes, nominal_bytes);
+    return plan_chunks(model, compressible, values, value_bytes, nominal_bytes);
   }
 };
 
@@ -510,6 +526,7 @@ class exchange_engine final : public operation {
 
  private:
   static constexpr bool chunked = chunked_messages<Messages>;
+  static constexpr bool prepares = requires(Messages& m, const Exec& exec) { m.prepare(exec); };
   static constexpr std::size_t value_bytes() {
     if constexpr (chunked) return Messages::value_bytes;
     else return 1;
@@ -574,50 +591,75 @@ class exchange_engine final : public operation {
     if (compressed) ++report_.compressed_messages;
   }
 
-  /// Every peer's chunks in the rotating order (rank + 1, rank + 2, ...), encoded in bursts of
-  /// at least burst_bytes of raw values (or to the end), each burst sent in order and followed
-  /// by a poll. Once the call is aborting, nothing more is encoded and every chunk's message
-  /// is the abort marker (posted_messages::send).
-  void send_in_bursts() {
+  /// The peers this rank sends a message to in the rotating order (rank + 1, rank + 2, ...), so
+  /// that no rank is everyone's first target; or (`sending` false) those it receives one from,
+  /// in the order they send to it (rank - 1, rank - 2, ...).
+  std::vector<int> rotation(bool sending) const {
     const int p = shape_.size, rank = shape_.rank;
-    struct outgoing {
-      std::span<const std::byte> payload;  // none: the abort marker
-      int peer;
-    };
-    std::vector<outgoing> burst;
+    std::vector<int> peers;
+    for (int step = 1; step < p; ++step) {
+      const int peer = sending ? (rank + step) % p : (rank - step + p) % p;
+      if ((sending ? messages_.raw_bytes_to(peer) : messages_.raw_bytes_from(peer)) > 0) peers.push_back(peer);
+    }
+    return peers;
+  }
+
+  /// Readies the policy for its first compression (block_messages: the REL bound's range pass),
+  /// once; in send_in_bursts after the blocks sent raw ahead of it have left, so that the link
+  /// carries them meanwhile. A failure there is this rank's.
+  void prepare_encoding() {
+    if constexpr (prepares) {
+      if (prepared_ || failure_.aborting()) return;
+      prepared_ = true;
+      try {
+        messages_.prepare(exec_);
+      } catch (...) {
+        failure_.record_local();
+      }
+    }
+  }
+
+  /// Advances MPI without blocking and decodes what has arrived.
+  void poll() {
+    posted_.progress(false, who_, [&](int key, std::size_t length) { arrived(key, length); });
+  }
+
+  /// Every peer's chunks in the rotating order, encoded in bursts of at least burst_bytes of raw
+  /// values (or to the end), each burst sent in order and followed by a poll. Once the call is
+  /// aborting, nothing more is encoded and every chunk's message is the abort marker
+  /// (encoded_or_marker).
+  void send_in_bursts() {
     std::size_t burst_raw = 0;
     const auto send_burst = [&] {
-      for (const outgoing& o : burst) posted_.send(o.payload.data(), o.payload.size(), o.peer, scratch_->comm, who_);
-      burst.clear();
+      for (const outgoing& o : burst_) posted_.send(o.payload.data(), o.payload.size(), o.peer, scratch_->comm, who_);
+      burst_.clear();
       burst_raw = 0;
-      posted_.progress(false, who_, [&](int key, std::size_t length) { arrived(key, length); });
+      poll();
     };
-    for (int step = 1; step < p; ++step) {
-      const int peer = (rank + step) % p;
-      const std::size_t raw = messages_.raw_bytes_to(peer);
-      if (raw == 0) continue;
+    for (const int peer : rotation(true)) {
+      if (messages_.send_room(peer) > 0 && !prepared_) {  // the first block that may be compressed
+        if (!burst_.empty()) send_burst();
+        prepare_encoding();
+      }
       std::byte* const room = room_.send + send_offset_[std::size_t(peer)];
       const chunk_plan plan = plan_to(peer);
       bool compressed = false;
       for (std::size_t chunk = 0; chunk < plan.count(); ++chunk) {
-        std::span<const std::byte> payload;
-        if (!failure_.aborting()) {
-          try {
-            if constexpr (chunked) payload = messages_.encode(exec_, peer, chunk, room, report_);
-            else payload = messages_.encode(exec_, peer, room, report_);
-            if (account_chunk(payload.size(), plan.size(chunk) * value_bytes())) compressed = true;
-            payload = to_mpi(peer, plan.begin(chunk) * value_bytes(), payload);
-          } catch (...) {
-            failure_.record_local();
-          }
-        }
-        burst.push_back({payload, peer});
-        burst_raw += plan.size(chunk) * value_bytes();
+        const std::size_t raw = plan.size(chunk) * value_bytes();
+        const std::span<const std::byte> payload = encoded_or_marker(posted_, [&] {
+          std::span<const std::byte> encoded;
+          if constexpr (chunked) encoded = messages_.encode(exec_, peer, chunk, room, report_);
+          else encoded = messages_.encode(exec_, peer, room, report_);
+          if (account_chunk(encoded.size(), raw)) compressed = true;
+          return to_mpi(peer, plan.begin(chunk) * value_bytes(), encoded);
+        });
+        burst_.push_back({payload, peer});
+        burst_raw += raw;
         if (burst_raw >= burst_bytes) send_burst();
       }
-      account_message(raw, compressed);
+      account_message(messages_.raw_bytes_to(peer), compressed);
     }
-    if (!burst.empty()) send_burst();
+    if (!burst_.empty()) send_burst();
   }
 
   /// Where a compression costs more than a chunk's bytes (a GPU): round i compresses chunk i of
@@ -627,14 +669,11 @@ class exchange_engine final : public operation {
   /// call is aborting, nothing more is encoded and every chunk's message is the abort marker.
   void send_in_rounds() {
     if constexpr (batch_encoding_messages<Messages, Exec>) {
-      const int p = shape_.size, rank = shape_.rank;
-      std::vector<int> peers;
+      prepare_encoding();
+      const std::vector<int> peers = rotation(true);
       std::vector<chunk_plan> plans;
       std::size_t rounds = 0;
-      for (int step = 1; step < p; ++step) {
-        const int peer = (rank + step) % p;
-        if (messages_.raw_bytes_to(peer) == 0) continue;
-        peers.push_back(peer);
+      for (const int peer : peers) {
         plans.push_back(plan_to(peer));
         rounds = std::max(rounds, plans.back().count());
       }
@@ -649,24 +688,20 @@ class exchange_engine final : public operation {
             round_index.push_back(k);
             rooms.push_back(room_.send + send_offset_[std::size_t(peers[k])]);
           }
-        std::vector<std::span<const std::byte>> payloads(round_peers.size());  // none: abort markers
-        if (!failure_.aborting()) {
-          try {
-            payloads = messages_.encode_round(exec_, std::span<const int>(round_peers), chunk,
-                                              std::span<std::byte* const>(rooms), report_);
-            for (std::size_t j = 0; j < payloads.size(); ++j) {
-              const std::size_t k = round_index[j];
-              if (account_chunk(payloads[j].size(), plans[k].size(chunk) * value_bytes())) compressed[k] = true;
-              payloads[j] = to_mpi(peers[k], plans[k].begin(chunk) * value_bytes(), payloads[j]);
-            }
-          } catch (...) {
-            failure_.record_local();
-            payloads.assign(round_peers.size(), {});
+        std::vector<std::span<const std::byte>> payloads = encoded_or_marker(posted_, [&] {
+          auto encoded = messages_.encode_round(exec_, std::span<const int>(round_peers), chunk,
+                                                std::span<std::byte* const>(rooms), report_);
+          for (std::size_t j = 0; j < encoded.size(); ++j) {
+            const std::size_t k = round_index[j];
+            if (account_chunk(encoded[j].size(), plans[k].size(chunk) * value_bytes())) compressed[k] = true;
+            encoded[j] = to_mpi(peers[k], plans[k].begin(chunk) * value_bytes(), encoded[j]);
           }
-        }
+          return encoded;
+        });
+        payloads.resize(round_peers.size());  // none (aborting): abort markers
         for (std::size_t j = 0; j < payloads.size(); ++j)
           posted_.send(payloads[j].data(), payloads[j].size(), round_peers[j], scratch_->comm, who_);
-        posted_.progress(false, who_, [&](int key, std::size_t length) { arrived(key, length); });
+        poll();
       }
       for (std::size_t k = 0; k < peers.size(); ++k) account_message(messages_.raw_bytes_to(peers[k]), compressed[k]);
     }
@@ -723,9 +758,7 @@ class exchange_engine final : public operation {
     // Receives first, so early senders find them posted: every chunk of every message, each
     // at its raw offset, in order (MPI matches them in that order); peers in the order they
     // send to this rank (rank - 1, rank - 2, ...), at most window_ of them at a time.
-    for (int step = 1; step < p; ++step) {
-      const int peer = (rank - step + p) % p;
-      if (messages_.raw_bytes_from(peer) == 0) continue;
+    for (const int peer : rotation(false)) {
       const chunk_plan plan = plan_from(peer);
       for (std::size_t chunk = 0; chunk < plan.count(); ++chunk) {
         arrivals_.push_back({peer, chunk});
@@ -738,12 +771,11 @@ class exchange_engine final : public operation {
     bool in_rounds = false;
     if constexpr (batch_encoding_messages<Messages, Exec>) in_rounds = messages_.encodes_together();
     if (in_rounds) send_in_rounds();
-    // Rotating order, so no rank is everyone's first target. Chunks are encoded in bursts of
-    // about burst_bytes of raw values, each burst then sent and MPI polled for arrivals, which
-    // are decoded back to back: the transfer of one burst overlaps the encoding of the next and
-    // the decoding of what came in. Per chunk, the encoder and the decoder would each start
-    // with caches that MPI's calls in between had left, and each poll tests every pending
-    // receive (p of them).
+    // Chunks are encoded in bursts of about burst_bytes of raw values, each burst then sent and
+    // MPI polled for arrivals, which are decoded back to back: the transfer of one burst
+    // overlaps the encoding of the next and the decoding of what came in. Per chunk, the encoder
+    // and the decoder would each start with caches that MPI's calls in between had left, and
+    // each poll tests every pending receive (p of them).
     if (!in_rounds) send_in_bursts();
     // The block to itself last: the copy overlaps the last chunks on the wire.
     if (!failure_.aborting()) {
@@ -755,10 +787,15 @@ class exchange_engine final : public operation {
     }
   }
 
-  /// The raw bytes of a burst (send_in_bursts): the pipeline's smallest chunk
-  /// (cost_model::min_chunk_bytes' default), so a pipelined message still leaves a chunk at a
-  /// time; 64 chunks of 4 KiB, 4 of 64 KiB; about 100 us of encoding on a core.
-  static constexpr std::size_t burst_bytes = std::size_t(256) << 10;
+  /// The raw bytes of a burst (send_in_bursts): the pipeline's smallest chunk by default, so a
+  /// pipelined message still leaves a chunk at a time; 64 chunks of 4 KiB, 4 of 64 KiB; about
+  /// 100 us of encoding on a core.
+  static constexpr std::size_t burst_bytes = cost_model{}.min_chunk_bytes;
+  /// A chunk encoded and not yet sent: its bytes (none: the abort marker) and its peer.
+  struct outgoing {
+    std::span<const std::byte> payload;
+    int peer;
+  };
 
   Exec exec_;
   Messages messages_;
@@ -772,6 +809,8 @@ class exchange_engine final : public operation {
   std::vector<std::pair<int, std::size_t>> arrivals_;  ///< per posted receive: (peer, chunk)
   bool decode_together_ = false;    ///< arrivals held and decoded as one batch at the end
   std::vector<held_arrival> held_;  ///< those held so far
+  std::vector<outgoing> burst_;     ///< the burst being encoded (send_in_bursts)
+  bool prepared_ = !prepares;       ///< prepare_encoding has run (or has nothing to do)
   collective_report report_;
   bool finished_ = false;
   call_failure failure_;
@@ -805,33 +844,39 @@ struct block_messages {
 
   std::size_t raw_bytes_to(int peer) const { return layout.send_counts[std::size_t(peer)] * sizeof(T); }
   std::size_t raw_bytes_from(int peer) const { return layout.recv_counts[std::size_t(peer)] * sizeof(T); }
+  /// Whether the block to `peer` (from `peer`) may be compressed: the wire rule's decision for
+  /// its size and its step in the rotation, the same on both sides.
+  bool compresses_to(int peer) const { return rule.may_compress_step(raw_bytes_to(peer), step(rank, peer)); }
+  bool compresses_from(int peer) const { return rule.may_compress_step(raw_bytes_from(peer), step(peer, rank)); }
   chunk_plan chunks_to(int peer) const {
-    return rule.plan(layout.send_counts[std::size_t(peer)], sizeof(T), raw_bytes_to(peer));
+    return rule.plan(layout.send_counts[std::size_t(peer)], sizeof(T), raw_bytes_to(peer), compresses_to(peer));
   }
   chunk_plan chunks_from(int peer) const {
-    return rule.plan(layout.recv_counts[std::size_t(peer)], sizeof(T), raw_bytes_from(peer));
+    return rule.plan(layout.recv_counts[std::size_t(peer)], sizeof(T), raw_bytes_from(peer), compresses_from(peer));
   }
-  bool receives_in_place(int peer) const { return !rule.may_compress(raw_bytes_from(peer)); }
+  bool receives_in_place(int peer) const { return !compresses_from(peer); }
   std::byte* place_from(int peer) const {
     return reinterpret_cast<std::byte*>(recv + layout.recv_displs[std::size_t(peer)]);
   }
   /// Staging of one chunk's stream: every chunk but the last is full, the last no larger.
   std::size_t chunk_room(const chunk_plan& plan) const { return max_compressed_size<T>(plan.chunk, codec); }
   std::size_t send_room(int peer) const {
-    if (!rule.may_compress(raw_bytes_to(peer))) return 0;
+    if (!compresses_to(peer)) return 0;
     const chunk_plan plan = chunks_to(peer);
     return plan.count() * chunk_room(plan);
   }
   bool measures_error() const { return measure_error; }
   std::size_t decode_room() const { return 0; }
 
-  /// Makes a REL bound absolute over the values this rank sends to other ranks (its block to
-  /// itself is copied exactly, so its values play no part: at p ranks the pass reads (p - 1) / p
-  /// of the View). The range is read chunk by chunk where a block may be compressed, and each
-  /// chunk's range kept for its compression, which then skips its own range pass (the same
-  /// keys, so the same bytes).
+  /// Called by the engine once before the first compression (after any blocks sent raw ahead of
+  /// it have left): makes a REL bound absolute over the values this rank sends to other ranks
+  /// (its block to itself is copied exactly, so its values play no part: at p ranks the pass
+  /// reads (p - 1) / p of the View). Left relative, each chunk would resolve it over its own
+  /// values. The range is read chunk by chunk where a block may be compressed, and each chunk's
+  /// range kept for its compression, which then skips its own range pass (the same keys, so
+  /// the same bytes).
   template <class Exec>
-  void resolve_relative_bound(const Exec& exec) {
+  void prepare(const Exec& exec) {
     if (codec.bound.mode == bound_mode::absolute) return;
     const bool has_fill = codec.fill_value.has_value();
     const bits_t<T> fill = fill_bits_of<T>(codec);
@@ -841,7 +886,7 @@ struct block_messages {
       const std::size_t count = layout.send_counts[std::size_t(peer)];
       if (peer == rank || count == 0) continue;
       const T* const block = send + layout.send_displs[std::size_t(peer)];
-      if (!rule.may_compress(raw_bytes_to(peer))) {
+      if (!compresses_to(peer)) {
         all = join_keys(all, range_keys(exec, block, count, has_fill, fill));
         continue;
       }
@@ -866,7 +911,7 @@ struct block_messages {
   bool encodes_together() const {
     std::size_t largest = 0;
     for (int peer = 0; peer < int(layout.send_counts.size()); ++peer)
-      if (peer != rank && rule.may_compress(raw_bytes_to(peer)))
+      if (peer != rank && compresses_to(peer))
         largest = std::max(largest, chunks_to(peer).chunk * sizeof(T));
     return largest > 0 && rule.cost.batches_encodes(double(largest));
   }
@@ -886,7 +931,7 @@ struct block_messages {
       const chunk_plan plan = chunks_to(peer);
       const T* const values = send + layout.send_displs[std::size_t(peer)] + plan.begin(chunk);
       payloads[k] = {reinterpret_cast<const std::byte*>(values), plan.size(chunk) * sizeof(T)};
-      if (!rule.may_compress(raw_bytes_to(peer))) continue;
+      if (!compresses_to(peer)) continue;
       streams.push_back({values, plan.size(chunk), rooms[k] + chunk * chunk_room(plan),
                          chunk_ranges.empty() ? nullptr : &chunk_ranges[std::size_t(peer)][chunk]});
       which.push_back(k);
@@ -911,7 +956,7 @@ struct block_messages {
     const std::size_t count = plan.size(chunk);
     const T* const values = send + layout.send_displs[std::size_t(peer)] + plan.begin(chunk);
     const std::size_t raw = count * sizeof(T);
-    if (rule.may_compress(raw_bytes_to(peer))) {
+    if (compresses_to(peer)) {
       std::byte* const out = room + chunk * chunk_room(plan);
       const values_in<std::byte, Memory> staging(out, chunk_room(plan));
       const values_in<const T, Memory> in(values, count);
@@ -967,6 +1012,12 @@ struct block_messages {
   }
 
  private:
+  /// How far `to` is after `from` in the rotation (1 .. p - 1 between two ranks).
+  int step(int from, int to) const {
+    const int p = int(layout.send_counts.size());
+    return (to - from + p) % p;
+  }
+
   template <class Exec>
   static double decode_error(const Exec& exec, const T* values, std::size_t count, const std::byte* stream,
                              std::size_t length) {

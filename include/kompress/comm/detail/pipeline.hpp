@@ -67,24 +67,31 @@ void post_chunk_receives(Posted& posted, const chunk_plan& plan, std::size_t val
     posted.receive(base + plan.begin(i) * value_bytes, plan.size(i) * value_bytes, peer, comm, who, key(i));
 }
 
+/// What a message sends: encode()'s bytes, or none once the call is aborting, for which
+/// posted.send sends the abort marker (posted_messages, comm/detail/engine.hpp), so the peer's
+/// receive is still matched. An exception from encode() is this rank's failure: the call is
+/// aborting from then on and nothing more is encoded.
+template <class Posted, class Encode>
+auto encoded_or_marker(Posted& posted, Encode&& encode) -> decltype(encode()) {
+  if (posted.failure().aborting()) return {};
+  try {
+    return encode();
+  } catch (...) {
+    posted.failure().record_local();
+    return {};
+  }
+}
+
 /// Sends the chunks of `plan` to `peer` in order: encode(i) gives chunk i's bytes (a stream or
 /// the raw values; they must stay put until the send completes), each leaves at once, and
 /// after each one poll() advances MPI and decodes what has arrived, so the transfer of chunk i
-/// and the decoding of arrivals overlap the encoding of chunk i+1. Once the call is aborting
-/// (an exception from encode(i) makes it so), nothing more is encoded: each chunk's message is
-/// the abort marker (posted_messages, comm/detail/engine.hpp), so the peer's receive is matched.
+/// and the decoding of arrivals overlap the encoding of chunk i+1. Once the call is aborting,
+/// each chunk's message is the abort marker (encoded_or_marker).
 template <class Posted, class Encode, class Poll>
 void send_chunks(Posted& posted, const chunk_plan& plan, int peer, MPI_Comm comm, const char* who, Encode&& encode,
                  Poll&& poll) {
   for (std::size_t i = 0; i < plan.count(); ++i) {
-    std::span<const std::byte> payload;  // none: posted.send sends the abort marker
-    if (!posted.failure().aborting()) {
-      try {
-        payload = encode(i);
-      } catch (...) {
-        posted.failure().record_local();
-      }
-    }
+    const std::span<const std::byte> payload = encoded_or_marker(posted, [&] { return encode(i); });
     posted.send(payload.data(), payload.size(), peer, comm, who);
     poll();
   }
