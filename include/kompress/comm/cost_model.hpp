@@ -8,6 +8,23 @@
 
 namespace kompress {
 inline namespace v0 {
+namespace detail {
+
+/// The least k in [low, high] where f(k + 1) >= f(k): where a function that falls, then rises
+/// (convex, or the larger of a falling and a rising line) is least, found by bisection.
+template <class F>
+std::uint64_t least_point(std::uint64_t low, std::uint64_t high, F&& f) {
+  while (low < high) {
+    const std::uint64_t k = low + (high - low) / 2;
+    if (f(k + 1) < f(k))
+      low = k + 1;
+    else
+      high = k;
+  }
+  return low;
+}
+
+}  // namespace detail
 
 /// The cost model of automatic mode and of pipelining (docs/collectives.md). Every rank must
 /// hold the same numbers: decisions (compress or not, the chunk size) are taken on each side
@@ -108,17 +125,9 @@ struct cost_model {
     if (!pipeline || bytes == 0) return 1;
     if (fixed_chunk_bytes > 0) return (bytes + fixed_chunk_bytes - 1) / fixed_chunk_bytes;
     const double b = double(bytes);
-    std::uint64_t low = 1;
-    std::uint64_t high = std::max<std::uint64_t>(
-        1, std::min(max_chunks, bytes / std::max<std::uint64_t>(min_chunk_bytes, 1)));
-    while (low < high) {
-      const std::uint64_t k = low + (high - low) / 2;
-      if (pipelined_seconds(b, expected_ratio, k + 1) < pipelined_seconds(b, expected_ratio, k))
-        low = k + 1;
-      else
-        high = k;
-    }
-    return low;
+    const std::uint64_t most =
+        std::max<std::uint64_t>(1, std::min(max_chunks, bytes / std::max<std::uint64_t>(min_chunk_bytes, 1)));
+    return detail::least_point(1, most, [&](std::uint64_t k) { return pipelined_seconds(b, expected_ratio, k); });
   }
   /// The chunk size for a message of `bytes`, in bytes (the last chunk may be shorter).
   std::uint64_t chunk_bytes(std::uint64_t bytes) const {
@@ -208,16 +217,8 @@ struct cost_model {
   std::uint64_t exchanged_compressed_blocks(std::uint64_t bytes, std::uint64_t peers) const {
     if (peers <= 1) return peers;
     // exchanged_seconds is the larger of a falling and a rising line in the count (plus terms
-    // the count leaves alone): least near where they cross, found by bisection.
-    std::uint64_t low = 1, high = peers;
-    while (low < high) {
-      const std::uint64_t c = low + (high - low) / 2;
-      if (exchanged_seconds(bytes, peers, c + 1) < exchanged_seconds(bytes, peers, c))
-        low = c + 1;
-      else
-        high = c;
-    }
-    return low;
+    // the count leaves alone): least near where they cross.
+    return detail::least_point(1, peers, [&](std::uint64_t c) { return exchanged_seconds(bytes, peers, c); });
   }
 
   /// True when an alltoall(v)'s blocks of `bytes` to `peers` peers are worth compressing:

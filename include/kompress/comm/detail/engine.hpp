@@ -82,15 +82,23 @@ struct wire_rule {
       default: return raw_bytes > 0;
     }
   }
-  /// may_compress for an alltoall(v)'s block of `raw_bytes` between two ranks `step` apart in
-  /// the rotation (the receiver is the sender + step, mod p): where automatic mode compresses
-  /// only cost_model::exchanged_compressed_blocks of p - 1 such blocks, the blocks of the first
-  /// steps go raw, the link's share of the work, and leave first. Both sides know the step and
-  /// the block's size (an alltoallv's blocks are each weighed as if all were that size).
-  bool may_compress_step(std::uint64_t raw_bytes, int step) const {
-    if (!may_compress(raw_bytes)) return false;
-    if (mode != transfer_mode::automatic || exchange_peers <= 1) return true;
-    return std::uint64_t(step) + cost.exchanged_compressed_blocks(raw_bytes, exchange_peers) > exchange_peers;
+  /// The decision for an alltoall(v)'s blocks of one size, taken once for all the blocks of
+  /// that size: whether they may be compressed and, where automatic mode compresses only
+  /// cost_model::exchanged_compressed_blocks of the p - 1, from which step of the rotation on
+  /// (the receiver is the sender + step, mod p). The blocks of the first steps go raw, the
+  /// link's share of the work. Both sides know the step and the block's size (an alltoallv's
+  /// blocks are each weighed as if all were that size).
+  struct block_rule {
+    std::uint64_t raw_bytes = 0;
+    bool compressible = false;
+    std::uint64_t first_compressed_step = 1;
+    bool compresses(int step) const { return compressible && std::uint64_t(step) >= first_compressed_step; }
+  };
+  block_rule for_blocks(std::uint64_t raw_bytes) const {
+    block_rule rule{raw_bytes, may_compress(raw_bytes)};
+    if (rule.compressible && mode == transfer_mode::automatic && exchange_peers > 1)
+      rule.first_compressed_step = exchange_peers + 1 - cost.exchanged_compressed_blocks(raw_bytes, exchange_peers);
+    return rule;
   }
   bool send_compressed(std::uint64_t raw_bytes, std::uint64_t length) const {
     if (length >= raw_bytes) return false;
@@ -118,7 +126,7 @@ struct wire_rule {
   chunk_plan plan(std::size_t values, std::size_t value_bytes, std::uint64_t nominal_bytes) const {
     return plan(values, value_bytes, nominal_bytes, may_compress(nominal_bytes));
   }
-  /// The same for a message whose `compressible` the caller decided (may_compress_step).
+  /// The same for a message whose `compressible` the caller decided (for_blocks).
   chunk_plan plan(std::size_t values, std::size_t value_bytes, std::uint64_t nominal_bytes, bool compressible) const {
     const cost_model& model = exchange_peers > 0 ? cost.exchange_model(nominal_bytes, exchange_peers) : cost;
     return plan_chunks(model, compressible, values, value_bytes, nominal_bytes);
@@ -842,18 +850,41 @@ struct block_messages {
 
   static constexpr std::size_t value_bytes = sizeof(T);
 
+  /// One block's plan: whether it may be compressed and its chunks.
+  struct block_plan {
+    bool compressed = false;
+    chunk_plan chunks;
+  };
+  /// Per peer, the block to it and the block from it, as plan_blocks decided them.
+  std::vector<block_plan> to_peers, from_peers;
+
+  /// Decides once per call, before the engine asks, whether each block may be compressed (the
+  /// wire rule's decision for its size and its step in the rotation, the same on both sides)
+  /// and its chunks: the engine asks for them per chunk, and the decision weighs the whole
+  /// exchange (wire_rule::for_blocks).
+  void plan_blocks() {
+    const int p = int(layout.send_counts.size());
+    wire_rule::block_rule sized;  // the last size's rule: blocks mostly share one size
+    const auto plan = [&](std::size_t values, int step) {
+      const std::uint64_t bytes = values * sizeof(T);
+      if (bytes != sized.raw_bytes) sized = rule.for_blocks(bytes);
+      const bool compressed = sized.compresses(step);
+      return block_plan{compressed, rule.plan(values, sizeof(T), bytes, compressed)};
+    };
+    to_peers.clear();
+    from_peers.clear();
+    for (int peer = 0; peer < p; ++peer) {
+      to_peers.push_back(plan(layout.send_counts[std::size_t(peer)], step(rank, peer)));
+      from_peers.push_back(plan(layout.recv_counts[std::size_t(peer)], step(peer, rank)));
+    }
+  }
+
   std::size_t raw_bytes_to(int peer) const { return layout.send_counts[std::size_t(peer)] * sizeof(T); }
   std::size_t raw_bytes_from(int peer) const { return layout.recv_counts[std::size_t(peer)] * sizeof(T); }
-  /// Whether the block to `peer` (from `peer`) may be compressed: the wire rule's decision for
-  /// its size and its step in the rotation, the same on both sides.
-  bool compresses_to(int peer) const { return rule.may_compress_step(raw_bytes_to(peer), step(rank, peer)); }
-  bool compresses_from(int peer) const { return rule.may_compress_step(raw_bytes_from(peer), step(peer, rank)); }
-  chunk_plan chunks_to(int peer) const {
-    return rule.plan(layout.send_counts[std::size_t(peer)], sizeof(T), raw_bytes_to(peer), compresses_to(peer));
-  }
-  chunk_plan chunks_from(int peer) const {
-    return rule.plan(layout.recv_counts[std::size_t(peer)], sizeof(T), raw_bytes_from(peer), compresses_from(peer));
-  }
+  bool compresses_to(int peer) const { return to_peers[std::size_t(peer)].compressed; }
+  bool compresses_from(int peer) const { return from_peers[std::size_t(peer)].compressed; }
+  chunk_plan chunks_to(int peer) const { return to_peers[std::size_t(peer)].chunks; }
+  chunk_plan chunks_from(int peer) const { return from_peers[std::size_t(peer)].chunks; }
   bool receives_in_place(int peer) const { return !compresses_from(peer); }
   std::byte* place_from(int peer) const {
     return reinterpret_cast<std::byte*>(recv + layout.recv_displs[std::size_t(peer)]);
