@@ -601,13 +601,31 @@ class exchange_engine final : public operation {
 
   /// The peers this rank sends a message to in the rotating order (rank + 1, rank + 2, ...), so
   /// that no rank is everyone's first target; or (`sending` false) those it receives one from,
-  /// in the order they send to it (rank - 1, rank - 2, ...).
+  /// in the order they send to it (rank - 1, rank - 2, ...). Where some blocks go raw and others
+  /// may be compressed (automatic mode's raw share, wire_rule::for_blocks), the raw ones are
+  /// spread among the others in proportion, each group ahead of the compression it overlaps:
+  /// the link carries them while the codec works, a few at a time rather than all at once (all
+  /// at once, every rank's raw blocks converge on the fabric together).
   std::vector<int> rotation(bool sending) const {
     const int p = shape_.size, rank = shape_.rank;
-    std::vector<int> peers;
+    std::vector<int> peers, raw, coded;
     for (int step = 1; step < p; ++step) {
       const int peer = sending ? (rank + step) % p : (rank - step + p) % p;
-      if ((sending ? messages_.raw_bytes_to(peer) : messages_.raw_bytes_from(peer)) > 0) peers.push_back(peer);
+      if ((sending ? messages_.raw_bytes_to(peer) : messages_.raw_bytes_from(peer)) == 0) continue;
+      peers.push_back(peer);
+      if constexpr (requires { messages_.compresses_from(peer); }) {
+        const bool compressible = sending ? messages_.compresses_to(peer) : messages_.compresses_from(peer);
+        (compressible ? coded : raw).push_back(peer);
+      }
+    }
+    if (raw.empty() || coded.empty()) return peers;
+    // Before the i-th block that may be compressed, the first ceil((i + 1) R / C) raw ones.
+    peers.clear();
+    std::size_t next_raw = 0;
+    for (std::size_t i = 0; i < coded.size(); ++i) {
+      const std::size_t due = ((i + 1) * raw.size() + coded.size() - 1) / coded.size();
+      for (; next_raw < due; ++next_raw) peers.push_back(raw[next_raw]);
+      peers.push_back(coded[i]);
     }
     return peers;
   }
