@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 using namespace kompress::test;  // support/mpi_checks.hpp, support/device_views.hpp, comm/checks.hpp
@@ -383,6 +384,42 @@ TEST_CASE("an alltoall's raw share: the count of blocks compressed is where the 
   kompress::cost_model fast_link = model;
   fast_link.link_bytes_per_second = 25e9;
   CHECK_FALSE(fast_link.worth_compressing_exchanged(bytes, 63));
+}
+
+TEST_CASE("an alltoall's raw share leaves spread among the compressed blocks, each group just ahead of the "
+          "compression it overlaps") {
+  using kompress::detail::spread_among;
+  const auto order = [](std::vector<int> raw, std::vector<int> coded) { return spread_among(raw, coded); };
+  // 22 raw and 41 compressed (64 ranks): one raw block ahead of each of the first 22 of
+  // every 41 compressed ones, in proportion, every raw one out before the last compressed one.
+  std::vector<int> raw, coded;
+  for (int k = 0; k < 22; ++k) raw.push_back(k);
+  for (int k = 22; k < 63; ++k) coded.push_back(k);
+  const std::vector<int> spread = order(raw, coded);
+  REQUIRE(spread.size() == 63);
+  std::vector<int> sorted = spread, every(63);
+  std::sort(sorted.begin(), sorted.end());
+  std::iota(every.begin(), every.end(), 0);
+  CHECK(sorted == every);  // every peer once
+  std::size_t raw_sent = 0, coded_sent = 0;
+  for (const int peer : spread) {
+    if (peer < 22) {
+      ++raw_sent;
+      CHECK(peer == int(raw_sent) - 1);  // each kind in its own order
+      // never more than one compressed block's share ahead
+      CHECK(raw_sent * 41 <= (coded_sent + 1) * 22 + 40);
+    } else {
+      CHECK(peer == 22 + int(coded_sent));
+      ++coded_sent;
+      CHECK(raw_sent * 41 >= coded_sent * 22);  // the share due before it has left
+    }
+  }
+  CHECK(spread.back() == 62);
+  CHECK(order({0, 1}, {2, 3, 4}) == std::vector<int>{0, 2, 1, 3, 4});
+  CHECK(order({0, 1, 2, 3}, {4, 5}) == std::vector<int>{0, 1, 4, 2, 3, 5});
+  CHECK(order({0}, {1, 2, 3}) == std::vector<int>{0, 1, 2, 3});
+  CHECK(order({}, {1, 2}) == std::vector<int>{1, 2});
+  CHECK(order({0, 1}, {}) == std::vector<int>{0, 1});
 }
 
 TEST_CASE_TEMPLATE("automatic alltoall sends the link's share raw: the blocks of the first steps of the rotation, "

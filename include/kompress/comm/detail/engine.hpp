@@ -206,6 +206,21 @@ std::size_t encode_message(const Exec& exec, const wire_rule& rule, const compre
   return raw;
 }
 
+/// `raw` spread among `coded`, each in its order: before the i-th of the C coded, the first
+/// ceil((i + 1) R / C) of the R raw, so that every raw one leaves before the last coded one and
+/// each group just ahead of the coded one it overlaps (exchange_engine::rotation).
+inline std::vector<int> spread_among(std::span<const int> raw, std::span<const int> coded) {
+  std::vector<int> order;
+  std::size_t next_raw = 0;
+  for (std::size_t i = 0; i < coded.size(); ++i) {
+    const std::size_t due = ((i + 1) * raw.size() + coded.size() - 1) / coded.size();
+    for (; next_raw < due; ++next_raw) order.push_back(raw[next_raw]);
+    order.push_back(coded[i]);
+  }
+  for (; next_raw < raw.size(); ++next_raw) order.push_back(raw[next_raw]);  // no coded ones
+  return order;
+}
+
 /// What one call knows of a failure after the agreement (docs/collectives.md, "Failure after
 /// the agreement"): its own (the first exception caught while encoding, decoding or posting a
 /// send) and, else, the failed rank named by the first abort marker that arrived. Either makes
@@ -618,16 +633,7 @@ class exchange_engine final : public operation {
         (compressible ? coded : raw).push_back(peer);
       }
     }
-    if (raw.empty() || coded.empty()) return peers;
-    // Before the i-th block that may be compressed, the first ceil((i + 1) R / C) raw ones.
-    peers.clear();
-    std::size_t next_raw = 0;
-    for (std::size_t i = 0; i < coded.size(); ++i) {
-      const std::size_t due = ((i + 1) * raw.size() + coded.size() - 1) / coded.size();
-      for (; next_raw < due; ++next_raw) peers.push_back(raw[next_raw]);
-      peers.push_back(coded[i]);
-    }
-    return peers;
+    return raw.empty() || coded.empty() ? peers : spread_among(raw, coded);
   }
 
   /// Readies the policy for its first compression (block_messages: the REL bound's range pass),
