@@ -186,9 +186,8 @@ std::unique_ptr<operation> launch_exchange(const Exec& exec, const SendView& sen
                                            const char* who) {
   using T = typename SendView::non_const_value_type;
   using messages_type = block_messages<T, typename Exec::memory_space>;
-  messages_type messages{send.data(), recv.data(), agreed.layout, agreed.rule, options.codec,
-                         options.measure_error, agreed.shape.rank, who, {}, {}, {}};
-  messages.plan_blocks();
+  messages_type messages = messages_type::planned(send.data(), recv.data(), agreed.layout, agreed.rule, options.codec,
+                                                  options.measure_error, agreed.shape.rank, who);
   return std::make_unique<exchange_engine<messages_type, Exec>>(exec, std::move(messages), agreed.shape, slot, comm,
                                                                 nonblocking, agreed.how,
                                                                 options.exchange_window, who);

@@ -879,28 +879,26 @@ struct block_messages {
     bool compressed = false;
     chunk_plan chunks;
   };
-  /// Per peer, the block to it and the block from it, as plan_blocks decided them.
+  /// Per peer, the block to it and the block from it, as planned decided them.
   std::vector<block_plan> to_peers, from_peers;
 
-  /// Decides once per call, before the engine asks, whether each block may be compressed (the
-  /// wire rule's decision for its size and its step in the rotation, the same on both sides)
-  /// and its chunks: the engine asks for them per chunk, and the decision weighs the whole
-  /// exchange (wire_rule::for_blocks).
-  void plan_blocks() {
-    const int p = int(layout.send_counts.size());
-    wire_rule::block_rule sized;  // the last size's rule: blocks mostly share one size
-    const auto plan = [&](std::size_t values, int step) {
-      const std::uint64_t bytes = values * sizeof(T);
-      if (bytes != sized.raw_bytes) sized = rule.for_blocks(bytes);
-      const bool compressed = sized.compresses(step);
-      return block_plan{compressed, rule.plan(values, sizeof(T), bytes, compressed)};
-    };
-    to_peers.clear();
-    from_peers.clear();
-    for (int peer = 0; peer < p; ++peer) {
-      to_peers.push_back(plan(layout.send_counts[std::size_t(peer)], step(rank, peer)));
-      from_peers.push_back(plan(layout.recv_counts[std::size_t(peer)], step(peer, rank)));
-    }
+  /// The messages of one call, each block's plan decided once, before the engine asks: whether
+  /// it may be compressed (the wire rule's decision for its size and its step in the rotation,
+  /// the same on both sides) and its chunks. The engine asks for them per chunk, and the
+  /// decision weighs the whole exchange (wire_rule::for_blocks).
+  static block_messages planned(const T* send, T* recv, exchange_layout layout, wire_rule rule,
+                                compress_options codec, bool measure_error, int rank, const char* who) {
+    block_messages messages;
+    messages.send = send;
+    messages.recv = recv;
+    messages.layout = std::move(layout);
+    messages.rule = rule;
+    messages.codec = std::move(codec);
+    messages.measure_error = measure_error;
+    messages.rank = rank;
+    messages.who = who;
+    messages.plan_blocks();
+    return messages;
   }
 
   std::size_t raw_bytes_to(int peer) const { return layout.send_counts[std::size_t(peer)] * sizeof(T); }
@@ -1080,6 +1078,25 @@ struct block_messages {
                                            count);
     decompress(exec, values_in<const std::byte, Memory>(stream, length), decoded);
     return max_difference<Memory>(exec, values, decoded.data(), count);
+  }
+
+ private:
+  void plan_blocks() {
+    const int p = int(layout.send_counts.size());
+    // The last size's rule (blocks mostly share one size); the default is for_blocks(0)'s.
+    wire_rule::block_rule sized;
+    const auto plan = [&](std::size_t values, int step) {
+      const std::uint64_t bytes = values * sizeof(T);
+      if (bytes != sized.raw_bytes) sized = rule.for_blocks(bytes);
+      const bool compressed = sized.compresses(step);
+      return block_plan{compressed, rule.plan(values, sizeof(T), bytes, compressed)};
+    };
+    to_peers.clear();
+    from_peers.clear();
+    for (int peer = 0; peer < p; ++peer) {
+      to_peers.push_back(plan(layout.send_counts[std::size_t(peer)], step(rank, peer)));
+      from_peers.push_back(plan(layout.recv_counts[std::size_t(peer)], step(peer, rank)));
+    }
   }
 };
 
