@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <ranges>
 #include <tuple>
 #include <utility>
@@ -116,11 +117,20 @@ struct agreed_exchange {
 
 /// Whether no message of the exchange may be compressed and MPI reads the Views: then it is MPI's
 /// own collective (staged Views always take the engine).
+/// The rule is asked once per block size (blocks mostly share one; automatic mode's answer
+/// weighs the whole exchange, so it is not free at hundreds of peers).
 inline bool exchange_sends_raw(const agreed_exchange& agreed, std::size_t element_bytes) {
   if (agreed.how.staged) return false;
+  std::optional<std::size_t> last_size;  // the last block size asked, whose answer was raw
+  const auto sends_raw = [&](std::size_t count) {
+    if (count == last_size) return true;
+    if (agreed.rule.may_compress(count * element_bytes)) return false;
+    last_size = count;
+    return true;
+  };
   for (int peer = 0; peer < agreed.shape.size; ++peer)
-    if (agreed.rule.may_compress(agreed.layout.send_counts[std::size_t(peer)] * element_bytes) ||
-        agreed.rule.may_compress(agreed.layout.recv_counts[std::size_t(peer)] * element_bytes))
+    if (!sends_raw(agreed.layout.send_counts[std::size_t(peer)]) ||
+        !sends_raw(agreed.layout.recv_counts[std::size_t(peer)]))
       return false;
   return true;
 }
