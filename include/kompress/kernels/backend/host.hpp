@@ -14,6 +14,7 @@
 
 #include <kompress/detail/host_simd.hpp>
 #include <kompress/kernels/backend/portable.hpp>
+#include <kompress/kernels/value_range.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -410,6 +411,59 @@ inline bool host_runs(encoder_kind kind) {
   return kind == encoder_kind::portable;
 }
 
+/// Whether a host kernel of `items` work items runs on the calling thread rather than through a
+/// Kokkos launch: where `exec` has one thread, or the kernel one item, sharing cannot pay. An
+/// OpenMP launch costs about 1.3 us even for a team of one thread (libgomp ends each parallel
+/// region with a futex wake, a system call) and 3.3 us on two threads, while 4 KiB of floats
+/// compress in about 1.5 us: a collective's per-peer codec calls paid more for their launches
+/// than for their values (docs/performance.md, "Codec calls on one thread"). The results are
+/// the same: no kernel's result depends on how its items are shared out. Kokkos Tools see the
+/// codec's regions (kompress::compress, kompress::decompress) but not such a kernel.
+template <class Exec>
+bool runs_on_caller(const Exec& exec, std::uint64_t items) {
+  return items <= 1 || exec.concurrency() == 1;
+}
+
+/// Kokkos::parallel_for over [0, items), or the same loop on the calling thread
+/// (runs_on_caller).
+template <class Exec, class Functor>
+void host_for(const char* label, const Exec& exec, std::uint64_t items, const Functor& functor) {
+  if (runs_on_caller(exec, items)) {
+    for (std::uint64_t i = 0; i < items; ++i) functor(i);
+    return;
+  }
+  Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec>(exec, 0, items), functor);
+}
+
+/// The smallest chunk a checking kernel over items [0, items) reports bad (functor(i, bad)
+/// lowers `bad`), or `none`: items handed out one at a time (they take very different times),
+/// or looped over on the calling thread (runs_on_caller).
+template <class Exec, class Functor>
+std::uint64_t host_first_bad(const char* label, const Exec& exec, std::uint64_t items, std::uint64_t none,
+                             const Functor& functor) {
+  std::uint64_t bad = none;
+  if (runs_on_caller(exec, items)) {
+    for (std::uint64_t i = 0; i < items; ++i) functor(i, bad);
+  } else {
+    Kokkos::parallel_reduce(
+        label, Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Dynamic>>(exec, 0, items, Kokkos::ChunkSize(1)),
+        functor, Kokkos::Min<std::uint64_t>(bad));
+  }
+  return bad < none ? bad : none;
+}
+
+/// enqueue_range_reduction, or the same reduction on the calling thread (runs_on_caller).
+template <class Exec, class Segments, class ResultView>
+void host_range_reduction(const Exec& exec, const Segments& segments, const ResultView& result) {
+  using T = typename Segments::element_type;
+  if (!runs_on_caller(exec, segments.segments())) return enqueue_range_reduction(exec, segments, result);
+  const range_reducer<T, typename ResultView::memory_space> reducer{result};
+  packed_range<T> range;
+  reducer.init(range);
+  for (std::uint64_t s = 0; s < segments.segments(); ++s) segments(s, range);
+  reducer.reference() = range;
+}
+
 template <class Exec>
   requires std::is_same_v<typename Exec::memory_space, Kokkos::HostSpace>
 struct backend<Exec> {
@@ -449,12 +503,12 @@ struct backend<Exec> {
                                   const ResultView& result, encoder_kind kind) {
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
     if (takes_avx512(kind))
-      return enqueue_range_reduction(exec, value_range_segments_avx512<T>{segments}, result);
+      return host_range_reduction(exec, value_range_segments_avx512<T>{segments}, result);
     if (takes_avx2_fma(kind))
-      return enqueue_range_reduction(exec, value_range_segments_avx2<T>{segments}, result);
+      return host_range_reduction(exec, value_range_segments_avx2<T>{segments}, result);
 #endif
     (void)kind;
-    enqueue_range_reduction(exec, segments, result);
+    host_range_reduction(exec, segments, result);
   }
 
   /// The fast codec's compression in two launches instead of four to eight: the value range
@@ -466,25 +520,22 @@ struct backend<Exec> {
                                         const chunk_encoder<T, BlockSize>& encoder, std::byte* out,
                                         std::uint64_t* length, const kernel_tuning& tuning,
                                         const packed_range<T>* known_range) {
-    const int workers =
-        tuning.fused_workers < 0 ? int(exec.concurrency()) : tuning.fused_workers;
     const std::uint64_t chunks = encoder.layout.chunk_count();
+    const int asked = tuning.fused_workers < 0 ? int(exec.concurrency()) : tuning.fused_workers;
     // The claim counters are 32-bit and may overshoot a segment's chunk count by two.
-    if (workers < 1 || workers > max_fused_workers || chunks >= (std::uint64_t(1) << 31))
+    if (asked < 1 || asked > max_fused_workers || chunks >= (std::uint64_t(1) << 31))
       return false;
+    // No more workers than chunks: one would find nothing to encode.
+    const int workers = int(std::min<std::uint64_t>(std::uint64_t(asked), chunks));
     const auto run = [&](const auto& range_segments, const auto& chunk_encoder_variant) {
       using range_type = std::remove_cvref_t<decltype(range_segments)>;
       using encoder_type = std::remove_cvref_t<decltype(chunk_encoder_variant)>;
       if (known_range)
-        Kokkos::parallel_for("kompress::compress::known_range", Kokkos::RangePolicy<Exec>(exec, 0, 1),
-                             known_range_zeroing_counters<T>{*known_range, out});
+        host_for("kompress::compress::known_range", exec, 1, known_range_zeroing_counters<T>{*known_range, out});
       else
-        enqueue_range_reduction(exec, range_zeroing_counters<range_type>{range_segments, out},
-                                result);
-      Kokkos::parallel_for(
-          "kompress::compress::fused_chunks", Kokkos::RangePolicy<Exec>(exec, 0, workers),
-          fused_compression<T, BlockSize, encoder_type>{chunk_encoder_variant, out, length, chunks,
-                                                        workers});
+        host_range_reduction(exec, range_zeroing_counters<range_type>{range_segments, out}, result);
+      host_for("kompress::compress::fused_chunks", exec, std::uint64_t(workers),
+               fused_compression<T, BlockSize, encoder_type>{chunk_encoder_variant, out, length, chunks, workers});
     };
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
     if constexpr (BlockSize == 32) {
@@ -505,44 +556,30 @@ struct backend<Exec> {
   template <class T, int BlockSize>
   static void encode_chunks(const Exec& exec, std::uint64_t chunks,
                             const chunk_encoder<T, BlockSize>& encoder, encoder_kind kind) {
-    const Kokkos::RangePolicy<Exec> policy(exec, 0, chunks);
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
     // The default block size only: each variant compiles the encoder once more.
     if constexpr (BlockSize == 32) {
-      if (takes_avx512(kind)) {
-        Kokkos::parallel_for("kompress::compress::encode_chunks", policy,
-                             chunk_encoder_avx512<T, BlockSize>{encoder});
-        return;
-      }
-      if (takes_avx2_fma(kind)) {
-        Kokkos::parallel_for("kompress::compress::encode_chunks", policy,
-                             chunk_encoder_avx2<T, BlockSize>{encoder});
-        return;
-      }
+      if (takes_avx512(kind))
+        return host_for("kompress::compress::encode_chunks", exec, chunks, chunk_encoder_avx512<T, BlockSize>{encoder});
+      if (takes_avx2_fma(kind))
+        return host_for("kompress::compress::encode_chunks", exec, chunks, chunk_encoder_avx2<T, BlockSize>{encoder});
     }
 #endif
     (void)kind;
-    Kokkos::parallel_for("kompress::compress::encode_chunks", policy, encoder);
+    host_for("kompress::compress::encode_chunks", exec, chunks, encoder);
   }
 
   template <class T>
   static void encode_ratio_chunks(const Exec& exec, std::uint64_t chunks,
                                   const ratio_chunk_encoder<T>& encoder, encoder_kind kind) {
-    const Kokkos::RangePolicy<Exec> policy(exec, 0, chunks);
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
-    if (takes_avx512(kind)) {
-      Kokkos::parallel_for("kompress::compress::encode_ratio_chunks", policy,
-                           ratio_chunk_encoder_avx512<T>{encoder});
-      return;
-    }
-    if (takes_avx2_fma(kind)) {
-      Kokkos::parallel_for("kompress::compress::encode_ratio_chunks", policy,
-                           ratio_chunk_encoder_avx2<T>{encoder});
-      return;
-    }
+    if (takes_avx512(kind))
+      return host_for("kompress::compress::encode_ratio_chunks", exec, chunks, ratio_chunk_encoder_avx512<T>{encoder});
+    if (takes_avx2_fma(kind))
+      return host_for("kompress::compress::encode_ratio_chunks", exec, chunks, ratio_chunk_encoder_avx2<T>{encoder});
 #endif
     (void)kind;
-    Kokkos::parallel_for("kompress::compress::encode_ratio_chunks", policy, encoder);
+    host_for("kompress::compress::encode_ratio_chunks", exec, chunks, encoder);
   }
 
   /// Chunks verified four at a time (checksums_of: four hash chains side by side), each group
@@ -550,98 +587,68 @@ struct backend<Exec> {
   static std::uint64_t verify_chunks(const Exec& exec, std::uint64_t chunks, const std::byte* data,
                                      const std::byte* ends, const std::byte* checksums) {
     constexpr int group = 4;
-    std::uint64_t first_bad = chunks;
-    Kokkos::parallel_reduce(
-        "kompress::decompress::verify",
-        Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Dynamic>>(
-            exec, 0, (chunks + group - 1) / group, Kokkos::ChunkSize(1)),
-        [=](std::uint64_t g, std::uint64_t& bad) {
-          const std::byte* spans[group];
-          std::size_t lengths[group];
-          std::uint64_t sums[group];
-          for (int j = 0; j < group; ++j) {
-            // A short last group checks its last chunk again.
-            const std::uint64_t chunk = g * group + j < chunks ? g * group + j : chunks - 1;
-            const std::uint64_t begin = chunk ? load<std::uint64_t>(ends + 8 * (chunk - 1)) : 0;
-            spans[j] = data + begin;
-            lengths[j] = load<std::uint64_t>(ends + 8 * chunk) - begin;
-          }
-          checksums_of<group>(spans, lengths, sums);
-          for (int j = group - 1; j >= 0; --j) {
-            const std::uint64_t chunk = g * group + j < chunks ? g * group + j : chunks - 1;
-            if (sums[j] != load<std::uint64_t>(checksums + 8 * chunk)) bad = chunk < bad ? chunk : bad;
-          }
-        },
-        Kokkos::Min<std::uint64_t>(first_bad));
-    return first_bad;
+    const auto check = [=](std::uint64_t g, std::uint64_t& bad) {
+      const std::byte* spans[group];
+      std::size_t lengths[group];
+      std::uint64_t sums[group];
+      for (int j = 0; j < group; ++j) {
+        // A short last group checks its last chunk again.
+        const std::uint64_t chunk = g * group + j < chunks ? g * group + j : chunks - 1;
+        const std::uint64_t begin = chunk ? load<std::uint64_t>(ends + 8 * (chunk - 1)) : 0;
+        spans[j] = data + begin;
+        lengths[j] = load<std::uint64_t>(ends + 8 * chunk) - begin;
+      }
+      checksums_of<group>(spans, lengths, sums);
+      for (int j = group - 1; j >= 0; --j) {
+        const std::uint64_t chunk = g * group + j < chunks ? g * group + j : chunks - 1;
+        if (sums[j] != load<std::uint64_t>(checksums + 8 * chunk)) bad = chunk < bad ? chunk : bad;
+      }
+    };
+    return host_first_bad("kompress::decompress::verify", exec, (chunks + group - 1) / group, chunks, check);
   }
 
+  /// Chunks decode at very different speeds (constant runs against raw blocks): handed out one
+  /// at a time (host_first_bad), not in equal contiguous shares.
   template <class T, int BlockSize>
   static std::uint64_t decode_chunks(const Exec& exec, std::uint64_t chunks,
                                      const chunk_decoder<T, BlockSize>& decoder,
                                      encoder_kind kind) {
-    // Chunks decode at very different speeds (constant runs against raw blocks): handed out
-    // one at a time, not in equal contiguous shares.
-    const Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Dynamic>> policy(
-        exec, 0, chunks, Kokkos::ChunkSize(1));
-    std::uint64_t first_bad = chunks;
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
     if constexpr (BlockSize == 32) {
-      if (takes_avx2_fma(kind)) {
-        Kokkos::parallel_reduce("kompress::decompress::decode_chunks", policy,
-                                chunk_decoder_avx2<T, BlockSize>{decoder},
-                                Kokkos::Min<std::uint64_t>(first_bad));
-        return first_bad;
-      }
+      if (takes_avx2_fma(kind))
+        return host_first_bad("kompress::decompress::decode_chunks", exec, chunks, chunks,
+                              chunk_decoder_avx2<T, BlockSize>{decoder});
     }
 #endif
     (void)kind;
-    Kokkos::parallel_reduce("kompress::decompress::decode_chunks", policy, decoder,
-                            Kokkos::Min<std::uint64_t>(first_bad));
-    return first_bad;
+    return host_first_bad("kompress::decompress::decode_chunks", exec, chunks, chunks, decoder);
   }
 
   template <class T>
   static std::uint64_t decode_ratio_chunks(const Exec& exec, std::uint64_t chunks,
                                            const ratio_chunk_decoder<T>& decoder, encoder_kind kind) {
-    const Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Dynamic>> policy(exec, 0, chunks,
-                                                                              Kokkos::ChunkSize(1));
-    std::uint64_t first_bad = chunks;
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
-    if (takes_avx512(kind) && host_has_bmi_popcnt()) {
-      Kokkos::parallel_reduce("kompress::decompress::decode_ratio_chunks", policy,
-                              ratio_chunk_decoder_avx512<T>{decoder}, Kokkos::Min<std::uint64_t>(first_bad));
-      return first_bad;
-    }
-    if (takes_avx2_fma(kind) && host_has_bmi_popcnt()) {
-      Kokkos::parallel_reduce("kompress::decompress::decode_ratio_chunks", policy,
-                              ratio_chunk_decoder_avx2<T>{decoder}, Kokkos::Min<std::uint64_t>(first_bad));
-      return first_bad;
-    }
+    if (takes_avx512(kind) && host_has_bmi_popcnt())
+      return host_first_bad("kompress::decompress::decode_ratio_chunks", exec, chunks, chunks,
+                            ratio_chunk_decoder_avx512<T>{decoder});
+    if (takes_avx2_fma(kind) && host_has_bmi_popcnt())
+      return host_first_bad("kompress::decompress::decode_ratio_chunks", exec, chunks, chunks,
+                            ratio_chunk_decoder_avx2<T>{decoder});
 #endif
     (void)kind;
-    Kokkos::parallel_reduce("kompress::decompress::decode_ratio_chunks", policy, decoder,
-                            Kokkos::Min<std::uint64_t>(first_bad));
-    return first_bad;
+    return host_first_bad("kompress::decompress::decode_ratio_chunks", exec, chunks, chunks, decoder);
   }
 
   /// decode_chunks over every chunk of a stream_batch (kernels/decode_batch.hpp).
   template <class Batch>
   static std::uint64_t decode_batch_chunks(const Exec& exec, const Batch& batch, encoder_kind kind) {
-    const Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Dynamic>> policy(exec, 0, batch.chunks,
-                                                                              Kokkos::ChunkSize(1));
-    std::uint64_t first_bad = batch.chunks;
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
-    if (Batch::block_size == 32 && takes_avx2_fma(kind)) {
-      Kokkos::parallel_reduce("kompress::decompress::decode_batch", policy, batch_decoder_avx2<Batch>{batch},
-                              Kokkos::Min<std::uint64_t>(first_bad));
-      return first_bad;
-    }
+    if (Batch::block_size == 32 && takes_avx2_fma(kind))
+      return host_first_bad("kompress::decompress::decode_batch", exec, batch.chunks, batch.chunks,
+                            batch_decoder_avx2<Batch>{batch});
 #endif
     (void)kind;
-    Kokkos::parallel_reduce("kompress::decompress::decode_batch", policy, batch,
-                            Kokkos::Min<std::uint64_t>(first_bad));
-    return first_bad;
+    return host_first_bad("kompress::decompress::decode_batch", exec, batch.chunks, batch.chunks, batch);
   }
 };
 
