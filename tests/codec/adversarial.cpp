@@ -235,41 +235,46 @@ TEST_CASE("codec: Views of any rank and both contiguous layouts; strided Views a
 // On the host on purpose: the host backend splits the work by thread count, and runs it on the
 // calling thread where the instance has one thread or the kernel one item.
 TEST_CASE("codec: the stream, the decoded values and the damage found do not depend on the thread count") {
-  const auto values = smooth<float>(300000, 50.0);
-  Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
-  const auto options = kompress::compress_options{.bound = kompress::relative(1e-4)};
-  Kokkos::DefaultHostExecutionSpace all;
-  const auto reference = kompress::compress(all, in, options);
-  Kokkos::View<float*, Kokkos::HostSpace> expected("expected", values.size());
-  kompress::decompress(all, reference, expected);
-  // One byte three quarters into the stream, in a chunk's data far from the first: its
-  // checksum no longer matches, and the error names that chunk.
-  const auto damaged = Kokkos::create_mirror(Kokkos::HostSpace{}, reference);
-  Kokkos::deep_copy(damaged, reference);
-  damaged(reference.size() * 3 / 4) ^= std::byte{0x10};
-  std::string reference_damage;
-  try {
-    Kokkos::View<float*, Kokkos::HostSpace> scratch("scratch", values.size());
-    kompress::decompress(all, damaged, scratch);
-  } catch (const kompress::format_error& e) {
-    reference_damage = e.what();
-  }
-  REQUIRE(reference_damage.find("checksum mismatch in chunk") != std::string::npos);
-  REQUIRE(reference_damage.find("in chunk 0 ") == std::string::npos);
+  // 147 chunks: launched on every instance; 10 chunks: on one thread, run on the calling thread.
+  for (const std::size_t count : {std::size_t(300000), std::size_t(20000)}) {
+    CAPTURE(count);
+    const auto values = smooth<float>(count, 50.0);
+    Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> in(values.data(), values.size());
+    const auto options = kompress::compress_options{.bound = kompress::relative(1e-4)};
+    Kokkos::DefaultHostExecutionSpace all;
+    const auto reference = kompress::compress(all, in, options);
+    Kokkos::View<float*, Kokkos::HostSpace> expected("expected", values.size());
+    kompress::decompress(all, reference, expected);
+    // One byte three quarters into the stream, in a chunk's data far from the first: its
+    // checksum no longer matches, and the error names that chunk.
+    const auto damaged = Kokkos::create_mirror(Kokkos::HostSpace{}, reference);
+    Kokkos::deep_copy(damaged, reference);
+    damaged(reference.size() * 3 / 4) ^= std::byte{0x10};
+    std::string reference_damage;
+    try {
+      Kokkos::View<float*, Kokkos::HostSpace> scratch("scratch", values.size());
+      kompress::decompress(all, damaged, scratch);
+    } catch (const kompress::format_error& e) {
+      reference_damage = e.what();
+    }
+    REQUIRE(reference_damage.find("checksum mismatch in chunk") != std::string::npos);
+    REQUIRE(reference_damage.find("in chunk 0 ") == std::string::npos);
 
-  std::vector<Kokkos::DefaultHostExecutionSpace> instances{all};
-  const int threads = all.concurrency();
-  if (threads > 1)
-    for (const auto& part : Kokkos::Experimental::partition_space(all, 1, threads - 1)) instances.push_back(part);
-  for (const auto& exec : instances) {
-    CAPTURE(exec.concurrency());
-    auto stream = kompress::compress(exec, in, options);
-    REQUIRE(stream.size() == reference.size());
-    CHECK(std::memcmp(stream.data(), reference.data(), stream.size()) == 0);
-    Kokkos::View<float*, Kokkos::HostSpace> decoded("decoded", values.size());
-    kompress::decompress(exec, stream, decoded);
-    CHECK(std::memcmp(decoded.data(), expected.data(), values.size() * sizeof(float)) == 0);
-    CHECK_THROWS_WITH_AS(kompress::decompress(exec, damaged, decoded), reference_damage.c_str(), kompress::format_error);
+    std::vector<Kokkos::DefaultHostExecutionSpace> instances{all};
+    const int threads = all.concurrency();
+    if (threads > 1)
+      for (const auto& part : Kokkos::Experimental::partition_space(all, 1, threads - 1)) instances.push_back(part);
+    for (const auto& exec : instances) {
+      CAPTURE(exec.concurrency());
+      auto stream = kompress::compress(exec, in, options);
+      REQUIRE(stream.size() == reference.size());
+      CHECK(std::memcmp(stream.data(), reference.data(), stream.size()) == 0);
+      Kokkos::View<float*, Kokkos::HostSpace> decoded("decoded", values.size());
+      kompress::decompress(exec, stream, decoded);
+      CHECK(std::memcmp(decoded.data(), expected.data(), values.size() * sizeof(float)) == 0);
+      CHECK_THROWS_WITH_AS(kompress::decompress(exec, damaged, decoded), reference_damage.c_str(),
+                           kompress::format_error);
+    }
   }
 }
 

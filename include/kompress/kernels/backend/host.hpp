@@ -411,24 +411,33 @@ inline bool host_runs(encoder_kind kind) {
   return kind == encoder_kind::portable;
 }
 
+/// Host kernels of at most this many work items (chunks: 128 KiB of floats; range segments:
+/// 256 KiB) run on the calling thread where the instance has one thread (runs_on_caller).
+/// There a launch's 1.3 us is 4% of the work or more; above it, the launch is kept, and with it
+/// what Kokkos Tools see of a large kernel.
+inline constexpr std::uint64_t caller_items_max = 16;
+
 /// Whether a host kernel of `items` work items runs on the calling thread rather than through a
-/// Kokkos launch: where `exec` has one thread, or the kernel one item, sharing cannot pay. An
-/// OpenMP launch costs about 1.3 us even for a team of one thread (libgomp ends each parallel
-/// region with a futex wake, a system call) and 3.3 us on two threads, while 4 KiB of floats
-/// compress in about 1.5 us: a collective's per-peer codec calls paid more for their launches
-/// than for their values (docs/performance.md, "Codec calls on one thread"). The results are
-/// the same: no kernel's result depends on how its items are shared out. Kokkos Tools see the
-/// codec's regions (kompress::compress, kompress::decompress) but not such a kernel.
+/// Kokkos launch: where it has one item, or the instance one thread and the kernel at most
+/// caller_items_max items. An OpenMP launch costs about 1.3 us even for a team of one thread
+/// (libgomp ends each parallel region with a futex wake, a system call) and 3.3 us on two
+/// threads, while 4 KiB of floats compress in about 1.5 us: a collective's per-peer codec calls
+/// paid more for their launches than for their values (docs/performance.md, "Codec calls on one
+/// thread"). The results are the same: no kernel's result depends on how its items are shared
+/// out. Kokkos Tools see the codec's regions (kompress::compress, kompress::decompress) but not
+/// such a kernel.
 template <class Exec>
 bool runs_on_caller(const Exec& exec, std::uint64_t items) {
-  return items <= 1 || exec.concurrency() == 1;
+  return items <= 1 || (items <= caller_items_max && exec.concurrency() == 1);
 }
 
-/// Kokkos::parallel_for over [0, items), or the same loop on the calling thread
-/// (runs_on_caller).
+/// Kokkos::parallel_for over [0, items), or the same loop on the calling thread where
+/// runs_on_caller(exec, work) (`work`: the kernel's items of work, where its launch range
+/// counts workers).
 template <class Exec, class Functor>
-void host_for(const char* label, const Exec& exec, std::uint64_t items, const Functor& functor) {
-  if (runs_on_caller(exec, items)) {
+void host_for(const char* label, const Exec& exec, std::uint64_t items, const Functor& functor,
+              std::uint64_t work = 0) {
+  if (runs_on_caller(exec, work ? work : items)) {
     for (std::uint64_t i = 0; i < items; ++i) functor(i);
     return;
   }
@@ -535,7 +544,8 @@ struct backend<Exec> {
       else
         host_range_reduction(exec, range_zeroing_counters<range_type>{range_segments, out}, result);
       host_for("kompress::compress::fused_chunks", exec, std::uint64_t(workers),
-               fused_compression<T, BlockSize, encoder_type>{chunk_encoder_variant, out, length, chunks, workers});
+               fused_compression<T, BlockSize, encoder_type>{chunk_encoder_variant, out, length, chunks, workers},
+               chunks);
     };
 #ifdef KOMPRESS_HOST_AVX2_DISPATCH
     if constexpr (BlockSize == 32) {
