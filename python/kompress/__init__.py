@@ -117,7 +117,7 @@ def _stream_of(*arrays) -> int:
     """The handle of torch's current CUDA stream on the first CUDA tensor's device, else 0:
     the extension runs a CUDA array's work on it."""
     for x in arrays:
-        if _is_cuda(x):
+        if getattr(x, "is_cuda", False) is True:  # _is_cuda, inline: every small call pays this
             import torch
             return torch.cuda.current_stream(x.device).cuda_stream
     return 0
@@ -147,6 +147,29 @@ def _host(x, who: str):
     return x
 
 
+#: (torch.Tensor, torch.utils.dlpack.to_dlpack) once the program has imported torch (kompress
+#: itself never does), looked up once: _arg is on every small call's path.
+_torch_tensor = None
+
+
+def _arg(x, who: str):
+    """x as one argument of one extension call: as _host, but a CPU tensor as a DLPack capsule,
+    which that call consumes (never pass the result twice). torch's C-level to_dlpack is a fifth
+    of ``x.detach().numpy()``'s cost, and passes dtypes numpy lacks on to the extension's checks."""
+    global _torch_tensor
+    if type(x) is _np.ndarray:
+        return x
+    if _torch_tensor is None and "torch" in _sys.modules:
+        import torch
+        _torch_tensor = torch.Tensor, torch.utils.dlpack.to_dlpack
+    if _torch_tensor is not None and isinstance(x, _torch_tensor[0]) and x.is_cpu:
+        try:
+            return _torch_tensor[1](x)
+        except (RuntimeError, TypeError, BufferError):  # sparse or conjugated tensors: as _host says
+            pass
+    return _host(x, who)
+
+
 def _bound_args(abs, rel):
     return (None if abs is None else float(abs)), (None if rel is None else float(rel))
 
@@ -165,10 +188,15 @@ def max_compressed_size(count: int, dtype=_np.float32, block_size: int = 32, cod
     return _ext.max_compressed_size(int(count), _np.dtype(dtype).itemsize, int(block_size), str(codec))
 
 
+_seed_end = 1 << 64
+
+
 def _seed(value, who):
     """A rounding seed: an int in [0, 2^64) (TypeError for a non-int, InvalidArgument out of range)."""
+    if type(value) is int and 0 <= value < _seed_end:  # the common case, without the checks' calls
+        return value
     value = _integer(value, who, "rounding_seed")
-    if not 0 <= value < (1 << 64):
+    if not 0 <= value < _seed_end:
         raise InvalidArgument(f"{who}: rounding_seed must be in [0, 2^64) (got {value})")
     return value
 
@@ -192,18 +220,21 @@ def compress(x, *, abs: float | None = None, rel: float | None = None, fill_valu
     bytes. Releases the GIL; blocks until done.
     """
     who = "kompress.compress"
-    abs, rel = _bound_args(abs, rel)
-    rounding, seed = str(rounding), _seed(rounding_seed, who)
+    # The options inline, not through helpers: a small compression feels every call of the Python
+    # layer (docs/performance.md, "Call overhead").
+    abs = None if abs is None else float(abs)
+    rel = None if rel is None else float(rel)
     fill = None if fill_value is None else float(fill_value)
-    if _is_cuda(x):
+    block_size, codec, rounding, seed = int(block_size), str(codec), str(rounding), _seed(rounding_seed, who)
+    if type(x) is not _np.ndarray and _is_cuda(x):
         import torch
         values = _host(x, who)
         out = torch.empty(max_compressed_size(values.numel(), _dtype_of(values) or _np.float32, block_size, codec),
                           dtype=torch.uint8, device=values.device)
-        length = _ext.compress_into(values, out, abs, rel, fill, int(block_size), str(codec), rounding, seed,
+        length = _ext.compress_into(values, out, abs, rel, fill, block_size, codec, rounding, seed,
                                     _stream_of(values))
         return out[:length].clone()
-    return _ext.compress(_host(x, who), abs, rel, fill, int(block_size), str(codec), rounding, seed)
+    return _ext.compress(_arg(x, who), abs, rel, fill, block_size, codec, rounding, seed)
 
 
 def compress_into(x, out, *, abs: float | None = None, rel: float | None = None,
@@ -213,10 +244,9 @@ def compress_into(x, out, *, abs: float | None = None, rel: float | None = None,
     codec, on the same device as ``x``); returns the stream's length (the stream is
     ``out[:length]``). No allocation. Options as ``compress``."""
     who = "kompress.compress_into"
-    abs, rel = _bound_args(abs, rel)
-    return _ext.compress_into(_host(x, who), _host(out, who), abs, rel,
-                              None if fill_value is None else float(fill_value), int(block_size), str(codec),
-                              str(rounding), _seed(rounding_seed, who), _stream_of(x))
+    return _ext.compress_into(_arg(x, who), _arg(out, who), None if abs is None else float(abs),
+                              None if rel is None else float(rel), None if fill_value is None else float(fill_value),
+                              int(block_size), str(codec), str(rounding), _seed(rounding_seed, who), _stream_of(x))
 
 
 def inspect(stream) -> StreamInfo:
@@ -256,7 +286,7 @@ def decompress(stream, out=None, *, max_output_bytes: int | None = None):
             raise error from None
         _ext.decompress_into(stream, out, _stream_of(out))
         return out
-    target = _host(out, who)
+    target = _arg(out, who)
     _ext.decompress_into(_on_device_of(stream, target), target, _stream_of(target))
     return out
 
@@ -351,7 +381,7 @@ def _buffer_collective(call, who, send, recv, comm, settings, *flags):
     extension does the same for its own checks)."""
     handle = _handle_on_every_rank(comm, who)
     try:
-        send, recv, options = _host(send, who), _host(recv, who), _settings(*settings)
+        send, recv, options = _arg(send, who), _arg(recv, who), _settings(*settings)
     except BaseException:
         _ext._announce_failure(handle, who)
         raise
@@ -362,7 +392,7 @@ def _vector_collective(call, who, send, counts, recv, comm, settings, *flags):
     """alltoallv's form of _buffer_collective: counts and displacements as lists of ints."""
     handle = _handle_on_every_rank(comm, who)
     try:
-        send, recv, options = _host(send, who), _host(recv, who), _settings(*settings)
+        send, recv, options = _arg(send, who), _arg(recv, who), _settings(*settings)
         send_counts, send_displs, recv_counts, recv_displs = (_counts(c) for c in counts)
     except BaseException:
         _ext._announce_failure(handle, who)
@@ -781,7 +811,7 @@ class Stash:
             raise TypeError(f"{who}: rounding must be None or a str (got {type(rounding).__name__})")
         if layer is not None:
             layer = _index(_integer(layer, who, "layer"), who)
-        return self._stash.save(_host(x, who), *_bound_args(abs, rel), codec, layer, bool(keep_sign), rounding,
+        return self._stash.save(_arg(x, who), *_bound_args(abs, rel), codec, layer, bool(keep_sign), rounding,
                                 bool(group_relative), _stream_of(x))
 
     def restore(self, handle: StashHandle, out=None, *, drop: bool = False):
@@ -795,7 +825,7 @@ class Stash:
                 out = torch.empty(info.count, dtype=getattr(torch, info.dtype), device=f"cuda:{cuda_device}")
             else:
                 out = _np.empty(info.count, dtype=info.dtype)
-        self._stash.restore(handle, _host(out, "kompress.Stash.restore"), bool(drop), _stream_of(out))
+        self._stash.restore(handle, _arg(out, "kompress.Stash.restore"), bool(drop), _stream_of(out))
         return out
 
     def drop(self, handle: StashHandle) -> None:
@@ -874,7 +904,7 @@ class EmbeddingExchange:
 
     def _run(self, forward, nonblocking, x, out, who):
         try:
-            x, out = _host(x, who), _host(out, who)
+            x, out = _arg(x, who), _arg(out, who)
         except BaseException:
             _ext._announce_failure(self._comm, who)  # the other ranks raise too (see _agreed)
             raise

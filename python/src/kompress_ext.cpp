@@ -304,12 +304,25 @@ device_view3<const T, Device> shaped_view_of(const in_array& a) {
   return device_view3<const T, Device>(static_cast<const T*>(a.data()), extents[0], extents[1], extents[2]);
 }
 
+/// A new uint8 numpy array of `length` bytes and its memory. Made by numpy.empty, looked up once
+/// and kept for the process's life (never released, so nothing is freed after the interpreter
+/// is gone): a quarter of the cost of nanobind's ndarray export, which a small compression
+/// feels (docs/performance.md, "Call overhead").
+std::pair<nb::object, std::uint8_t*> new_numpy_bytes(std::size_t length) {
+  static const nb::handle empty = nb::object(nb::module_::import_("numpy").attr("empty")).release();
+  static const nb::handle uint8 = nb::object(nb::module_::import_("numpy").attr("uint8")).release();
+  nb::object array = empty(length, uint8);
+  Py_buffer view;
+  if (PyObject_GetBuffer(array.ptr(), &view, PyBUF_SIMPLE | PyBUF_WRITABLE) != 0) throw nb::python_error();
+  auto* data = static_cast<std::uint8_t*>(view.buf);
+  PyBuffer_Release(&view);  // the array keeps its memory; nothing else holds it
+  return {std::move(array), data};
+}
+
 /// Compresses `in` into a new uint8 numpy array of exactly the stream's length.
-nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>> compress(const in_array& in, std::optional<double> abs,
-                                                          std::optional<double> rel,
-                                                          std::optional<double> fill_value, int block_size,
-                                                          const std::string& codec, const std::string& rounding,
-                                                          std::uint64_t rounding_seed) {
+nb::object compress(const in_array& in, std::optional<double> abs, std::optional<double> rel,
+                    std::optional<double> fill_value, int block_size, const std::string& codec,
+                    const std::string& rounding, std::uint64_t rounding_seed) {
   constexpr const char* who = "kompress.compress";
   const dtype_code code = float_array(in, who, "the input");
   if (device_of(in, who, "the input") != device_kind::host)
@@ -318,27 +331,24 @@ nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>> compress(const in_array& in, s
   const kompress::compress_options options{.bound = make_bound(who, abs, rel), .fill_value = fill_value,
                                            .block_size = block_size, .codec = codec_of(codec, who),
                                            .rounding = rounding_of(rounding, who), .rounding_seed = rounding_seed};
+  // The worst case is allocated and filled without the GIL, then the stream alone is copied to
+  // the result: no slack is kept alive with it.
   std::size_t length = 0;
-  std::unique_ptr<std::uint8_t[]> stream;
+  std::unique_ptr<std::uint8_t[]> scratch;
   {
     nb::gil_scoped_release release;
     dispatch(code, [&](auto t) {
       using T = decltype(t);
       const auto values = shaped_view_of<T>(in);
-      // The worst case is allocated, filled, then copied to a buffer of the stream's length:
-      // a copy of the compressed bytes only, and no slack kept alive with the result.
-      std::unique_ptr<std::uint8_t[]> scratch(
-          new std::uint8_t[kompress::max_compressed_size(values, options)]);
-      host_view<std::byte> out(reinterpret_cast<std::byte*>(scratch.get()),
-                               kompress::max_compressed_size(values, options));
-      length = kompress::compress(exec_space{}, values, out, options);
-      stream.reset(new std::uint8_t[length]);
-      std::memcpy(stream.get(), scratch.get(), length);
+      const std::size_t worst = kompress::max_compressed_size(values, options);
+      scratch.reset(new std::uint8_t[worst]);
+      length = kompress::compress(exec_space{}, values,
+                                  host_view<std::byte>(reinterpret_cast<std::byte*>(scratch.get()), worst), options);
     });
   }
-  std::uint8_t* data = stream.release();
-  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<std::uint8_t*>(p); });
-  return nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(data, {length}, owner);
+  auto [stream, data] = new_numpy_bytes(length);
+  std::memcpy(data, scratch.get(), length);
+  return std::move(stream);
 }
 
 /// Compresses `in` into the caller's uint8 buffer `out` (on the same device); returns the

@@ -103,6 +103,26 @@ def test_torch_tensors_any_shape_round_trip_into_out():
     assert_within(d.numpy(), y, 1e-9)
 
 
+def test_tensor_views_parameters_and_tensor_buffers_write_and_read_the_numpy_bytes():
+    # CPU tensors reach the extension through torch's DLPack export: a view at an offset into
+    # its storage, a Parameter and a uint8 tensor as the stream's buffer must behave as numpy.
+    x = load("sz_testfloat_8x8x128.f32")
+    stream = kompress.compress(x, rel=1e-3)
+    storage = torch.from_numpy(np.concatenate([np.full(7, np.nan, np.float32), x.reshape(-1)]))
+    view = storage[7:].view(x.shape)
+    assert np.array_equal(kompress.compress(view, rel=1e-3), stream)
+    assert np.array_equal(kompress.compress(torch.nn.Parameter(torch.from_numpy(x.copy())), rel=1e-3), stream)
+    buffer = torch.zeros(kompress.max_compressed_size(x.size, x.dtype) + 5, dtype=torch.uint8)
+    n = kompress.compress_into(view, buffer[5:], rel=1e-3)
+    assert np.array_equal(buffer[5:5 + n].numpy(), stream) and not buffer[:5].any()
+    # Decoding into a view writes only its own values.
+    target = torch.zeros(x.size + 3)
+    tail = target[3:]
+    assert kompress.decompress(stream, out=tail) is tail
+    assert not target[:3].any()
+    assert np.array_equal(tail.numpy(), kompress.decompress(stream))
+
+
 def test_compress_into_writes_the_same_stream():
     x = load("sz_testfloat_8x8x128.f32")
     buffer = np.zeros(kompress.max_compressed_size(x.size, x.dtype), np.uint8)
