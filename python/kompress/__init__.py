@@ -117,7 +117,7 @@ def _stream_of(*arrays) -> int:
     """The handle of torch's current CUDA stream on the first CUDA tensor's device, else 0:
     the extension runs a CUDA array's work on it."""
     for x in arrays:
-        if getattr(x, "is_cuda", False) is True:  # _is_cuda, inline: every small call pays this
+        if _is_cuda(x):
             import torch
             return torch.cuda.current_stream(x.device).cuda_stream
     return 0
