@@ -1,7 +1,8 @@
 // alltoall(v)'s window of peers (collective_options::exchange_window): a rank expects at most
 // that many peers' messages at once, whatever the sizes, chunks and forms, and still receives
 // everything within the bound. MPI_Irecv, MPI_Testany and MPI_Waitany are interposed through
-// MPI's profiling interface to count the peers whose data receives are outstanding. Failures
+// MPI's profiling interface to count the peers whose data receives are outstanding, and the
+// requests each poll tests (a window of the oldest, however many are outstanding). Failures
 // mid-flight with a window of one are in faults.cpp. Run under mpiexec -n 1 to 4, and 6.
 
 #include <kompress/comm.hpp>
@@ -25,17 +26,21 @@ namespace {
 struct outstanding_receives {
   std::map<MPI_Request, int> peer_of;  ///< request -> peer
   std::size_t most_peers = 0;
+  std::size_t most_requests = 0;  ///< the most data receives outstanding at once
+  std::size_t widest_poll = 0;    ///< the most requests one MPI_Testany or MPI_Waitany was given
 
   void reset() {
     peer_of.clear();
-    most_peers = 0;
+    most_peers = most_requests = widest_poll = 0;
   }
   void posted(MPI_Request r, int peer) {
     peer_of[r] = peer;
     std::set<int> peers;
     for (const auto& [request, from] : peer_of) peers.insert(from);
     most_peers = std::max(most_peers, peers.size());
+    most_requests = std::max(most_requests, peer_of.size());
   }
+  void polled(int count) { widest_poll = std::max(widest_poll, std::size_t(count)); }
   void completed(MPI_Request r) { peer_of.erase(r); }
 } receives;
 
@@ -48,12 +53,14 @@ int MPI_Irecv(void* buffer, int count, MPI_Datatype type, int peer, int tag, MPI
   return rc;
 }
 int MPI_Testany(int count, MPI_Request* requests, int* index, int* flag, MPI_Status* status) {
+  receives.polled(count);
   const std::vector<MPI_Request> before(requests, requests + count);
   const int rc = PMPI_Testany(count, requests, index, flag, status);
   if (rc == MPI_SUCCESS && *flag && *index != MPI_UNDEFINED) receives.completed(before[std::size_t(*index)]);
   return rc;
 }
 int MPI_Waitany(int count, MPI_Request* requests, int* index, MPI_Status* status) {
+  receives.polled(count);
   const std::vector<MPI_Request> before(requests, requests + count);
   const int rc = PMPI_Waitany(count, requests, index, status);
   if (rc == MPI_SUCCESS && *index != MPI_UNDEFINED) receives.completed(before[std::size_t(*index)]);
@@ -65,12 +72,14 @@ namespace {
 
 using namespace kompress::test;  // support/mpi_checks.hpp, comm/checks.hpp
 
-/// The most peers any rank expected at once.
-std::size_t most_peers_on_any_rank() {
-  int mine = int(receives.most_peers);
+/// The largest of a per-rank count on any rank.
+std::size_t most_on_any_rank(std::size_t count) {
+  int mine = int(count);
   MPI_Allreduce(MPI_IN_PLACE, &mine, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   return std::size_t(mine);
 }
+/// The most peers any rank expected at once.
+std::size_t most_peers_on_any_rank() { return most_on_any_rank(receives.most_peers); }
 
 /// The peers a rank expects at once with `window` (0: all) on this communicator.
 std::size_t expected_peers(std::size_t window) {
@@ -142,6 +151,33 @@ TEST_CASE("persistent alltoall with a window of one peer: round after round") {
     receives.reset();
     run_round(request, round);
     CHECK(most_peers_on_any_rank() == expected_peers(1));
+    std::size_t violations = 0;
+    for (std::size_t k = 0; k < got.size(); ++k)
+      violations += !(std::fabs(double(got(k)) - double(expected(k))) <= pipelined_abs_bound);
+    CHECK(violations == 0);
+  }
+}
+
+TEST_CASE("alltoall polls a window of its receives: more receives outstanding than one poll tests, every value "
+          "within the bound") {
+  const int p = size_of(), me = rank_of();
+  if (p < 2) return;
+  constexpr std::size_t window = kompress::detail::posted_messages::poll_window;
+  const std::size_t per_peer = (window + 16) * 1024;  // window + 16 chunks of 4 KiB from each peer
+  auto send = make_data<float>(per_peer * std::size_t(p), me + 3);
+  host_view<float> got("got", send.size()), expected("expected", send.size());
+  MPI_Alltoall(send.data(), int(per_peer), MPI_FLOAT, expected.data(), int(per_peer), MPI_FLOAT, MPI_COMM_WORLD);
+  for (const bool nonblocking : {false, true}) {
+    CAPTURE(nonblocking);
+    std::fill_n(got.data(), got.size(), NAN);
+    receives.reset();
+    const auto options = windowed(0);
+    const auto report = finish<float>(
+        nonblocking, [&] { return kompress::alltoall(host{}, send, got, MPI_COMM_WORLD, options); },
+        [&] { return kompress::ialltoall(host{}, send, got, MPI_COMM_WORLD, options); });
+    CHECK(most_on_any_rank(receives.most_requests) > window);
+    CHECK(most_on_any_rank(receives.widest_poll) == window);
+    CHECK(report.chunks == std::uint64_t(p - 1) * (window + 16));
     std::size_t violations = 0;
     for (std::size_t k = 0; k < got.size(); ++k)
       violations += !(std::fabs(double(got(k)) - double(expected(k))) <= pipelined_abs_bound);

@@ -262,6 +262,10 @@ class call_failure {
 /// every request before the buffers they target go: declare it after those buffers.
 class posted_messages {
  public:
+  /// Pending receives one poll tests (collect_arrivals): a burst's arrivals and the jitter in
+  /// their order, at a cost that does not grow with p.
+  static constexpr std::size_t poll_window = 64;
+
   posted_messages() : failure_(&own_failure_) {}
   explicit posted_messages(call_failure& failure) : failure_(&failure) {}
   posted_messages(const posted_messages&) = delete;
@@ -379,22 +383,34 @@ class posted_messages {
     int peer, key;
   };
 
-  /// Completes into ready_ every receive that has arrived, waiting for the first if `block`.
+  /// Completes into ready_ every receive of the poll window that has arrived, waiting for the
+  /// first if `block`. The window is the poll_window oldest pending receives: MPI_Testany and
+  /// MPI_Waitany scan every request they are given, so polling all of an alltoall's p - 1
+  /// receives after each burst would cost a call O(p^2) request checks. Receives are posted in
+  /// the order their messages are expected, so the oldest are the next to arrive; one that
+  /// arrives ahead of the window waits in MPI until the window reaches it. Waiting on the window
+  /// alone cannot deadlock: an exchange sends every message without waiting for one, and a ring's
+  /// or butterfly's step receives from one peer, whose messages MPI matches in posting order.
   void collect_arrivals(bool block, const char* who) {
     for (bool wait = block; pending_ > 0; wait = false) {
-      int index = MPI_UNDEFINED, flag = 0;
-      MPI_Status status;
-      if (wait) {
-        check_mpi(MPI_Waitany(int(receives_.size()), receives_.data(), &index, &status), who, "MPI_Waitany");
-        flag = 1;
-      } else {
-        check_mpi(MPI_Testany(int(receives_.size()), receives_.data(), &index, &flag, &status), who, "MPI_Testany");
-      }
-      if (!flag) return;
-      if (index == MPI_UNDEFINED) {  // no receive left active: nothing is pending after all
+      while (oldest_pending_ < receives_.size() && receives_[oldest_pending_] == MPI_REQUEST_NULL) ++oldest_pending_;
+      const int count = int(std::min(poll_window, receives_.size() - oldest_pending_));
+      if (count == 0) {  // no receive left active: nothing is pending after all
         pending_ = 0;
         return;
       }
+      MPI_Request* const window = receives_.data() + oldest_pending_;
+      int index = MPI_UNDEFINED, flag = 0;
+      MPI_Status status;
+      if (wait) {
+        check_mpi(MPI_Waitany(count, window, &index, &status), who, "MPI_Waitany");
+        flag = 1;
+      } else {
+        check_mpi(MPI_Testany(count, window, &index, &flag, &status), who, "MPI_Testany");
+      }
+      if (!flag) return;
+      if (index == MPI_UNDEFINED) return;  // not for a window that starts at an active receive
+      index += int(oldest_pending_);
       --pending_;
       completed_in_turn(index, who);  // the next peer's receives are posted before this arrival is decoded
       int length = 0;
@@ -445,6 +461,7 @@ class posted_messages {
   }
 
   std::vector<MPI_Request> receives_, sends_;
+  std::size_t oldest_pending_ = 0;  ///< no receive before it is pending
   std::vector<arrival> ready_;  ///< arrivals completed and not yet handed on
   std::vector<int> receive_keys_, receive_peers_;
   std::vector<const void*> receive_buffers_;
@@ -806,8 +823,7 @@ class exchange_engine final : public operation {
     // Chunks are encoded in bursts of about burst_bytes of raw values, each burst then sent and
     // MPI polled for arrivals, which are decoded back to back: the transfer of one burst
     // overlaps the encoding of the next and the decoding of what came in. Per chunk, the encoder
-    // and the decoder would each start with caches that MPI's calls in between had left, and
-    // each poll tests every pending receive (p of them).
+    // and the decoder would each start with caches that MPI's calls in between had left.
     if (!in_rounds) send_in_bursts();
     // The block to itself last: the copy overlaps the last chunks on the wire.
     if (!failure_.aborting()) {
