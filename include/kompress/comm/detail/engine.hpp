@@ -262,8 +262,8 @@ class call_failure {
 /// every request before the buffers they target go: declare it after those buffers.
 class posted_messages {
  public:
-  /// Pending receives one poll tests (collect_arrivals): a burst's arrivals and the jitter in
-  /// their order, at a cost that does not grow with p.
+  /// Receives one MPI_Testany or MPI_Waitany of a poll is given (next_arrival): a burst's
+  /// arrivals and the jitter in their order, at a cost that does not grow with p.
   static constexpr std::size_t poll_window = 64;
 
   posted_messages() : failure_(&own_failure_) {}
@@ -383,34 +383,17 @@ class posted_messages {
     int peer, key;
   };
 
-  /// Completes into ready_ every receive of the poll window that has arrived, waiting for the
-  /// first if `block`. The window is the poll_window oldest pending receives: MPI_Testany and
-  /// MPI_Waitany scan every request they are given, so polling all of an alltoall's p - 1
-  /// receives after each burst would cost a call O(p^2) request checks. Receives are posted in
-  /// the order their messages are expected, so the oldest are the next to arrive; one that
-  /// arrives ahead of the window waits in MPI until the window reaches it. Waiting on the window
-  /// alone cannot deadlock: an exchange sends every message without waiting for one, and a ring's
-  /// or butterfly's step receives from one peer, whose messages MPI matches in posting order.
+  /// Completes into ready_ every receive that has arrived, waiting for the first if `block`.
   void collect_arrivals(bool block, const char* who) {
     for (bool wait = block; pending_ > 0; wait = false) {
       while (oldest_pending_ < receives_.size() && receives_[oldest_pending_] == MPI_REQUEST_NULL) ++oldest_pending_;
-      const int count = int(std::min(poll_window, receives_.size() - oldest_pending_));
-      if (count == 0) {  // no receive left active: nothing is pending after all
+      if (oldest_pending_ == receives_.size()) {  // no receive left active: nothing is pending after all
         pending_ = 0;
         return;
       }
-      MPI_Request* const window = receives_.data() + oldest_pending_;
-      int index = MPI_UNDEFINED, flag = 0;
       MPI_Status status;
-      if (wait) {
-        check_mpi(MPI_Waitany(count, window, &index, &status), who, "MPI_Waitany");
-        flag = 1;
-      } else {
-        check_mpi(MPI_Testany(count, window, &index, &flag, &status), who, "MPI_Testany");
-      }
-      if (!flag) return;
-      if (index == MPI_UNDEFINED) return;  // not for a window that starts at an active receive
-      index += int(oldest_pending_);
+      const int index = next_arrival(wait, status, who);
+      if (index < 0) return;
       --pending_;
       completed_in_turn(index, who);  // the next peer's receives are posted before this arrival is decoded
       int length = 0;
@@ -418,6 +401,37 @@ class posted_messages {
       if (std::size_t(length) < min_message_bytes) short_message(index, std::size_t(length), who);
       ready_.push_back({std::size_t(index), std::size_t(length)});
     }
+  }
+
+  /// A receive that has completed, or -1: among the poll_window oldest pending ones, else among
+  /// the next poll_window beyond them that the sweep reaches (it moves on a window per call and
+  /// wraps), else, if `block`, the first of the oldest to complete. MPI_Testany and MPI_Waitany
+  /// scan every request they are given: polling all of an alltoall's p - 1 receives once per
+  /// arrival cost a rank O(p^2) request checks. Receives are posted in the order their messages
+  /// are expected, so the oldest are the next to arrive; the sweep picks up those that arrive
+  /// early. Waiting on the oldest alone cannot deadlock: an exchange sends every message without
+  /// waiting for one, and a ring's or butterfly's step receives from one peer, whose messages
+  /// MPI matches in posting order.
+  int next_arrival(bool block, MPI_Status& status, const char* who) {
+    const std::size_t oldest = std::min(poll_window, receives_.size() - oldest_pending_);
+    if (const int index = test_receives(oldest_pending_, oldest, status, who); index >= 0) return index;
+    const std::size_t beyond = oldest_pending_ + oldest;
+    if (beyond < receives_.size()) {
+      if (sweep_ < beyond || sweep_ >= receives_.size()) sweep_ = beyond;
+      const std::size_t begin = sweep_;
+      sweep_ += std::min(poll_window, receives_.size() - begin);
+      if (const int index = test_receives(begin, sweep_ - begin, status, who); index >= 0) return index;
+    }
+    if (!block) return -1;
+    int index = MPI_UNDEFINED;
+    check_mpi(MPI_Waitany(int(oldest), receives_.data() + oldest_pending_, &index, &status), who, "MPI_Waitany");
+    return index == MPI_UNDEFINED ? -1 : int(oldest_pending_) + index;
+  }
+  /// MPI_Testany over receives [begin, begin + count): the one that completed, or -1.
+  int test_receives(std::size_t begin, std::size_t count, MPI_Status& status, const char* who) {
+    int index = MPI_UNDEFINED, flag = 0;
+    check_mpi(MPI_Testany(int(count), receives_.data() + begin, &index, &flag, &status), who, "MPI_Testany");
+    return flag && index != MPI_UNDEFINED ? int(begin) + index : -1;
   }
 
   /// Posts the queued receives the window has room for (all of them once aborting), a peer's
@@ -462,6 +476,7 @@ class posted_messages {
 
   std::vector<MPI_Request> receives_, sends_;
   std::size_t oldest_pending_ = 0;  ///< no receive before it is pending
+  std::size_t sweep_ = 0;           ///< where next_arrival tests beyond the oldest next
   std::vector<arrival> ready_;  ///< arrivals completed and not yet handed on
   std::vector<int> receive_keys_, receive_peers_;
   std::vector<const void*> receive_buffers_;
