@@ -73,11 +73,7 @@ namespace {
 using namespace kompress::test;  // support/mpi_checks.hpp, comm/checks.hpp
 
 /// The largest of a per-rank count on any rank.
-std::size_t most_on_any_rank(std::size_t count) {
-  int mine = int(count);
-  MPI_Allreduce(MPI_IN_PLACE, &mine, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return std::size_t(mine);
-}
+std::size_t most_on_any_rank(std::size_t count) { return std::size_t(max_over_ranks(double(count))); }
 /// The most peers any rank expected at once.
 std::size_t most_peers_on_any_rank() { return most_on_any_rank(receives.most_peers); }
 
