@@ -9,7 +9,8 @@ lossless. docs/python.md is the guide; kompress.torch holds the PyTorch integrat
 Arrays are taken without a copy (DLPack / the buffer protocol) and must be C-contiguous:
 a strided array or tensor is rejected with InvalidArgument, never copied behind your back.
 A CUDA tensor's work runs on the tensor's device, on torch's current stream there. Every call
-that compresses or communicates releases the GIL.
+that compresses or communicates releases the GIL (a CPU compression of under 16 KiB keeps it:
+microseconds of work).
 """
 
 from __future__ import annotations
@@ -147,24 +148,29 @@ def _host(x, who: str):
     return x
 
 
-#: (torch.Tensor, torch.utils.dlpack.to_dlpack) once the program has imported torch (kompress
+class _NoTorch:
+    """Stands for torch.Tensor until the program has imported torch: nothing is an instance."""
+
+
+#: torch.Tensor and torch's C-level to_dlpack once the program has imported torch (kompress
 #: itself never does), looked up once: _arg is on every small call's path.
-_torch_tensor = None
+_Tensor, _to_dlpack = _NoTorch, None
 
 
-def _arg(x, who: str):
+def _arg(x, who):
     """x as one argument of one extension call: as _host, but a CPU tensor as a DLPack capsule,
     which that call consumes (never pass the result twice). torch's C-level to_dlpack is a fifth
-    of ``x.detach().numpy()``'s cost, and passes dtypes numpy lacks on to the extension's checks."""
-    global _torch_tensor
+    of ``x.detach().numpy()``'s cost, and passes dtypes numpy lacks on to the extension's checks.
+    Only CUDA tensors, and CPU tensors DLPack refuses, come back as tensors."""
+    global _Tensor, _to_dlpack
     if type(x) is _np.ndarray:
         return x
-    if _torch_tensor is None and "torch" in _sys.modules:
+    if _to_dlpack is None and "torch" in _sys.modules:
         import torch
-        _torch_tensor = torch.Tensor, torch.utils.dlpack.to_dlpack
-    if _torch_tensor is not None and isinstance(x, _torch_tensor[0]) and x.is_cpu:
+        _Tensor, _to_dlpack = torch.Tensor, torch.utils.dlpack.to_dlpack
+    if isinstance(x, _Tensor) and x.is_cpu:
         try:
-            return _torch_tensor[1](x)
+            return _to_dlpack(x)
         except (RuntimeError, TypeError, BufferError):  # sparse or conjugated tensors: as _host says
             pass
     return _host(x, who)
@@ -217,24 +223,33 @@ def compress(x, *, abs: float | None = None, rel: float | None = None, fill_valu
     decoded value's expectation the input (E[x'] = x), within the same bound, for about a bit
     more per value; ``"nearest"`` (the default) is deterministic. The dither is a hash of each
     value's index and ``rounding_seed`` (an int in [0, 2^64)): the same seed writes the same
-    bytes. Releases the GIL; blocks until done.
+    bytes. Releases the GIL (CPU inputs of 16 KiB and more); blocks until done.
     """
-    who = "kompress.compress"
-    # The options inline, not through helpers: a small compression feels every call of the Python
-    # layer (docs/performance.md, "Call overhead").
-    abs = None if abs is None else float(abs)
-    rel = None if rel is None else float(rel)
-    fill = None if fill_value is None else float(fill_value)
-    block_size, codec, rounding, seed = int(block_size), str(codec), str(rounding), _seed(rounding_seed, who)
-    if type(x) is not _np.ndarray and _is_cuda(x):
-        import torch
-        values = _host(x, who)
-        out = torch.empty(max_compressed_size(values.numel(), _dtype_of(values) or _np.float32, block_size, codec),
-                          dtype=torch.uint8, device=values.device)
-        length = _ext.compress_into(values, out, abs, rel, fill, block_size, codec, rounding, seed,
-                                    _stream_of(values))
-        return out[:length].clone()
-    return _ext.compress(_arg(x, who), abs, rel, fill, block_size, codec, rounding, seed)
+    # The keywords go to the extension as given, which converts them with float(), int() and
+    # str(), and a CPU tensor becomes a DLPack capsule here rather than in _arg: a small
+    # compression feels every call of the Python layer (docs/performance.md, "Call overhead").
+    if type(x) is not _np.ndarray:
+        if type(x) is _Tensor and x.is_cpu:
+            try:
+                x = _to_dlpack(x)
+            except (RuntimeError, TypeError, BufferError):
+                x = _host(x, "kompress.compress")
+        else:
+            x = _arg(x, "kompress.compress")
+            if isinstance(x, _Tensor) and x.is_cuda:
+                return _compress_cuda(x, abs, rel, fill_value, block_size, codec, rounding, rounding_seed)
+    return _ext.compress(x, abs, rel, fill_value, block_size, codec, rounding, rounding_seed)
+
+
+def _compress_cuda(x, abs, rel, fill_value, block_size, codec, rounding, rounding_seed):
+    """compress for a CUDA tensor (as _arg returns it): the stream as a uint8 tensor on its
+    device, of its length."""
+    import torch
+    out = torch.empty(max_compressed_size(x.numel(), _dtype_of(x) or _np.float32, block_size, codec),
+                      dtype=torch.uint8, device=x.device)
+    length = _ext.compress_into(x, out, abs, rel, fill_value, block_size, codec, rounding, rounding_seed,
+                                _stream_of(x))
+    return out[:length].clone()
 
 
 def compress_into(x, out, *, abs: float | None = None, rel: float | None = None,
@@ -244,9 +259,20 @@ def compress_into(x, out, *, abs: float | None = None, rel: float | None = None,
     codec, on the same device as ``x``); returns the stream's length (the stream is
     ``out[:length]``). No allocation. Options as ``compress``."""
     who = "kompress.compress_into"
-    return _ext.compress_into(_arg(x, who), _arg(out, who), None if abs is None else float(abs),
-                              None if rel is None else float(rel), None if fill_value is None else float(fill_value),
-                              int(block_size), str(codec), str(rounding), _seed(rounding_seed, who), _stream_of(x))
+    stream = 0
+    if type(x) is not _np.ndarray:
+        if type(x) is _Tensor and x.is_cpu:  # as in compress: the common tensor without _arg's call
+            try:
+                x = _to_dlpack(x)
+            except (RuntimeError, TypeError, BufferError):
+                x = _host(x, who)
+        else:
+            x = _arg(x, who)
+            if isinstance(x, _Tensor):
+                stream = _stream_of(x)
+    if type(out) is not _np.ndarray:
+        out = _arg(out, who)
+    return _ext.compress_into(x, out, abs, rel, fill_value, block_size, codec, rounding, rounding_seed, stream)
 
 
 def inspect(stream) -> StreamInfo:

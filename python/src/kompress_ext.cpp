@@ -6,13 +6,14 @@
 // A CUDA array's work runs on a Kokkos::Cuda instance made on the caller's CUDA stream (the
 // `stream` argument: torch's current stream), so it orders with the caller's other work on
 // that stream and nothing synchronises the whole device. Every call that compresses or
-// communicates releases the GIL. Argument checks that need Python objects happen before the
-// GIL is released; everything else is kompress's own checking, whose exceptions become the
-// Python classes registered at the bottom (kompress.Error and subclasses).
+// communicates releases the GIL, but for host compressions of under 16 KiB (microseconds of
+// work). Argument checks that need Python objects happen before the GIL is released;
+// everything else is kompress's own checking, whose exceptions become the Python classes
+// registered at the bottom (kompress.Error and subclasses).
 //
 // The Python layer (python/kompress/*.py) gives these functions their keyword arguments,
 // allocates outputs, converts torch tensors and finds their streams; this file stays a thin
-// typed bridge.
+// typed bridge, but for compress's options, converted here (`codec_keywords`).
 
 #include <kompress/kompress.hpp>
 #include <kompress/comm.hpp>
@@ -40,6 +41,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -266,19 +268,91 @@ kompress::error_bound make_bound(const char* who, std::optional<double> abs, std
 
 // --- codec ------------------------------------------------------------------------------------
 
-kompress::codec_mode codec_of(const std::string& codec, const char* who) {
+kompress::codec_mode codec_of(std::string_view codec, const char* who) {
   if (codec == "fast") return kompress::codec_mode::fast;
   if (codec == "ratio") return kompress::codec_mode::ratio;
-  throw kompress::invalid_argument(std::string(who) + ": codec must be \"fast\" or \"ratio\" (got \"" + codec +
-                                   "\")");
+  throw kompress::invalid_argument(std::string(who) + ": codec must be \"fast\" or \"ratio\" (got \"" +
+                                   std::string(codec) + "\")");
 }
 
-kompress::rounding_mode rounding_of(const std::string& rounding, const char* who) {
+kompress::rounding_mode rounding_of(std::string_view rounding, const char* who) {
   if (rounding == "nearest") return kompress::rounding_mode::nearest;
   if (rounding == "stochastic") return kompress::rounding_mode::stochastic;
   throw kompress::invalid_argument(std::string(who) + ": rounding must be \"nearest\" or \"stochastic\" (got \"" +
-                                   rounding + "\")");
+                                   std::string(rounding) + "\")");
 }
+
+/// The codec's options as compress and compress_into get them: the keyword values the caller
+/// gave, converted here with Python's own float(), int() and str() (and operator.index for the
+/// seed), where the Python layer would spend a call on each; a small compression feels every
+/// one (docs/performance.md, "Call overhead").
+struct codec_keywords {
+  nb::handle abs, rel, fill_value, block_size, codec, rounding, rounding_seed;
+};
+
+nb::object checked(PyObject* result) {
+  if (result == nullptr) throw nb::python_error();
+  return nb::steal(result);
+}
+
+std::optional<double> optional_float(nb::handle value) {
+  if (value.is_none()) return std::nullopt;
+  if (PyFloat_CheckExact(value.ptr())) return PyFloat_AS_DOUBLE(value.ptr());
+  return PyFloat_AS_DOUBLE(checked(PyNumber_Float(value.ptr())).ptr());
+}
+
+int int_keyword(nb::handle value, const char* who, const char* name) {
+  const nb::object number = PyLong_CheckExact(value.ptr()) ? nb::borrow(value) : checked(PyNumber_Long(value.ptr()));
+  int overflow = 0;
+  const long v = PyLong_AsLongAndOverflow(number.ptr(), &overflow);
+  if (overflow != 0 || v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+    throw kompress::invalid_argument(std::string(who) + ": " + name + " is out of range (got " +
+                                     nb::str(number).c_str() + ")");
+  return int(v);
+}
+
+/// str(value)'s UTF-8 text, valid while `text` lives.
+std::string_view text_keyword(nb::handle value, nb::object& text) {
+  text = PyUnicode_CheckExact(value.ptr()) ? nb::borrow(value) : checked(PyObject_Str(value.ptr()));
+  Py_ssize_t size = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(text.ptr(), &size);
+  if (data == nullptr) throw nb::python_error();
+  return {data, std::size_t(size)};
+}
+
+std::uint64_t seed_keyword(nb::handle value, const char* who) {
+  PyObject* index = PyNumber_Index(value.ptr());
+  if (index == nullptr) {
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw nb::python_error();
+    PyErr_Clear();
+    const nb::object type_name = nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(value.ptr()))).attr("__name__");
+    throw nb::type_error((std::string(who) + ": rounding_seed must be an int (got " +
+                          nb::str(type_name).c_str() + ")").c_str());
+  }
+  const nb::object number = nb::steal(index);
+  const unsigned long long seed = PyLong_AsUnsignedLongLong(number.ptr());
+  if (seed == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    throw kompress::invalid_argument(std::string(who) + ": rounding_seed must be in [0, 2^64) (got " +
+                                     nb::str(number).c_str() + ")");
+  }
+  return seed;
+}
+
+kompress::compress_options options_of(const codec_keywords& k, const char* who) {
+  const std::optional<double> abs = optional_float(k.abs), rel = optional_float(k.rel);
+  const std::optional<double> fill_value = optional_float(k.fill_value);
+  const int block_size = int_keyword(k.block_size, who, "block_size");
+  nb::object codec_text, rounding_text;
+  const kompress::codec_mode codec = codec_of(text_keyword(k.codec, codec_text), who);
+  const kompress::rounding_mode rounding = rounding_of(text_keyword(k.rounding, rounding_text), who);
+  return {.bound = make_bound(who, abs, rel), .fill_value = fill_value, .block_size = block_size, .codec = codec,
+          .rounding = rounding, .rounding_seed = seed_keyword(k.rounding_seed, who)};
+}
+
+/// Inputs below this size are compressed without releasing the GIL: their work takes a few
+/// microseconds, about what releasing and taking it back costs another thread.
+constexpr std::size_t gil_kept_below_bytes = 16 << 10;
 
 std::size_t max_compressed_size(std::size_t count, int element_bytes, int block_size, const std::string& codec) {
   constexpr const char* who = "kompress.max_compressed_size";
@@ -320,23 +394,22 @@ std::pair<nb::object, std::uint8_t*> new_numpy_bytes(std::size_t length) {
 }
 
 /// Compresses `in` into a new uint8 numpy array of exactly the stream's length.
-nb::object compress(const in_array& in, std::optional<double> abs, std::optional<double> rel,
-                    std::optional<double> fill_value, int block_size, const std::string& codec,
-                    const std::string& rounding, std::uint64_t rounding_seed) {
+nb::object compress(const in_array& in, nb::handle abs, nb::handle rel, nb::handle fill_value, nb::handle block_size,
+                    nb::handle codec, nb::handle rounding, nb::handle rounding_seed) {
   constexpr const char* who = "kompress.compress";
   const dtype_code code = float_array(in, who, "the input");
   if (device_of(in, who, "the input") != device_kind::host)
     throw kompress::invalid_argument(std::string(who) + ": the input must be in host memory here "
                                      "(kompress.compress takes a CUDA tensor through compress_into)");
-  const kompress::compress_options options{.bound = make_bound(who, abs, rel), .fill_value = fill_value,
-                                           .block_size = block_size, .codec = codec_of(codec, who),
-                                           .rounding = rounding_of(rounding, who), .rounding_seed = rounding_seed};
-  // The worst case is allocated and filled without the GIL, then the stream alone is copied to
-  // the result: no slack is kept alive with it.
+  const kompress::compress_options options =
+      options_of({abs, rel, fill_value, block_size, codec, rounding, rounding_seed}, who);
+  // The worst case is allocated and filled, then the stream alone is copied to the result: no
+  // slack is kept alive with it.
   std::size_t length = 0;
   std::unique_ptr<std::uint8_t[]> scratch;
   {
-    nb::gil_scoped_release release;
+    std::optional<nb::gil_scoped_release> release;
+    if (in.nbytes() >= gil_kept_below_bytes) release.emplace();
     dispatch(code, [&](auto t) {
       using T = decltype(t);
       const auto values = shaped_view_of<T>(in);
@@ -354,17 +427,16 @@ nb::object compress(const in_array& in, std::optional<double> abs, std::optional
 /// Compresses `in` into the caller's uint8 buffer `out` (on the same device); returns the
 /// stream's length. A CUDA array is compressed on `stream`, which is then waited for (the
 /// length is known only once the stream is written).
-std::size_t compress_into(const in_array& in, const array& out, std::optional<double> abs,
-                          std::optional<double> rel, std::optional<double> fill_value, int block_size,
-                          const std::string& codec, const std::string& rounding, std::uint64_t rounding_seed,
-                          std::uintptr_t stream) {
+std::size_t compress_into(const in_array& in, const array& out, nb::handle abs, nb::handle rel,
+                          nb::handle fill_value, nb::handle block_size, nb::handle codec, nb::handle rounding,
+                          nb::handle rounding_seed, std::uintptr_t stream) {
   constexpr const char* who = "kompress.compress_into";
   const dtype_code code = float_array(in, who, "the input");
   const device_kind device = same_device(in, "the input", out, "the output", who);
-  const kompress::compress_options options{.bound = make_bound(who, abs, rel), .fill_value = fill_value,
-                                           .block_size = block_size, .codec = codec_of(codec, who),
-                                           .rounding = rounding_of(rounding, who), .rounding_seed = rounding_seed};
-  nb::gil_scoped_release release;
+  const kompress::compress_options options =
+      options_of({abs, rel, fill_value, block_size, codec, rounding, rounding_seed}, who);
+  std::optional<nb::gil_scoped_release> release;
+  if (device != device_kind::host || in.nbytes() >= gil_kept_below_bytes) release.emplace();
   return on_device(device, stream, [&](auto d, const auto& exec) {
     using D = decltype(d);
     const auto bytes = byte_array<D>(out, who, "the output");

@@ -63,6 +63,37 @@ def test_compress_rejects_bad_options(kwargs, match):
         kompress.compress(np.zeros(10, np.float32), **kwargs)
 
 
+def test_compress_options_convert_as_float_int_and_str_do():
+    # The extension converts the keywords itself, with Python's float(), int(), str() and
+    # operator.index for the seed: numpy scalars, 0-d tensors and str subclasses are taken, and
+    # what those conversions refuse is refused with their errors.
+    x = np.linspace(-1, 1, 1000, dtype=np.float32)
+    out = np.empty(kompress.max_compressed_size(x.size, x.dtype, block_size=64), np.uint8)
+    expected = kompress.compress(x, abs=1e-3, block_size=64, rounding="stochastic", rounding_seed=7)
+
+    class Name(str):
+        pass
+
+    given = dict(abs=np.float64(1e-3), block_size=np.int64(64), codec=Name("fast"), rounding=np.str_("stochastic"),
+                 rounding_seed=np.uint64(7))
+    assert np.array_equal(kompress.compress(x, **given), expected)
+    assert np.array_equal(out[:kompress.compress_into(x, out, **given)], expected)
+    assert np.array_equal(kompress.compress(torch.from_numpy(x), abs=torch.tensor(1e-3, dtype=torch.float64),
+                                            block_size="64", rounding="stochastic", rounding_seed=7), expected)
+    with pytest.raises(ValueError, match="could not convert string to float"):
+        kompress.compress(x, abs="a lot")
+    with pytest.raises(TypeError):
+        kompress.compress_into(x, out, rel=[1e-3])
+    with pytest.raises(TypeError):
+        kompress.compress(x, abs=1e-3, block_size=None)
+    with pytest.raises(kompress.InvalidArgument, match=r"block_size is out of range \(got 1099511627776\)"):
+        kompress.compress(x, abs=1e-3, block_size=1 << 40)
+    with pytest.raises(TypeError, match=r"kompress.compress_into: rounding_seed must be an int \(got float\)"):
+        kompress.compress_into(x, out, abs=1e-3, rounding_seed=7.0)
+    with pytest.raises(kompress.InvalidArgument, match=r"rounding_seed must be in \[0, 2\^64\) \(got -1\)"):
+        kompress.compress_into(x, out, abs=1e-3, rounding_seed=np.int8(-1))
+
+
 def test_non_arrays_are_a_type_error():
     with pytest.raises(TypeError):
         kompress.compress([1.0, 2.0], abs=1e-3)
