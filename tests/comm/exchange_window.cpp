@@ -1,9 +1,10 @@
 // alltoall(v)'s window of peers (collective_options::exchange_window): a rank expects at most
 // that many peers' messages at once, whatever the sizes, chunks and forms, and still receives
 // everything within the bound. MPI_Irecv, MPI_Testany and MPI_Waitany are interposed through
-// MPI's profiling interface to count the peers whose data receives are outstanding, and the
-// requests each poll tests (a window of the oldest, however many are outstanding). Failures
-// mid-flight with a window of one are in faults.cpp. Run under mpiexec -n 1 to 4, and 6.
+// MPI's profiling interface to count the peers whose data receives are outstanding, the
+// requests each poll tests (a window of the oldest, however many are outstanding) and the
+// arrivals found beyond that window (the sweep). Failures mid-flight with a window of one are
+// in faults.cpp. Run under mpiexec -n 1 to 4, and 6.
 
 #include <kompress/comm.hpp>
 
@@ -14,9 +15,11 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <set>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -24,24 +27,39 @@ namespace {
 /// The data receives kompress has posted and not yet completed, and the most peers they
 /// were ever from at once.
 struct outstanding_receives {
-  std::map<MPI_Request, int> peer_of;  ///< request -> peer
+  std::map<MPI_Request, int> peer_of;              ///< request -> peer
+  std::map<MPI_Request, std::uint64_t> posted_as;  ///< request -> its place in posting order
+  std::uint64_t posts = 0;
   std::size_t most_peers = 0;
   std::size_t most_requests = 0;  ///< the most data receives outstanding at once
   std::size_t widest_poll = 0;    ///< the most requests one MPI_Testany or MPI_Waitany was given
+  std::size_t found_ahead = 0;    ///< arrivals an MPI_Testany found without the oldest receive
 
   void reset() {
     peer_of.clear();
-    most_peers = most_requests = widest_poll = 0;
+    posted_as.clear();
+    posts = most_peers = most_requests = widest_poll = found_ahead = 0;
   }
   void posted(MPI_Request r, int peer) {
     peer_of[r] = peer;
+    posted_as[r] = posts++;
     std::set<int> peers;
     for (const auto& [request, from] : peer_of) peers.insert(from);
     most_peers = std::max(most_peers, peers.size());
     most_requests = std::max(most_requests, peer_of.size());
   }
   void polled(int count) { widest_poll = std::max(widest_poll, std::size_t(count)); }
-  void completed(MPI_Request r) { peer_of.erase(r); }
+  /// Whether `r` is the oldest data receive outstanding.
+  bool oldest(MPI_Request r) const {
+    const auto it = posted_as.find(r);
+    if (it == posted_as.end()) return false;
+    return std::none_of(posted_as.begin(), posted_as.end(),
+                        [&](const auto& other) { return other.second < it->second; });
+  }
+  void completed(MPI_Request r) {
+    peer_of.erase(r);
+    posted_as.erase(r);
+  }
 } receives;
 
 }  // namespace
@@ -55,8 +73,13 @@ int MPI_Irecv(void* buffer, int count, MPI_Datatype type, int peer, int tag, MPI
 int MPI_Testany(int count, MPI_Request* requests, int* index, int* flag, MPI_Status* status) {
   receives.polled(count);
   const std::vector<MPI_Request> before(requests, requests + count);
+  const bool beyond_oldest = count > 0 && !receives.oldest(requests[0]);
   const int rc = PMPI_Testany(count, requests, index, flag, status);
-  if (rc == MPI_SUCCESS && *flag && *index != MPI_UNDEFINED) receives.completed(before[std::size_t(*index)]);
+  if (rc == MPI_SUCCESS && *flag && *index != MPI_UNDEFINED) {
+    const MPI_Request done = before[std::size_t(*index)];
+    receives.found_ahead += beyond_oldest && receives.peer_of.count(done) > 0;
+    receives.completed(done);
+  }
   return rc;
 }
 int MPI_Waitany(int count, MPI_Request* requests, int* index, MPI_Status* status) {
@@ -173,6 +196,38 @@ TEST_CASE("alltoall polls a window of its receives: more receives outstanding th
         [&] { return kompress::ialltoall(host{}, send, got, MPI_COMM_WORLD, options); });
     CHECK(most_on_any_rank(receives.most_requests) > window);
     CHECK(most_on_any_rank(receives.widest_poll) == window);
+    CHECK(report.chunks == std::uint64_t(p - 1) * (window + 16));
+    std::size_t violations = 0;
+    for (std::size_t k = 0; k < got.size(); ++k)
+      violations += !(std::fabs(double(got(k)) - double(expected(k))) <= pipelined_abs_bound);
+    CHECK(violations == 0);
+  }
+}
+
+TEST_CASE("persistent alltoall decodes messages that arrive ahead of their turn: a late peer's receives do not "
+          "hold up the others'") {
+  const int p = size_of(), me = rank_of();
+  if (p < 3) return;
+  constexpr std::size_t window = kompress::detail::posted_messages::poll_window;
+  const std::size_t per_peer = (window + 16) * 1024;
+  auto send = make_data<float>(per_peer * std::size_t(p), me + 5);
+  host_view<float> got("got", send.size()), expected("expected", send.size());
+  MPI_Alltoall(send.data(), int(per_peer), MPI_FLOAT, expected.data(), int(per_peer), MPI_FLOAT, MPI_COMM_WORLD);
+  // The persistent form: a round starts without the one-shot call's agreement, so a rank that
+  // starts late holds up no other rank's start.
+  auto request = kompress::alltoall_init(host{}, send, got, MPI_COMM_WORLD, windowed(0));
+  for (int round = 0; round < 2; ++round) {  // completed by wait(), then by test()
+    CAPTURE(round);
+    std::fill_n(got.data(), got.size(), NAN);
+    receives.reset();
+    MPI_Barrier(MPI_COMM_WORLD);
+    // Rank 1 posts rank 0's receives first (peers in the order they send to it: rank - 1 first),
+    // window + 16 of them. Rank 0 starts late and rank 1 after the others, whose messages to it
+    // are there when it starts: its polls find none of the oldest arrived, and the sweep beyond
+    // them must find those.
+    if (me <= 1) std::this_thread::sleep_for(std::chrono::milliseconds(me == 0 ? 600 : 200));
+    const auto& report = run_round(request, round);
+    if (me == 1) CHECK(receives.found_ahead > 0);
     CHECK(report.chunks == std::uint64_t(p - 1) * (window + 16));
     std::size_t violations = 0;
     for (std::size_t k = 0; k < got.size(); ++k)
