@@ -27,8 +27,11 @@ namespace {
 /// The data receives kompress has posted and not yet completed, and the most peers they
 /// were ever from at once.
 struct outstanding_receives {
-  std::map<MPI_Request, int> peer_of;              ///< request -> peer
-  std::map<MPI_Request, std::uint64_t> posted_as;  ///< request -> its place in posting order
+  struct posted_receive {
+    int peer;
+    std::uint64_t number;  ///< its place in posting order
+  };
+  std::map<MPI_Request, posted_receive> pending;
   std::uint64_t posts = 0;
   std::size_t most_peers = 0;
   std::size_t most_requests = 0;  ///< the most data receives outstanding at once
@@ -36,30 +39,25 @@ struct outstanding_receives {
   std::size_t found_ahead = 0;    ///< arrivals an MPI_Testany found without the oldest receive
 
   void reset() {
-    peer_of.clear();
-    posted_as.clear();
+    pending.clear();
     posts = most_peers = most_requests = widest_poll = found_ahead = 0;
   }
   void posted(MPI_Request r, int peer) {
-    peer_of[r] = peer;
-    posted_as[r] = posts++;
+    pending[r] = {peer, posts++};
     std::set<int> peers;
-    for (const auto& [request, from] : peer_of) peers.insert(from);
+    for (const auto& [request, receive] : pending) peers.insert(receive.peer);
     most_peers = std::max(most_peers, peers.size());
-    most_requests = std::max(most_requests, peer_of.size());
+    most_requests = std::max(most_requests, pending.size());
   }
   void polled(int count) { widest_poll = std::max(widest_poll, std::size_t(count)); }
   /// Whether `r` is the oldest data receive outstanding.
   bool oldest(MPI_Request r) const {
-    const auto it = posted_as.find(r);
-    if (it == posted_as.end()) return false;
-    return std::none_of(posted_as.begin(), posted_as.end(),
-                        [&](const auto& other) { return other.second < it->second; });
+    const auto it = pending.find(r);
+    if (it == pending.end()) return false;
+    return std::none_of(pending.begin(), pending.end(),
+                        [&](const auto& other) { return other.second.number < it->second.number; });
   }
-  void completed(MPI_Request r) {
-    peer_of.erase(r);
-    posted_as.erase(r);
-  }
+  void completed(MPI_Request r) { pending.erase(r); }
 } receives;
 
 }  // namespace
@@ -77,7 +75,7 @@ int MPI_Testany(int count, MPI_Request* requests, int* index, int* flag, MPI_Sta
   const int rc = PMPI_Testany(count, requests, index, flag, status);
   if (rc == MPI_SUCCESS && *flag && *index != MPI_UNDEFINED) {
     const MPI_Request done = before[std::size_t(*index)];
-    receives.found_ahead += beyond_oldest && receives.peer_of.count(done) > 0;
+    receives.found_ahead += beyond_oldest && receives.pending.count(done) > 0;
     receives.completed(done);
   }
   return rc;
