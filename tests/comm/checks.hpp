@@ -53,6 +53,14 @@ inline double max_over_ranks(double value) {
   return value;
 }
 
+/// How many values of `got` lie farther than `bound` from `expected` (a NaN among them counts).
+template <class T>
+std::size_t values_outside(const host_view<T>& got, const host_view<T>& expected, double bound) {
+  std::size_t outside = 0;
+  for (std::size_t k = 0; k < got.size(); ++k) outside += !(std::fabs(double(got(k)) - double(expected(k))) <= bound);
+  return outside;
+}
+
 /// Every rank's bound over its values to other ranks, blocks of `per_peer` (an alltoall's REL
 /// bound resolves over those).
 template <class T>

@@ -133,10 +133,7 @@ TEST_CASE_TEMPLATE("alltoall with a window of peers: at most that many expected 
           [&] { return kompress::ialltoall(host{}, send, got, MPI_COMM_WORLD, options); });
       CHECK(most_peers_on_any_rank() == expected_peers(window));
       CHECK(report.messages == std::uint64_t(p - 1));
-      std::size_t violations = 0;
-      for (std::size_t k = 0; k < got.size(); ++k)
-        violations += !(std::fabs(double(got(k)) - double(expected(k))) <= pipelined_abs_bound);
-      CHECK(violations == 0);
+      CHECK(values_outside(got, expected, pipelined_abs_bound) == 0);
     }
 }
 
@@ -150,10 +147,7 @@ TEST_CASE("alltoallv with a window of one peer: zero and uneven counts, every va
   kompress::alltoallv(host{}, send, send_counts, send_displs, got, recv_counts, recv_displs, MPI_COMM_WORLD,
                       windowed(1));
   CHECK(most_peers_on_any_rank() <= 1);
-  std::size_t violations = 0;
-  for (std::size_t k = 0; k < got.size(); ++k)
-    violations += !(std::fabs(double(got(k)) - double(expected(k))) <= pipelined_abs_bound);
-  CHECK(violations == 0);
+  CHECK(values_outside(got, expected, pipelined_abs_bound) == 0);
 }
 
 TEST_CASE("persistent alltoall with a window of one peer: round after round") {
@@ -168,10 +162,7 @@ TEST_CASE("persistent alltoall with a window of one peer: round after round") {
     receives.reset();
     run_round(request, round);
     CHECK(most_peers_on_any_rank() == expected_peers(1));
-    std::size_t violations = 0;
-    for (std::size_t k = 0; k < got.size(); ++k)
-      violations += !(std::fabs(double(got(k)) - double(expected(k))) <= pipelined_abs_bound);
-    CHECK(violations == 0);
+    CHECK(values_outside(got, expected, pipelined_abs_bound) == 0);
   }
 }
 
@@ -195,10 +186,7 @@ TEST_CASE("alltoall polls a window of its receives: more receives outstanding th
     CHECK(most_on_any_rank(receives.most_requests) > window);
     CHECK(most_on_any_rank(receives.widest_poll) == window);
     CHECK(report.chunks == std::uint64_t(p - 1) * (window + 16));
-    std::size_t violations = 0;
-    for (std::size_t k = 0; k < got.size(); ++k)
-      violations += !(std::fabs(double(got(k)) - double(expected(k))) <= pipelined_abs_bound);
-    CHECK(violations == 0);
+    CHECK(values_outside(got, expected, pipelined_abs_bound) == 0);
   }
 }
 
@@ -227,9 +215,6 @@ TEST_CASE("persistent alltoall decodes messages that arrive ahead of their turn:
     const auto& report = run_round(request, round);
     if (me == 1) CHECK(receives.found_ahead > 0);
     CHECK(report.chunks == std::uint64_t(p - 1) * (window + 16));
-    std::size_t violations = 0;
-    for (std::size_t k = 0; k < got.size(); ++k)
-      violations += !(std::fabs(double(got(k)) - double(expected(k))) <= pipelined_abs_bound);
-    CHECK(violations == 0);
+    CHECK(values_outside(got, expected, pipelined_abs_bound) == 0);
   }
 }
